@@ -1,0 +1,82 @@
+"""One engine for sync and async code: machines that yield effects, two drivers.
+
+cairn's logic for a step, a recorded input or a whole task is written once, as a
+generator. It never calls user code or sleeps itself: it *yields* a ``Call`` or a
+``Wait`` and receives the outcome. ``drive`` performs effects synchronously;
+``adrive`` awaits them. Each driver is a dozen lines, so the two edges cannot
+drift apart the way hand-kept twin engines do.
+
+Only ``Exception`` is thrown back into a machine. ``BaseException`` (lease lost,
+cancellation, KeyboardInterrupt) passes straight through to the caller.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from cairn.clock import Clock
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """Call user code; the machine receives its return value or its exception."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Wait this many seconds (retry backoff, durable sleep)."""
+
+    seconds: float
+
+
+Effect = Call | Wait
+Machine = Generator[Effect, Any, T]
+
+
+def drive(machine: Machine[T], clock: Clock) -> T:
+    """Run ``machine`` to its end in the calling thread."""
+    value: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            effect = machine.send(value) if error is None else machine.throw(error)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        value, error = None, None
+        if isinstance(effect, Wait):
+            clock.sleep(effect.seconds)
+            continue
+        try:
+            value = effect.fn(*effect.args, **effect.kwargs)
+        except Exception as exc:  # noqa: BLE001 - handed to the machine, which decides
+            error = exc
+
+
+async def adrive(machine: Machine[T], clock: Clock) -> T:
+    """Run ``machine`` to its end, awaiting calls that return awaitables."""
+    value: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            effect = machine.send(value) if error is None else machine.throw(error)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        value, error = None, None
+        if isinstance(effect, Wait):
+            await clock.asleep(effect.seconds)
+            continue
+        try:
+            value = effect.fn(*effect.args, **effect.kwargs)
+            if inspect.isawaitable(value):
+                value = await value
+        except Exception as exc:  # noqa: BLE001 - handed to the machine, which decides
+            error = exc

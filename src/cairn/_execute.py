@@ -1,0 +1,145 @@
+"""Running one claimed task to an outcome: the task machine and its two edges."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from cairn._effects import Call, Machine, Wait, adrive, drive
+from cairn._taskrun import TaskRun
+from cairn.codec import codec_for
+from cairn.context import Context, _current
+from cairn.errors import Cancelled, LeaseLost
+from cairn.retry import Retry
+from cairn.store.records import TaskRecord
+from cairn.task import TaskDef
+
+if TYPE_CHECKING:
+    from cairn.app import Cairn
+
+log = logging.getLogger("cairn")
+
+OutcomeStatus = Literal["completed", "failed", "cancelled", "lost"]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How one run of one task ended in this process."""
+
+    task_id: str
+    status: OutcomeStatus
+    result: Any = None
+    error: BaseException | None = None
+    resumed: bool = False
+
+
+def _task_machine(
+    run: TaskRun,
+    ctx: Context,
+    task: TaskDef[..., Any],
+    kwargs: dict[str, Any],
+    retry: Retry,
+    retry_base: int,
+) -> Machine[Any]:
+    if run.attempt == retry_base:
+        run.start_attempt(retry_base + 1, None)
+    while True:
+        try:
+            result = yield Call(task.fn, (ctx,), kwargs)
+            output = run.encode(result, f"task {task.name!r} result")
+        except Exception as exc:
+            used = run.attempt - retry_base
+            if not retry.should_retry(exc, used):
+                run.finish("failed", None, exc)
+                raise
+            delay = retry.delay(used)
+            log.info(
+                "task %s attempt %d failed (%s); retrying in %.1fs",
+                run.task_id,
+                used,
+                type(exc).__name__,
+                delay,
+            )
+            run.start_attempt(run.attempt + 1, exc)
+            run.restart()
+            yield Wait(delay)
+            continue
+        run.finish("completed", output, None)
+        run.hook("after_task", run.task_id, run.seq, task.name)
+        return run.decode(output, "task result")
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    ctx: Context
+    machine: Machine[Any]
+    resumed: bool
+
+
+def _prepare(app: Cairn, record: TaskRecord) -> _Prepared:
+    task = app.registered(record.name, task_id=record.id)
+    codec = codec_for(record.codec)
+    history = app.store.load_history(record.id)
+    run = TaskRun(
+        store=app.store,
+        codec=codec,
+        clock=app.clock,
+        task_id=record.id,
+        batch=record.batch,
+        fence=record.fence,
+        attempt=record.attempts,
+        history=history,
+        hook=app.fault_hook,
+    )
+    ctx = Context(run, app.step_retry)
+    kwargs = run.decode(record.args, "task arguments")
+    retry = task.retry or app.task_retry
+    machine = _task_machine(run, ctx, task, kwargs, retry, record.retry_base)
+    return _Prepared(ctx, machine, resumed=bool(history))
+
+
+def _ended(record: TaskRecord, error: BaseException, resumed: bool) -> Outcome:
+    if isinstance(error, Cancelled):
+        return Outcome(record.id, "cancelled", error=error, resumed=resumed)
+    if isinstance(error, LeaseLost):
+        log.warning("%s", error)
+        return Outcome(record.id, "lost", error=error, resumed=resumed)
+    return Outcome(record.id, "failed", error=error, resumed=resumed)
+
+
+def _prepare_or_release(app: Cairn, record: TaskRecord) -> _Prepared:
+    # A task we claimed but cannot start (unregistered, undecodable arguments)
+    # goes back to pending untouched, so nothing is lost and another process
+    # that knows the function can run it.
+    try:
+        return _prepare(app, record)
+    except BaseException:
+        app.store.release_task(record.id, record.fence, app.clock.now())
+        raise
+
+
+def execute(app: Cairn, record: TaskRecord) -> Outcome:
+    """Run a claimed sync task in this thread."""
+    prepared = _prepare_or_release(app, record)
+    token = _current.set(prepared.ctx)
+    try:
+        result = drive(prepared.machine, app.clock)
+    except (LeaseLost, Cancelled, Exception) as exc:  # noqa: BLE001 - becomes the outcome
+        return _ended(record, exc, prepared.resumed)
+    finally:
+        _current.reset(token)
+    return Outcome(record.id, "completed", result=result, resumed=prepared.resumed)
+
+
+async def aexecute(app: Cairn, record: TaskRecord) -> Outcome:
+    """Run a claimed async task in the running event loop."""
+    prepared = _prepare_or_release(app, record)
+    token = _current.set(prepared.ctx)
+    try:
+        result = await adrive(prepared.machine, app.clock)
+    except (LeaseLost, Cancelled, Exception) as exc:  # noqa: BLE001 - becomes the outcome
+        return _ended(record, exc, prepared.resumed)
+    finally:
+        _current.reset(token)
+    return Outcome(record.id, "completed", result=result, resumed=prepared.resumed)

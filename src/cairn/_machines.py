@@ -1,0 +1,158 @@
+"""The machines behind steps, recorded inputs, durable sleeps and whole tasks.
+
+Each is a generator over ``_effects`` so sync and async code share it. The shape
+of a step: look at the record for this position; if it holds a completed result,
+return it without calling anything; otherwise call, retrying by the policy with
+durable attempt counts, and write the outcome in one fenced commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from cairn._effects import Call, Machine, Wait
+from cairn._taskrun import TaskRun, describe_error
+from cairn.clock import from_iso, to_iso
+from cairn.retry import Retry
+from cairn.store.records import StepKind, StepRecord, StepStatus
+
+
+def _entry(
+    run: TaskRun,
+    seq: int,
+    kind: StepKind,
+    name: str,
+    status: StepStatus,
+    *,
+    output: str | None = None,
+    attempts: int,
+    run_attempts: int,
+    error: BaseException | None = None,
+    retry_at: datetime | None = None,
+    started_at: datetime,
+) -> StepRecord:
+    return StepRecord(
+        task_id=run.task_id,
+        seq=seq,
+        kind=kind,
+        name=name,
+        status=status,
+        output=output,
+        attempts=attempts,
+        task_attempt=run.attempt,
+        run_attempts=run_attempts,
+        error=None if error is None else describe_error(error),
+        retry_at=retry_at,
+        started_at=started_at,
+        finished_at=run.now(),
+    )
+
+
+def step_machine(
+    run: TaskRun,
+    kind: StepKind,
+    name: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    retry: Retry,
+) -> Machine[Any]:
+    """Run ``fn`` as the history entry at the next position, or replay it."""
+    seq = run.next_seq()
+    record = run.replayed(seq, kind, name)
+    what = f"step {name!r}" if kind == "step" else f"recorded input {name!r}"
+    if record is not None and record.status == "completed":
+        return run.decode(record.output or "null", what)
+    # Attempts are durable: a crash during attempt 3 resumes at attempt 3. The
+    # budget restarts when a new task attempt replays into a failed step.
+    total = 0 if record is None else record.attempts
+    used = record.run_attempts if record is not None and record.task_attempt == run.attempt else 0
+    if record is not None and record.retry_at is not None and used:
+        yield Wait(max(0.0, (record.retry_at - run.now()).total_seconds()))
+    while True:
+        started = run.now()
+        run.hook("before_step", run.task_id, seq, name)
+        try:
+            value = yield Call(fn, args, kwargs)
+        except Exception as exc:
+            total, used = total + 1, used + 1
+            if not retry.should_retry(exc, used):
+                run.write(
+                    _entry(
+                        run,
+                        seq,
+                        kind,
+                        name,
+                        "failed",
+                        attempts=total,
+                        run_attempts=used,
+                        error=exc,
+                        started_at=started,
+                    )
+                )
+                raise
+            delay = retry.delay(used)
+            run.write(
+                _entry(
+                    run,
+                    seq,
+                    kind,
+                    name,
+                    "retrying",
+                    attempts=total,
+                    run_attempts=used,
+                    error=exc,
+                    retry_at=run.now() + timedelta(seconds=delay),
+                    started_at=started,
+                )
+            )
+            yield Wait(delay)
+            continue
+        # Encoding fails before anything is written, with the step named.
+        output = run.encode(value, what)
+        run.write(
+            _entry(
+                run,
+                seq,
+                kind,
+                name,
+                "completed",
+                output=output,
+                attempts=total + 1,
+                run_attempts=used + 1,
+                started_at=started,
+            )
+        )
+        run.hook("after_step", run.task_id, seq, name)
+        # Hand back the decoded value, so the first run sees exactly what a
+        # replay would: the two can never behave differently.
+        return run.decode(output, what)
+
+
+def sleep_machine(run: TaskRun, seconds: float) -> Machine[None]:
+    """Sleep until a recorded wake-up time; a resumed task sleeps only what is left."""
+    seq = run.next_seq()
+    record = run.replayed(seq, "sleep", "sleep")
+    if record is None:
+        started = run.now()
+        wake = started + timedelta(seconds=seconds)
+        run.write(
+            _entry(
+                run,
+                seq,
+                "sleep",
+                "sleep",
+                "completed",
+                output=to_iso(wake),
+                attempts=1,
+                run_attempts=1,
+                started_at=started,
+            )
+        )
+    else:
+        wake = from_iso(record.output or to_iso(run.now()))
+    remaining = (wake - run.now()).total_seconds()
+    if remaining > 0:
+        yield Wait(remaining)

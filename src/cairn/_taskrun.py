@@ -1,0 +1,121 @@
+"""The state of one task while this process runs it: fence, history, position.
+
+Every write goes through ``TaskRun.write`` or ``TaskRun.finish``, which carry the
+fence. A refused write means the task is no longer ours: if it was cancelled we
+raise ``Cancelled``, otherwise ``LeaseLost``. Either stops the task at once.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, NoReturn
+
+from cairn.clock import Clock
+from cairn.codec import Codec
+from cairn.errors import Cancelled, CodecError, LeaseLost, NonDeterminismError
+from cairn.store.protocol import Store
+from cairn.store.records import StepKind, StepRecord
+
+FaultHook = Callable[[str, str, int, str], None]
+"""``hook(point, task_id, seq, name)``: called at each boundary; a no-op unless a
+test installs one (see ``cairn.testing``)."""
+
+
+def no_fault(point: str, task_id: str, seq: int, name: str) -> None:
+    """The production hook: does nothing."""
+
+
+def describe_error(error: BaseException) -> str:
+    """The recorded form of an error: type, message and traceback as JSON."""
+    kind = type(error)
+    return json.dumps(
+        {
+            "type": f"{kind.__module__}.{kind.__qualname__}",
+            "message": str(error),
+            "traceback": "".join(traceback.format_exception(error)),
+        },
+        ensure_ascii=False,
+    )
+
+
+@dataclass
+class TaskRun:
+    """One claimed task, as this process runs it."""
+
+    store: Store
+    codec: Codec
+    clock: Clock
+    task_id: str
+    batch: str | None
+    fence: int
+    attempt: int
+    history: dict[int, StepRecord]
+    hook: FaultHook = no_fault
+    seq: int = field(default=0)
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def restart(self) -> None:
+        """Replay from the top, for the next task attempt."""
+        self.seq = 0
+
+    def replayed(self, seq: int, kind: StepKind, name: str) -> StepRecord | None:
+        """The record at ``seq``, checked against what the code asks for now."""
+        record = self.history.get(seq)
+        if record is not None and (record.kind != kind or record.name != name):
+            raise NonDeterminismError(
+                task_id=self.task_id,
+                seq=seq,
+                recorded=f"{record.kind} {record.name}",
+                current=f"{kind} {name}",
+            )
+        return record
+
+    def encode(self, value: Any, what: str) -> str:
+        try:
+            return self.codec.encode(value)
+        except CodecError as exc:
+            raise CodecError(f"{what}: {exc}") from exc
+
+    def decode(self, text: str, what: str) -> Any:
+        try:
+            return self.codec.decode(text)
+        except CodecError as exc:
+            raise CodecError(f"task {self.task_id!r}, {what}: {exc}") from exc
+
+    def write(self, record: StepRecord) -> None:
+        """Record one history entry under the fence."""
+        if not self.store.record_step(record, self.fence):
+            self.lost()
+        self.history[record.seq] = record
+
+    def start_attempt(self, attempt: int, error: BaseException | None) -> None:
+        described = None if error is None else describe_error(error)
+        if not self.store.start_attempt(
+            self.task_id, self.fence, attempt, described, self.clock.now()
+        ):
+            self.lost()
+        self.attempt = attempt
+
+    def finish(self, status: str, result: str | None, error: BaseException | None) -> None:
+        described = None if error is None else describe_error(error)
+        if not self.store.finish_task(
+            self.task_id, self.fence, status, result, described, self.clock.now()
+        ):
+            self.lost()
+
+    def lost(self) -> NoReturn:
+        """The fence moved: say why, and stop the task."""
+        current = self.store.get_task(self.task_id)
+        if current is not None and current.status == "cancelled":
+            raise Cancelled(self.task_id)
+        raise LeaseLost(self.task_id)
+
+    def now(self) -> datetime:
+        return self.clock.now()

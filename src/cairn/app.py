@@ -1,0 +1,386 @@
+"""``Cairn``: the app a user creates, registers tasks on, and runs work with."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any, Concatenate, ParamSpec, TypeVar, overload
+
+from cairn import _batch
+from cairn._batch import BatchReport
+from cairn._execute import Outcome, aexecute, execute
+from cairn._taskrun import FaultHook, no_fault
+from cairn.clock import Clock, SystemClock
+from cairn.codec import Codec, codec_for
+from cairn.context import Context
+from cairn.errors import (
+    CodecError,
+    TaskArgumentsError,
+    TaskBusy,
+    TaskCancelled,
+    TaskConflict,
+    TaskFailed,
+    TaskNotRegistered,
+)
+from cairn.leases import LeaseKeeper
+from cairn.ownership import current_owner, owner_is_gone
+from cairn.progress import choose_progress
+from cairn.retry import NO_RETRY, Retry
+from cairn.store import DEFAULT_URL, Store, open_store
+from cairn.store.records import NewTask, TaskRecord
+from cairn.store.sqlite import Synchronous
+from cairn.task import TaskDef, item_key, step
+
+P = ParamSpec("P")
+R = TypeVar("R")
+ItemKey = Callable[[Mapping[str, Any]], str]
+
+
+class Cairn:
+    """A cairn app: a store plus the task functions it knows.
+
+    ``Cairn()`` uses the store named by ``$CAIRN_STORE``, else a SQLite file at
+    ``./.cairn/cairn.db``. The store is opened on first use, not at import.
+    """
+
+    step = staticmethod(step)
+
+    def __init__(
+        self,
+        store: str | Store | None = None,
+        *,
+        codec: Codec | str = "json",
+        task_retry: Retry | None = None,
+        step_retry: Retry = NO_RETRY,
+        lease: float = 30.0,
+        poll_interval: float = 1.0,
+        synchronous: Synchronous = "NORMAL",
+        clock: Clock | None = None,
+    ) -> None:
+        self._store_arg = store
+        self._synchronous = synchronous
+        self._store: Store | None = None
+        self._store_lock = threading.Lock()
+        self.codec = codec_for(codec) if isinstance(codec, str) else codec
+        self.task_retry = task_retry or Retry()
+        self.step_retry = step_retry
+        self.clock: Clock = clock or SystemClock()
+        self.poll_interval = poll_interval
+        self.owner = str(current_owner())
+        self._lease = timedelta(seconds=lease)
+        self._leases: LeaseKeeper | None = None
+        self._tasks: dict[str, TaskDef[..., Any]] = {}
+        self.fault_hook: FaultHook = no_fault
+
+    # -- the store -----------------------------------------------------------------
+    @property
+    def store_url(self) -> str:
+        if isinstance(self._store_arg, str):
+            return self._store_arg
+        if self._store_arg is not None:
+            return self._store_arg.url
+        return os.environ.get("CAIRN_STORE") or DEFAULT_URL
+
+    @property
+    def store(self) -> Store:
+        with self._store_lock:
+            if self._store is None:
+                if self._store_arg is None or isinstance(self._store_arg, str):
+                    self._store = open_store(self.store_url, synchronous=self._synchronous)
+                else:
+                    self._store = self._store_arg
+            return self._store
+
+    @property
+    def leases(self) -> LeaseKeeper:
+        if self._leases is None:
+            self._leases = LeaseKeeper(self.store, self.clock, self.owner, self._lease)
+        return self._leases
+
+    def close(self) -> None:
+        """Close the store's connections."""
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+            self._leases = None
+
+    def __enter__(self) -> Cairn:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- registering ---------------------------------------------------------------
+    @overload
+    def task(self, fn: Callable[Concatenate[Context, P], R]) -> TaskDef[P, R]: ...
+
+    @overload
+    def task(
+        self, *, name: str | None = None, retry: Retry | None = None
+    ) -> Callable[[Callable[Concatenate[Context, P], R]], TaskDef[P, R]]: ...
+
+    def task(
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        retry: Retry | None = None,
+    ) -> Any:
+        """Register a task function. Its name (default: the function's name) is
+        what the store records, so keep it stable across deploys."""
+
+        def register(func: Callable[..., Any]) -> TaskDef[..., Any]:
+            task_def = TaskDef(name=name or func.__name__, fn=func, retry=retry)
+            existing = self._tasks.get(task_def.name)
+            if existing is not None and existing.fn is not func:
+                raise TaskConflict(
+                    f"two task functions are registered as {task_def.name!r}: "
+                    f"{existing.fn.__module__}.{existing.fn.__qualname__} and "
+                    f"{func.__module__}.{func.__qualname__}. Give one a name= of its own."
+                )
+            self._tasks[task_def.name] = task_def
+            return task_def
+
+        return register if fn is None else register(fn)
+
+    def registered(self, name: str, *, task_id: str | None = None) -> TaskDef[..., Any]:
+        """The task function registered as ``name``."""
+        task_def = self._tasks.get(name)
+        if task_def is None:
+            known = ", ".join(sorted(self._tasks)) or "none"
+            raise TaskNotRegistered(
+                f"no task function named {name!r} is registered on this app (registered: "
+                f"{known}). Decorate it with @app.task, or run with the app that has it.",
+                task_id=task_id,
+            )
+        return task_def
+
+    def _definition(self, task: TaskDef[..., Any] | Callable[..., Any]) -> TaskDef[..., Any]:
+        if isinstance(task, TaskDef):
+            mine = self._tasks.get(task.name)
+            if mine is task:
+                return task
+        name = getattr(task, "name", getattr(task, "__name__", repr(task)))
+        raise TaskNotRegistered(
+            f"{name!r} is not a task registered on this app. Decorate it with @app.task "
+            "(on this Cairn instance) and pass the decorated function."
+        )
+
+    # -- one task ---------------------------------------------------------------------
+    @overload
+    def run(
+        self,
+        task: TaskDef[..., Coroutine[Any, Any, R]],
+        /,
+        *,
+        task_id: str | None = None,
+        **kwargs: Any,
+    ) -> R: ...
+
+    @overload
+    def run(self, task: TaskDef[..., R], /, *, task_id: str | None = None, **kwargs: Any) -> R: ...
+
+    def run(self, task: TaskDef[..., Any], /, *, task_id: str | None = None, **kwargs: Any) -> Any:
+        """Run one task now and return its result.
+
+        Running it again with the same ``task_id`` resumes it, or returns the
+        recorded result if it finished; it never starts a second copy.
+        """
+        task_def = self._definition(task)
+        record = self._start(task_def, task_id, kwargs)
+        if record.status != "running":
+            return self._recorded_result(record)
+        if task_def.is_async:
+            return asyncio.run(self._arun_claimed(record))
+        self.leases.hold()
+        try:
+            return self._outcome_result(execute(self, record), record)
+        finally:
+            self.leases.drop()
+
+    async def arun(
+        self, task: TaskDef[..., Any], /, *, task_id: str | None = None, **kwargs: Any
+    ) -> Any:
+        """``run`` for callers already inside an event loop."""
+        task_def = self._definition(task)
+        record = self._start(task_def, task_id, kwargs)
+        if record.status != "running":
+            return self._recorded_result(record)
+        if not task_def.is_async:
+            return await asyncio.to_thread(self._run_claimed_sync, record)
+        return await self._arun_claimed(record)
+
+    def _run_claimed_sync(self, record: TaskRecord) -> Any:
+        self.leases.hold()
+        try:
+            return self._outcome_result(execute(self, record), record)
+        finally:
+            self.leases.drop()
+
+    async def _arun_claimed(self, record: TaskRecord) -> Any:
+        self.leases.hold()
+        try:
+            return self._outcome_result(await aexecute(self, record), record)
+        finally:
+            self.leases.drop()
+
+    def _encode_args(self, task_def: TaskDef[..., Any], kwargs: Mapping[str, Any]) -> str:
+        task_def.check_arguments(kwargs)
+        try:
+            # Sorted, so the same arguments given in another order are the same task.
+            return self.codec.encode({name: kwargs[name] for name in sorted(kwargs)})
+        except CodecError as exc:
+            raise TaskArgumentsError(
+                f"task {task_def.name!r}: its arguments cannot be recorded: {exc}"
+            ) from exc
+
+    def _start(
+        self, task_def: TaskDef[..., Any], task_id: str | None, kwargs: Mapping[str, Any]
+    ) -> TaskRecord:
+        """Create the task if new, then claim it; or return it if it finished."""
+        args = self._encode_args(task_def, kwargs)
+        tid = task_id or f"{task_def.name}/{item_key(kwargs)}"
+        now = self.clock.now()
+        self.store.create_task(NewTask(tid, task_def.name, args, self.codec.name), now)
+        record = self.store.get_task(tid)
+        assert record is not None  # just created or already there
+        if record.name != task_def.name or record.args != args:
+            raise TaskConflict(
+                f"task id {tid!r} already belongs to task {record.name!r} with arguments "
+                f"{record.args}; it was now asked for {task_def.name!r} with {args}. Use "
+                "another task_id for different work.",
+                task_id=tid,
+            )
+        if record.status in ("completed", "failed", "cancelled"):
+            return record
+        if record.status == "running" and not self._reclaimable(record):
+            raise TaskBusy(
+                f"task {tid!r} is running in another live process ({record.owner}); "
+                "cairn will not start a second copy. Wait for it, or stop that process.",
+                task_id=tid,
+            )
+        claimed = self.store.claim_task(
+            tid, record.fence, self.owner, self.leases.lease_until(), now
+        )
+        if claimed is None:
+            raise TaskBusy(f"task {tid!r} was claimed by another process just now", task_id=tid)
+        return claimed
+
+    def _reclaimable(self, record: TaskRecord) -> bool:
+        if record.owner == self.owner:
+            return False  # running in another thread of this very process
+        expired = record.lease_expires_at is not None and record.lease_expires_at < self.clock.now()
+        return expired or owner_is_gone(record.owner)
+
+    def _outcome_result(self, outcome: Outcome, record: TaskRecord) -> Any:
+        if outcome.status == "completed":
+            return outcome.result
+        if outcome.status == "cancelled":
+            raise TaskCancelled(f"task {record.id!r} was cancelled", task_id=record.id)
+        assert outcome.error is not None
+        if outcome.status == "lost":
+            raise outcome.error
+        stored = self.store.get_task(record.id) or record
+        raise _failed(record.id, stored.error, stored.attempts - stored.retry_base) from (
+            outcome.error
+        )
+
+    def _recorded_result(self, record: TaskRecord) -> Any:
+        if record.status == "completed":
+            return codec_for(record.codec).decode(record.result or "null")
+        if record.status == "cancelled":
+            raise TaskCancelled(f"task {record.id!r} was cancelled", task_id=record.id)
+        raise _failed(record.id, record.error, record.attempts - record.retry_base)
+
+    # -- batches ------------------------------------------------------------------------
+    def enqueue(
+        self,
+        batch: str,
+        task: TaskDef[..., Any],
+        items: Iterable[Mapping[str, Any]],
+        *,
+        key: ItemKey | None = None,
+    ) -> int:
+        """Add one task per item to ``batch``; an item key already there is skipped.
+
+        A list is checked whole before anything is written; an iterator is
+        streamed in chunks (each chunk checked before it is written), so a huge
+        batch never sits in memory.
+        """
+        task_def = self._definition(task)
+        existing = self.store.batch_summaries(batch)
+        if existing and existing[0].task_name != task_def.name:
+            raise TaskConflict(
+                f"batch {batch!r} runs task {existing[0].task_name!r}, not "
+                f"{task_def.name!r}. Use another batch name."
+            )
+
+        def new_task(item: Mapping[str, Any]) -> NewTask:
+            args = self._encode_args(task_def, item)
+            ikey = key(item) if key is not None else item_key(item)
+            return NewTask(f"{batch}/{ikey}", task_def.name, args, self.codec.name, batch, ikey)
+
+        now = self.clock.now()
+        tasks: Iterable[NewTask]
+        if isinstance(items, Sequence):
+            tasks = [new_task(item) for item in items]
+        else:
+            tasks = (new_task(item) for item in items)
+        self.store.ensure_batch(batch, task_def.name, now)
+        return self.store.enqueue(tasks, now)
+
+    def run_batch(
+        self,
+        batch: str,
+        task: TaskDef[..., Any],
+        items: Iterable[Mapping[str, Any]] = (),
+        *,
+        concurrency: int = 4,
+        key: ItemKey | None = None,
+        progress: bool | None = None,
+    ) -> BatchReport:
+        """Enqueue ``items`` into ``batch`` and run every unfinished task of it.
+
+        Running the same call again after a crash runs only what is unfinished.
+        ``progress``: a live bar on a terminal and log lines otherwise (None),
+        always a bar (True), or nothing (False).
+        """
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, not {concurrency}")
+        task_def = self._definition(task)
+        self.enqueue(batch, task_def, items, key=key)
+        shown = choose_progress(progress)
+        if task_def.is_async:
+            return asyncio.run(_batch.run_async(self, batch, concurrency, shown))
+        return _batch.run_sync(self, batch, concurrency, shown)
+
+    async def arun_batch(
+        self,
+        batch: str,
+        task: TaskDef[..., Any],
+        items: Iterable[Mapping[str, Any]] = (),
+        *,
+        concurrency: int = 4,
+        key: ItemKey | None = None,
+        progress: bool | None = None,
+    ) -> BatchReport:
+        """``run_batch`` for async tasks, from inside an event loop."""
+        task_def = self._definition(task)
+        if not task_def.is_async:
+            raise TaskConflict(f"task {task_def.name!r} is not async; use run_batch for sync tasks")
+        self.enqueue(batch, task_def, items, key=key)
+        return await _batch.run_async(self, batch, concurrency, choose_progress(progress))
+
+
+def _failed(task_id: str, error_json: str | None, attempts: int) -> TaskFailed:
+    error: dict[str, Any] = json.loads(error_json) if error_json else {}
+    return TaskFailed(
+        f"task {task_id!r} failed after {attempts} attempt(s): "
+        f"{error.get('type', '?')}: {error.get('message', '')}",
+        task_id=task_id,
+        error=error,
+    )

@@ -1,0 +1,81 @@
+"""Time, behind a small seam so tests never sleep for real.
+
+cairn reads wall-clock time for records and leases, and waits for retries and
+durable sleeps. Both go through a ``Clock``; tests pass a ``FakeClock`` whose
+sleeps only move its own time forward.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+
+class Clock(Protocol):
+    """Where cairn gets the time and how it waits."""
+
+    def now(self) -> datetime:
+        """The current time, tz-aware UTC."""
+        ...
+
+    def sleep(self, seconds: float) -> None:
+        """Block the calling thread for ``seconds``."""
+        ...
+
+    async def asleep(self, seconds: float) -> None:
+        """Suspend the calling coroutine for ``seconds``."""
+        ...
+
+
+class SystemClock:
+    """The real clock."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
+
+    async def asleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds))
+
+
+class FakeClock:
+    """A clock for tests: sleeping advances it instantly; nothing waits for real."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self._now = start or datetime(2026, 5, 24, 0, 0, tzinfo=UTC)
+        self._lock = threading.Lock()
+        self.slept: list[float] = []
+
+    def now(self) -> datetime:
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self._now += timedelta(seconds=seconds)
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.advance(max(0.0, seconds))
+
+    async def asleep(self, seconds: float) -> None:
+        self.sleep(seconds)
+        await asyncio.sleep(0)
+
+
+def to_iso(moment: datetime) -> str:
+    """ISO 8601 text with an offset, always in UTC, so stored times sort as text."""
+    if moment.tzinfo is None:
+        raise ValueError("cairn records only tz-aware datetimes")
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def from_iso(text: str) -> datetime:
+    """Parse text written by ``to_iso`` back into an aware UTC datetime."""
+    return datetime.fromisoformat(text)

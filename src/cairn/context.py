@@ -1,0 +1,156 @@
+"""``Context``: what a task function uses to checkpoint its work.
+
+Everything a task records is keyed by its position in the task's history. On
+resume the task function runs again from the top, and each call below returns
+the recorded value instead of doing the work again.
+
+Sync and async: ``ctx.step(name, fn)`` returns the value when ``fn`` is a plain
+function, and an awaitable when ``fn`` is an ``async def``; the same goes for
+``ctx.record``. ``ctx.sleep`` blocks; ``await ctx.asleep`` suspends.
+"""
+
+from __future__ import annotations
+
+import random as _random
+import uuid as _uuid
+from collections.abc import Callable, Coroutine
+from contextvars import ContextVar
+from datetime import datetime
+from typing import Any, TypeVar, overload
+
+from cairn._effects import adrive, drive
+from cairn._machines import sleep_machine, step_machine
+from cairn._taskrun import TaskRun
+from cairn.retry import NO_RETRY, Retry
+
+T = TypeVar("T")
+
+_current: ContextVar[Context | None] = ContextVar("cairn_context", default=None)
+
+
+def current_context() -> Context | None:
+    """The context of the task running in this thread or coroutine, if any."""
+    return _current.get()
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    import inspect
+
+    target = getattr(fn, "__func__", fn)
+    return inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
+        getattr(target, "__call__", None)  # noqa: B004 - async callable objects count too
+    )
+
+
+class Context:
+    """Handed to every task function as its first argument."""
+
+    def __init__(self, run: TaskRun, default_step_retry: Retry) -> None:
+        self._run = run
+        self._default_step_retry = default_step_retry
+
+    @property
+    def task_id(self) -> str:
+        """The id of the running task."""
+        return self._run.task_id
+
+    @property
+    def batch(self) -> str | None:
+        """The batch this task belongs to, if any."""
+        return self._run.batch
+
+    @property
+    def attempt(self) -> int:
+        """The task attempt now running, from 1. Survives crashes."""
+        return self._run.attempt
+
+    # -- steps -----------------------------------------------------------------
+    @overload
+    def step(
+        self,
+        name: str,
+        fn: Callable[..., Coroutine[Any, Any, T]],
+        /,
+        *args: Any,
+        retry: Retry | None = None,
+        **kwargs: Any,
+    ) -> Coroutine[Any, Any, T]: ...
+
+    @overload
+    def step(
+        self,
+        name: str,
+        fn: Callable[..., T],
+        /,
+        *args: Any,
+        retry: Retry | None = None,
+        **kwargs: Any,
+    ) -> T: ...
+
+    def step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        retry: Retry | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run ``fn(*args, **kwargs)`` as a checkpointed step called ``name``.
+
+        On replay, a step that completed returns its recorded output and ``fn``
+        is not called. ``retry`` overrides the step's retry policy (by default a
+        step makes one attempt and the task's policy retries the task).
+        """
+        machine = step_machine(
+            self._run, "step", name, fn, args, kwargs, retry or self._default_step_retry
+        )
+        if _is_async(fn):
+            return adrive(machine, self._run.clock)
+        return drive(machine, self._run.clock)
+
+    # -- recorded inputs ---------------------------------------------------------
+    @overload
+    def record(
+        self, name: str, fn: Callable[..., Coroutine[Any, Any, T]], /, *args: Any, **kwargs: Any
+    ) -> Coroutine[Any, Any, T]: ...
+
+    @overload
+    def record(self, name: str, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T: ...
+
+    def record(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Record ``fn()``'s value the first time; return the recorded one on replay.
+
+        For any value that must be the same on replay: a time window, a fetched
+        token, a choice. Not retried: an error propagates and nothing is kept.
+        """
+        machine = step_machine(self._run, "input", name, fn, args, kwargs, NO_RETRY)
+        if _is_async(fn):
+            return adrive(machine, self._run.clock)
+        return drive(machine, self._run.clock)
+
+    def now(self) -> datetime:
+        """The current time (tz-aware UTC), recorded: a replay sees the same instant."""
+        return self._input("now", self._run.clock.now)
+
+    def uuid(self) -> _uuid.UUID:
+        """A random UUID, recorded."""
+        return self._input("uuid", _uuid.uuid4)
+
+    def random(self) -> float:
+        """A random float in [0, 1), recorded."""
+        return self._input("random", _random.random)
+
+    def _input(self, name: str, fn: Callable[[], T]) -> T:
+        machine = step_machine(self._run, "input", name, fn, (), {}, NO_RETRY)
+        return drive(machine, self._run.clock)  # type: ignore[no-any-return]
+
+    # -- durable sleep ---------------------------------------------------------------
+    def sleep(self, seconds: float) -> None:
+        """Sleep durably: the wake-up time is recorded, so a resumed task sleeps
+        only what is left."""
+        drive(sleep_machine(self._run, seconds), self._run.clock)
+
+    async def asleep(self, seconds: float) -> None:
+        """``sleep`` for async tasks."""
+        await adrive(sleep_machine(self._run, seconds), self._run.clock)

@@ -1,0 +1,148 @@
+"""Every error cairn raises, in one place.
+
+The hierarchy::
+
+    CairnError                      root of every ordinary cairn error
+    ├── ConfigurationError          bad store URL, missing extra, bad option
+    ├── StoreError                  the store cannot be used as asked
+    │   ├── NotACairnStore          the file or database is not cairn's
+    │   └── SchemaTooNew            written by a newer cairn; upgrade cairn
+    ├── TaskError                   about one task
+    │   ├── UnknownTask             no task with that id
+    │   ├── TaskNotRegistered       the stored task names a function this app lacks
+    │   ├── TaskArgumentsError      arguments do not fit the function's signature
+    │   ├── TaskConflict            same task id, different function or arguments
+    │   ├── TaskBusy                a live process owns the task right now
+    │   ├── TaskFailed              the task ended failed; carries the recorded error
+    │   └── TaskCancelled           the task ended cancelled
+    ├── NonDeterminismError         replay asked for something else at a position
+    └── CodecError                  a value cannot be encoded or decoded
+    Permanent                       raise it (or from it) to fail without retrying
+
+    CairnControl (BaseException)    control flow an agent must not swallow
+    ├── LeaseLost                   another worker owns the task now; stop at once
+    └── Cancelled                   the task was cancelled; stop at once
+
+``LeaseLost`` and ``Cancelled`` derive from ``BaseException`` so that an agent's
+``except Exception:`` cannot swallow them and carry on writing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class CairnError(Exception):
+    """Root of every ordinary error cairn raises."""
+
+
+class ConfigurationError(CairnError):
+    """cairn was configured in a way it cannot work with."""
+
+
+class StoreError(CairnError):
+    """The store cannot be used as asked."""
+
+
+class NotACairnStore(StoreError):
+    """The path or database holds something other than a cairn store."""
+
+
+class SchemaTooNew(StoreError):
+    """The store was written by a newer cairn than this one."""
+
+
+class TaskError(CairnError):
+    """An error about one task."""
+
+    def __init__(self, message: str, *, task_id: str | None = None) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+
+
+class UnknownTask(TaskError):
+    """No task with that id exists in the store."""
+
+
+class TaskNotRegistered(TaskError):
+    """A stored task names a task function that this app has not registered."""
+
+
+class TaskArgumentsError(TaskError):
+    """The arguments given for a task do not fit its function's signature."""
+
+
+class TaskConflict(TaskError):
+    """A task id is already used by a task with another function or arguments."""
+
+
+class TaskBusy(TaskError):
+    """A live process owns the task; cairn will not run a second copy."""
+
+
+class TaskFailed(TaskError):
+    """The task ended failed. ``error`` holds the recorded type, message, traceback."""
+
+    def __init__(self, message: str, *, task_id: str, error: dict[str, Any]) -> None:
+        super().__init__(message, task_id=task_id)
+        self.error = error
+
+
+class TaskCancelled(TaskError):
+    """The task ended cancelled."""
+
+
+class NonDeterminismError(CairnError):
+    """On replay, the code asked for something other than what is recorded.
+
+    Nothing is overwritten: the recorded history stays as it was.
+    """
+
+    def __init__(self, *, task_id: str, seq: int, recorded: str, current: str) -> None:
+        super().__init__(
+            f"task {task_id!r} at position {seq}: the record holds {recorded!r} but the "
+            f"code now asks for {current!r}. The task's code changed in a way that "
+            "breaks replay. Restore the old code to finish this task, or cancel it "
+            "(`cairn cancel TASK`) and start it under a new task id. Nothing was "
+            "overwritten."
+        )
+        self.task_id = task_id
+        self.seq = seq
+        self.recorded = recorded
+        self.current = current
+
+
+class CodecError(CairnError):
+    """A value could not be encoded for the record, or decoded from it."""
+
+
+class Permanent(Exception):
+    """An error that must never be retried.
+
+    Raise it directly, or ``raise Permanent("why") from err`` to wrap an outside
+    error. A step or task that raises it fails at once with the error recorded.
+    """
+
+
+class CairnControl(BaseException):
+    """Control flow that user code must not swallow."""
+
+
+class LeaseLost(CairnControl):
+    """Another worker now owns the task. This process stops the task at once."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(
+            f"task {task_id!r}: this process no longer holds its lease (another worker "
+            "claimed it after the lease expired). Stopping the task here; nothing more "
+            "is written."
+        )
+        self.task_id = task_id
+
+
+class Cancelled(CairnControl):
+    """The task was cancelled while it ran. This process stops the task at once."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"task {task_id!r} was cancelled; stopping it here.")
+        self.task_id = task_id

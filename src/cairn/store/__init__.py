@@ -1,0 +1,43 @@
+"""Stores: where batches, tasks and histories live. ``open_store`` picks one by URL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from cairn.errors import ConfigurationError
+from cairn.store.protocol import Capabilities, Store
+from cairn.store.sqlite import SQLiteStore, Synchronous
+
+__all__ = ["Capabilities", "SQLiteStore", "Store", "open_store"]
+
+DEFAULT_URL = "sqlite:///.cairn/cairn.db"
+
+
+def sqlite_path(url: str) -> Path:
+    """The file path inside a ``sqlite:///`` URL (``sqlite:////abs`` for absolute)."""
+    rest = url[len("sqlite://") :]
+    if not rest.startswith("/") or rest == "/":
+        raise ConfigurationError(
+            f"store URL {url!r} has no path. Write sqlite:///relative/path.db or "
+            "sqlite:////absolute/path.db."
+        )
+    return Path(rest[1:])
+
+
+def open_store(url: str, *, synchronous: Synchronous = "NORMAL") -> Store:
+    """Open the store at ``url``. A bare path means a SQLite file."""
+    scheme = urlsplit(url).scheme if "://" in url else ""
+    if scheme == "":
+        return SQLiteStore(Path(url), synchronous=synchronous)
+    if scheme == "sqlite":
+        return SQLiteStore(sqlite_path(url), synchronous=synchronous)
+    if scheme in ("postgres", "postgresql"):
+        raise ConfigurationError(
+            f"store URL {url!r}: the PostgreSQL store is not part of this cairn version "
+            "yet. Use a SQLite store (sqlite:///path/to/cairn.db) for now."
+        )
+    raise ConfigurationError(
+        f"unknown store URL scheme {scheme!r} in {url!r}. cairn understands "
+        "sqlite:///path/to/cairn.db (or a plain file path)."
+    )

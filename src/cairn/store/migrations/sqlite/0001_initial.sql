@@ -1,0 +1,64 @@
+-- cairn schema 1: batches, tasks and their recorded history.
+-- Every timestamp is ISO 8601 text in UTC with an offset, so text order is time order.
+
+CREATE TABLE cairn_meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+
+CREATE TABLE batches (
+    name       TEXT PRIMARY KEY,
+    task_name  TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+
+CREATE TABLE tasks (
+    -- pos orders tasks by when they were enqueued; id is the user-visible key.
+    pos              INTEGER PRIMARY KEY,
+    id               TEXT NOT NULL UNIQUE,
+    batch            TEXT REFERENCES batches (name),
+    item_key         TEXT,
+    name             TEXT NOT NULL,
+    args             TEXT NOT NULL,
+    codec            TEXT NOT NULL,
+    status           TEXT NOT NULL
+        CHECK (status IN ('pending', 'running', 'completed', 'failed', 'cancelled')),
+    -- attempts counts task attempts started and is never reset; retry_base is its
+    -- value at the last manual retry, so the budget used is attempts - retry_base.
+    attempts         INTEGER NOT NULL DEFAULT 0,
+    retry_base       INTEGER NOT NULL DEFAULT 0,
+    -- fence grows by one at every claim; every write for the task checks it.
+    fence            INTEGER NOT NULL DEFAULT 0,
+    owner            TEXT,
+    lease_expires_at TEXT,
+    result           TEXT,
+    error            TEXT,
+    created_at       TEXT NOT NULL,
+    started_at       TEXT,
+    finished_at      TEXT,
+    updated_at       TEXT NOT NULL
+);
+
+-- Claiming the next pending task of a batch, and finding a batch's running tasks,
+-- touch only the rows in that state: resume cost does not grow with finished tasks.
+CREATE INDEX tasks_by_batch_status ON tasks (batch, status, pos);
+CREATE INDEX tasks_by_status ON tasks (status);
+
+CREATE TABLE steps (
+    task_id      TEXT NOT NULL,
+    seq          INTEGER NOT NULL,
+    kind         TEXT NOT NULL CHECK (kind IN ('step', 'input', 'sleep')),
+    name         TEXT NOT NULL,
+    status       TEXT NOT NULL CHECK (status IN ('completed', 'retrying', 'failed')),
+    output       TEXT,
+    -- attempts is the total over the task's life; run_attempts counts those made
+    -- during task attempt number task_attempt (the step's retry budget).
+    attempts     INTEGER NOT NULL,
+    task_attempt INTEGER NOT NULL,
+    run_attempts INTEGER NOT NULL,
+    error        TEXT,
+    retry_at     TEXT,
+    started_at   TEXT NOT NULL,
+    finished_at  TEXT NOT NULL,
+    PRIMARY KEY (task_id, seq)
+) WITHOUT ROWID;

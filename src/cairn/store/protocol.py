@@ -1,0 +1,132 @@
+"""The contract every store implements, in storage terms.
+
+The engine above this line knows tasks, steps and replay; a store below it knows
+only rows: create, claim, record under a fence, finish, list. Every write that
+belongs to a running task carries the task's fence, and a store returns False
+from it (never raises) when the fence no longer matches, so the engine can tell
+a lost lease from a cancellation and react.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from cairn.store.records import BatchSummary, NewTask, StepRecord, TaskRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend can do, read by the engine and the conformance tests."""
+
+    # Several processes on several hosts may share the store.
+    multi_host: bool
+    # Writers in several processes on one host may share the store.
+    multi_process: bool
+
+
+class Store(Protocol):
+    """A durable home for batches, tasks and task histories."""
+
+    url: str
+    capabilities: Capabilities
+
+    def close(self) -> None:
+        """Release every connection this store opened."""
+        ...
+
+    # -- creating work -------------------------------------------------------
+    def ensure_batch(self, name: str, task_name: str, now: datetime) -> None:
+        """Create the batch row if it does not exist."""
+        ...
+
+    def create_task(self, task: NewTask, now: datetime) -> bool:
+        """Insert ``task`` unless its id exists. True if it was inserted."""
+        ...
+
+    def enqueue(self, tasks: Iterable[NewTask], now: datetime) -> int:
+        """Insert many tasks, skipping ids that exist. Returns how many were new."""
+        ...
+
+    # -- ownership -------------------------------------------------------------
+    def claim_next_pending(
+        self, batch: str, owner: str, lease_until: datetime, now: datetime
+    ) -> TaskRecord | None:
+        """Atomically take the oldest pending task of ``batch``, or None."""
+        ...
+
+    def claim_task(
+        self, task_id: str, expected_fence: int, owner: str, lease_until: datetime, now: datetime
+    ) -> TaskRecord | None:
+        """Take ``task_id`` if it is pending or running and its fence still equals
+        ``expected_fence`` (compare-and-set). None if someone else moved first."""
+        ...
+
+    def running_tasks(self, batch: str | None) -> list[TaskRecord]:
+        """Tasks in status running, of one batch or (None) of every batch."""
+        ...
+
+    def renew_leases(self, owner: str, lease_until: datetime) -> int:
+        """Push the lease of every running task ``owner`` holds. Returns the count."""
+        ...
+
+    def release_task(self, task_id: str, fence: int, now: datetime) -> bool:
+        """Hand a running task back as pending (clean shutdown)."""
+        ...
+
+    # -- the fenced write path -----------------------------------------------
+    def load_history(self, task_id: str) -> dict[int, StepRecord]:
+        """The whole recorded history of a task, in one read, keyed by seq."""
+        ...
+
+    def record_step(self, step: StepRecord, fence: int) -> bool:
+        """Insert or update the history entry at (task, seq) if the fence holds."""
+        ...
+
+    def start_attempt(
+        self, task_id: str, fence: int, attempts: int, error: str | None, now: datetime
+    ) -> bool:
+        """Record that task attempt number ``attempts`` begins; ``error`` is the
+        previous attempt's, when this one is a retry."""
+        ...
+
+    def finish_task(
+        self,
+        task_id: str,
+        fence: int,
+        status: str,
+        result: str | None,
+        error: str | None,
+        now: datetime,
+    ) -> bool:
+        """Move a running task to a final status if the fence holds."""
+        ...
+
+    # -- reading and operator actions ------------------------------------------
+    def get_task(self, task_id: str) -> TaskRecord | None:
+        """One task, or None."""
+        ...
+
+    def list_tasks(
+        self, *, batch: str | None = None, status: str | None = None, limit: int | None = None
+    ) -> Iterator[TaskRecord]:
+        """Tasks in enqueue order, streamed."""
+        ...
+
+    def batch_summaries(self, name: str | None = None) -> list[BatchSummary]:
+        """Every batch (or one) with its task counts."""
+        ...
+
+    def batch_counts(self, batch: str) -> Mapping[str, int]:
+        """Task counts by status for one batch."""
+        ...
+
+    def cancel_task(self, task_id: str, now: datetime) -> bool:
+        """Cancel a pending or running task (a running owner sees it at its next write)."""
+        ...
+
+    def retry_task(self, task_id: str, now: datetime) -> bool:
+        """Move a failed (or cancelled) task back to pending with a fresh budget."""
+        ...

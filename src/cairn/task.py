@@ -1,0 +1,116 @@
+"""Declaring tasks and steps: the decorators, and how a task's id is derived."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+
+from cairn.codec import JsonCodec
+from cairn.context import Context, current_context
+from cairn.errors import TaskArgumentsError
+from cairn.retry import Retry
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_KEY_CODEC = JsonCodec()
+_READABLE_KEY_LIMIT = 80
+
+
+@dataclass(frozen=True)
+class TaskDef(Generic[P, R]):
+    """A registered task function. Still callable as the plain function."""
+
+    name: str
+    fn: Callable[Concatenate[Context, P], R]
+    retry: Retry | None
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.fn)
+
+    def __call__(self, ctx: Context, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(ctx, *args, **kwargs)
+
+    def check_arguments(self, kwargs: Mapping[str, Any]) -> None:
+        """Raise ``TaskArgumentsError`` unless ``kwargs`` fit the function."""
+        signature = inspect.signature(self.fn)
+        try:
+            signature.bind(None, **kwargs)
+        except TypeError as exc:
+            raise TaskArgumentsError(
+                f"task {self.name!r} cannot take the arguments {dict(kwargs)!r}: {exc}. "
+                f"Its signature is {self.name}{signature}; pass the arguments after the "
+                "context by name. Nothing was recorded."
+            ) from exc
+
+
+def item_key(kwargs: Mapping[str, Any]) -> str:
+    """A stable key for a task's arguments: readable when short, hashed otherwise.
+
+    ``{"app_id": "a1"}`` gives ``app_id=a1``; long or nested arguments give
+    ``sha256:`` and 16 hex digits of their canonical encoding.
+    """
+    simple = all(
+        isinstance(v, str | int | bool) and "/" not in str(v) and "," not in str(v)
+        for v in kwargs.values()
+    )
+    readable = ",".join(f"{k}={kwargs[k]}" for k in sorted(kwargs))
+    if simple and len(readable) <= _READABLE_KEY_LIMIT:
+        return readable
+    canonical = _KEY_CODEC.encode({k: kwargs[k] for k in sorted(kwargs)})
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+@overload
+def step(fn: Callable[P, R], /) -> Callable[P, R]: ...
+
+
+@overload
+def step(
+    *, name: str | None = None, retry: Retry | None = None
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+
+
+def step(
+    fn: Callable[P, R] | None = None, /, *, name: str | None = None, retry: Retry | None = None
+) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
+    """Declare a step once; calling it inside a task checkpoints it.
+
+    Outside a task, the function runs plainly (handy in unit tests).
+    """
+
+    def decorate(func: Callable[P, R]) -> Callable[P, R]:
+        step_name = name or func.__name__
+        if inspect.iscoroutinefunction(func):
+            return _async_step(func, step_name, retry)  # type: ignore[return-value]
+
+        @functools.wraps(func)
+        def run_step(*args: P.args, **kwargs: P.kwargs) -> R:
+            ctx = current_context()
+            if ctx is None:
+                return func(*args, **kwargs)
+            result: R = ctx.step(step_name, func, *args, retry=retry, **kwargs)
+            return result
+
+        return run_step
+
+    return decorate if fn is None else decorate(fn)
+
+
+def _async_step(
+    func: Callable[P, Coroutine[Any, Any, R]], step_name: str, retry: Retry | None
+) -> Callable[P, Coroutine[Any, Any, R]]:
+    @functools.wraps(func)
+    async def run_step(*args: P.args, **kwargs: P.kwargs) -> R:
+        ctx = current_context()
+        if ctx is None:
+            return await func(*args, **kwargs)
+        result: R = await ctx.step(step_name, func, *args, retry=retry, **kwargs)
+        return result
+
+    return run_step
