@@ -1,0 +1,45 @@
+"""The ``cairn`` command line: look at batches and tasks, retry, cancel, demo.
+
+Every command that reads a store takes ``--store URL`` (or ``$CAIRN_STORE``). Bad
+input (an unknown URL scheme, a file that is not a cairn store, one written by a
+newer cairn, an unknown task) prints one red line and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from cairn.store import DEFAULT_URL
+
+from .batches import batches_command
+from .cancel import cancel_command
+from .demo import demo_command
+from .retry import retry_command
+from .show import show_command
+from .tasks import tasks_command
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="cairn",
+    help=(
+        "Run long AI-agent batches durably; look at them, retry and cancel tasks.\n\n"
+        "Every command but demo takes --store URL, or reads it from the environment "
+        f"variable CAIRN_STORE (default: {DEFAULT_URL})."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    # Tracebacks are for cairn's own bugs; never print local variables (task args may be secret).
+    pretty_exceptions_show_locals=False,
+)
+app.command("batches")(batches_command)
+app.command("tasks")(tasks_command)
+app.command("show")(show_command)
+app.command("retry")(retry_command)
+app.command("cancel")(cancel_command)
+app.command("demo")(demo_command)
+
+
+def main() -> None:
+    """Entry point of the ``cairn`` script."""
+    app()

@@ -1,0 +1,87 @@
+"""Operator actions on tasks (retry, cancel): on one task or on a batch, reported.
+
+Each change is one store call that checks the task's status itself, so a task
+that moved meanwhile is left alone and not counted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from rich.text import Text
+
+from cairn.store import Store
+
+from ._common import fail, note, now, require_batch, streamed
+from ._render import stdout_console
+from .show import get_task_or_fail
+
+# A batch action lists this many changed tasks by id, then only counts the rest.
+_LISTED = 20
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """A change of status an operator can ask for."""
+
+    done: str  # past participle, for messages: "retried", "cancelled"
+    sources: tuple[str, ...]
+    target: str
+    apply: Callable[[Store, str, datetime], bool]
+    # Said after a change away from a source status, e.g. what a running owner does.
+    remarks: dict[str, str]
+
+
+def describe(task_id: str, source: str, action: Action) -> str:
+    """``task T: failed -> pending``, with the remark for ``source`` if any."""
+    remark = action.remarks.get(source)
+    return f"task {task_id}: {source} -> {action.target}" + (f" ({remark})" if remark else "")
+
+
+def act_on_task(store: Store, action: Action, task_id: str) -> None:
+    """Apply ``action`` to one task, or explain (exit 1) why nothing changed."""
+    task = get_task_or_fail(store, task_id)
+    allowed = " or ".join(action.sources)
+    if task.status not in action.sources:
+        fail(
+            f"task {task_id} is {task.status}; only {allowed} tasks can be {action.done}. "
+            "Nothing changed.",
+            code=1,
+        )
+    if not action.apply(store, task_id, now()):
+        fail(f"task {task_id} changed status just now; nothing changed. Look again.", code=1)
+    stdout_console().print(Text(describe(task_id, task.status, action)), soft_wrap=True)
+
+
+def act_on_batch(store: Store, action: Action, batch: str, sources: tuple[str, ...]) -> None:
+    """Apply ``action`` to every task of ``batch`` in one of ``sources``."""
+    require_batch(store, batch)
+    console = stdout_console()
+    counts: Counter[str] = Counter()
+    stamp = now()
+    for source in sources:
+        # The stream reads on a connection of its own, so writing meanwhile is safe.
+        with streamed(store.list_tasks(batch=batch, status=source)) as rows:
+            for task in rows:
+                if not action.apply(store, task.id, stamp):
+                    continue
+                if sum(counts.values()) < _LISTED:
+                    console.print(Text(describe(task.id, source, action)), soft_wrap=True)
+                counts[source] += 1
+    _summarize(batch, action, sources, counts)
+
+
+def _summarize(batch: str, action: Action, sources: tuple[str, ...], counts: Counter[str]) -> None:
+    total = sum(counts.values())
+    if total == 0:
+        note(f"batch {batch}: no {' or '.join(sources)} tasks; nothing changed")
+        return
+    if total > _LISTED:
+        stdout_console().print(f"... and {total - _LISTED} more")
+    parts = ", ".join(f"{counts[s]} {s}" for s in sources if counts[s])
+    stdout_console().print(
+        Text(f"batch {batch}: {total} task(s) -> {action.target} ({parts})"), soft_wrap=True
+    )

@@ -1,0 +1,144 @@
+"""What every command shares: the ``--store`` option, opening a store, failing cleanly.
+
+The CLI never creates or migrates a store: every command opens an existing cairn
+store or stops with one red line and exit code 2, leaving every file as it was.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, NoReturn, TypeVar
+from urllib.parse import urlsplit
+
+import typer
+from rich.text import Text
+
+from cairn.clock import SystemClock
+from cairn.errors import CairnError
+from cairn.store import DEFAULT_URL, Store, open_store, sqlite_path
+from cairn.store.sqlite import inspect_file
+
+from ._render import stderr_console
+
+__all__ = [
+    "DEFAULT_URL",
+    "JsonOption",
+    "StoreOption",
+    "fail",
+    "note",
+    "now",
+    "opened_store",
+    "require_batch",
+    "streamed",
+]
+
+T = TypeVar("T")
+
+USAGE_EXIT = 2
+
+StoreOption = Annotated[
+    str,
+    typer.Option(
+        "--store",
+        envvar="CAIRN_STORE",
+        show_envvar=True,
+        metavar="URL",
+        help="The cairn store: sqlite:///relative/path.db, sqlite:////absolute/path.db "
+        "or a plain file path.",
+    ),
+]
+
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print JSON instead of a table, for scripts.")
+]
+
+
+def fail(message: str, *, code: int = USAGE_EXIT) -> NoReturn:
+    """Print ``message`` as one red line on stderr and exit with ``code``."""
+    # One line, whatever the message holds, so scripts can grep it.
+    line = " ".join(message.split())
+    stderr_console().print(Text(f"error: {line}", style="red"), soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def note(message: str) -> None:
+    """Print a remark that is not data (stderr, so stdout stays parseable)."""
+    stderr_console().print(Text(message, style="dim"), soft_wrap=True)
+
+
+def now() -> datetime:
+    """The time operator actions are stamped with."""
+    return SystemClock().now()
+
+
+def _store_file(url: str) -> Path | None:
+    """The SQLite file ``url`` names, or None for a store that is not a file."""
+    if "://" not in url:
+        return Path(url)
+    if urlsplit(url).scheme == "sqlite":
+        return sqlite_path(url)
+    return None
+
+
+def _check_existing_file(path: Path) -> None:
+    """Stop unless ``path`` holds a cairn store this cairn can read (reads only)."""
+    if not path.exists():
+        fail(
+            f"no cairn store at {path.absolute()}; run a batch first or pass --store / "
+            "set CAIRN_STORE"
+        )
+    if inspect_file(path) == 0:
+        fail(
+            f"{path.absolute()} is empty, not a cairn store yet; run a batch first or "
+            "pass --store / set CAIRN_STORE. The file was not changed."
+        )
+
+
+@contextmanager
+def opened_store(url: str) -> Iterator[Store]:
+    """The existing store at ``url``, closed afterwards.
+
+    Any cairn error raised while it is open (a bad URL, a foreign file, an unknown
+    task) becomes one red line and exit code 2.
+    """
+    try:
+        path = _store_file(url)
+        if path is not None:
+            _check_existing_file(path)
+        store = open_store(url)
+        try:
+            yield store
+        finally:
+            store.close()
+    except CairnError as exc:
+        fail(str(exc))
+    except sqlite3.Error as exc:
+        fail(f"the store at {url} could not be read ({exc}); check that it is a cairn store")
+
+
+def require_batch(store: Store, name: str) -> None:
+    """Stop with a helpful line unless batch ``name`` exists in ``store``."""
+    if store.batch_summaries(name):
+        return
+    known = [summary.name for summary in store.batch_summaries()]
+    listed = ", ".join(known[:10]) + (", ..." if len(known) > 10 else "") if known else "none"
+    fail(f"no batch named {name!r} in {store.url} (batches: {listed}); see `cairn batches`")
+
+
+@contextmanager
+def streamed(rows: Iterator[T]) -> Iterator[Iterator[T]]:
+    """``rows`` from a store, closed on exit even if not read to the end.
+
+    A store's row stream holds a connection of its own; closing it here, before
+    the store closes, releases that connection in order.
+    """
+    try:
+        yield rows
+    finally:
+        close = getattr(rows, "close", None)
+        if close is not None:
+            close()

@@ -1,0 +1,98 @@
+"""Rows as plain dicts for ``--json``: timestamps ISO 8601 with offset, errors parsed."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+from cairn.store.records import TASK_STATUSES, BatchSummary, StepRecord, TaskRecord
+
+from ._format import iso_time, parse_error, seconds_between
+
+
+def batch_dict(summary: BatchSummary) -> dict[str, Any]:
+    """One batch with a count for every status (zeros included)."""
+    return {
+        "name": summary.name,
+        "task_name": summary.task_name,
+        "created_at": iso_time(summary.created_at),
+        "counts": {status: summary.counts.get(status, 0) for status in TASK_STATUSES},
+        "total": summary.total,
+        "first_started_at": iso_time(summary.first_started_at),
+        "last_finished_at": iso_time(summary.last_finished_at),
+    }
+
+
+def task_dict(task: TaskRecord) -> dict[str, Any]:
+    """One task; ``attempts`` counts those since the last manual retry."""
+    return {
+        "id": task.id,
+        "batch": task.batch,
+        "item_key": task.item_key,
+        "name": task.name,
+        "status": task.status,
+        "attempts": task.attempts - task.retry_base,
+        "attempts_total": task.attempts,
+        "owner": task.owner,
+        "lease_expires_at": iso_time(task.lease_expires_at),
+        "created_at": iso_time(task.created_at),
+        "started_at": iso_time(task.started_at),
+        "finished_at": iso_time(task.finished_at),
+        "duration_seconds": seconds_between(task.started_at, task.finished_at),
+        "error": parse_error(task.error),
+    }
+
+
+def _value(text: str | None, codec: str) -> Any:
+    # JSON-codec values are JSON already; anything else stays the stored text
+    # (decoding a pickle would run code from the store).
+    if text is None or codec != "json":
+        return text
+    return json.loads(text)
+
+
+def task_detail_dict(task: TaskRecord) -> dict[str, Any]:
+    """One task with its arguments and result."""
+    detail = task_dict(task)
+    detail["codec"] = task.codec
+    detail["args"] = _value(task.args, task.codec)
+    detail["result"] = _value(task.result, task.codec)
+    return detail
+
+
+def step_dict(step: StepRecord) -> dict[str, Any]:
+    """One entry of a task's history (its output is left out: it can be large)."""
+    seconds = seconds_between(step.started_at, step.finished_at)
+    return {
+        "seq": step.seq,
+        "kind": step.kind,
+        "name": step.name,
+        "status": step.status,
+        "attempts": step.attempts,
+        "task_attempt": step.task_attempt,
+        "run_attempts": step.run_attempts,
+        "started_at": iso_time(step.started_at),
+        "finished_at": iso_time(step.finished_at),
+        "duration_ms": None if seconds is None else round(seconds * 1000),
+        "retry_at": iso_time(step.retry_at),
+        "error": parse_error(step.error),
+    }
+
+
+def print_json(value: Any) -> None:
+    """Write ``value`` as indented JSON to stdout."""
+    sys.stdout.write(json.dumps(value, indent=2) + "\n")
+
+
+def stream_json_list(items: Iterable[dict[str, Any]]) -> int:
+    """Write a JSON list one item per line as items arrive; returns how many."""
+    out = sys.stdout
+    count = 0
+    out.write("[")
+    for item in items:
+        out.write(("," if count else "") + "\n  " + json.dumps(item))
+        count += 1
+    out.write("\n]\n" if count else "]\n")
+    return count

@@ -1,0 +1,148 @@
+"""Rich output: tables on a terminal, plain aligned columns everywhere else.
+
+When stdout is not a terminal (a pipe, a file, a test runner) tables have no
+borders, no colour, no wrapping and no trailing blanks, so the text can be
+grepped and cut.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from rich import box
+from rich.cells import cell_len
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+# Wide enough that plain output never wraps a row; a table only takes what it needs.
+_PLAIN_WIDTH = 100_000
+# Free-text columns wrap on a narrow terminal, but not into a sliver.
+_FREE_MIN_WIDTH = 24
+# Space between two columns: padding on each side, or a collapsed gap on a terminal.
+_GAP = 2
+
+STATUS_STYLES = {
+    "pending": "cyan",
+    "running": "yellow",
+    "completed": "green",
+    "retrying": "yellow",
+    "failed": "red",
+    "cancelled": "magenta",
+}
+
+Cell = Text | str
+
+
+def _console(*, stderr: bool) -> Console:
+    # markup/emoji off: cells hold user data such as "[x]" or ":tada:" verbatim.
+    console = Console(stderr=stderr, markup=False, emoji=False, highlight=False)
+    if not console.is_terminal:
+        console = Console(
+            stderr=stderr,
+            markup=False,
+            emoji=False,
+            highlight=False,
+            color_system=None,
+            width=_PLAIN_WIDTH,
+        )
+    return console
+
+
+def stdout_console() -> Console:
+    """A console on the current stdout (looked up now, so test runners can swap it)."""
+    return _console(stderr=False)
+
+
+def stderr_console() -> Console:
+    """A console on the current stderr."""
+    return _console(stderr=True)
+
+
+def status_text(status: str) -> Text:
+    """A status word, coloured on a terminal."""
+    return Text(status, style=STATUS_STYLES.get(status, ""))
+
+
+def _plain_len(cell: Cell) -> int:
+    text = cell.plain if isinstance(cell, Text) else cell
+    return max((cell_len(line) for line in text.splitlines()), default=0)
+
+
+class RowTable:
+    """A table of rows; ids and times are never cut, free text wraps on a terminal.
+
+    ``right`` names right-aligned (number) columns, ``free`` the free-text ones
+    (such as errors) that give up width on a narrow terminal.
+    """
+
+    def __init__(
+        self,
+        console: Console,
+        columns: Sequence[str],
+        *,
+        right: Iterable[str] = (),
+        free: Iterable[str] = (),
+    ) -> None:
+        self._console = console
+        self._free = [name in set(free) for name in columns]
+        self._widths = [cell_len(name) for name in columns]
+        self.table = Table(
+            box=box.SIMPLE_HEAD if console.is_terminal else None,
+            show_edge=False,
+            header_style="bold" if console.is_terminal else "",
+            pad_edge=False,
+            collapse_padding=console.is_terminal,
+        )
+        aligned = set(right)
+        for name, free_text in zip(columns, self._free, strict=True):
+            self.table.add_column(
+                name,
+                justify="right" if name in aligned else "left",
+                no_wrap=not free_text,
+                overflow="fold",
+            )
+
+    def add_row(self, *cells: Cell) -> None:
+        self._widths = [max(w, _plain_len(c)) for w, c in zip(self._widths, cells, strict=True)]
+        self.table.add_row(*cells)
+
+    @property
+    def row_count(self) -> int:
+        return self.table.row_count
+
+    def _needed_width(self) -> int:
+        """The narrowest width that cuts no id or time: free text wraps, nothing else."""
+        widths = [
+            min(width, _FREE_MIN_WIDTH) if free else width
+            for width, free in zip(self._widths, self._free, strict=True)
+        ]
+        return sum(widths) + _GAP * (len(widths) - 1)
+
+    def print(self) -> None:
+        """Print the table to its console."""
+        print_table(self._console, self.table, needed_width=self._needed_width())
+
+
+def print_table(console: Console, table: Table, *, needed_width: int = 0) -> None:
+    """Print ``table``. On a terminal narrower than ``needed_width`` rows run past
+    the edge (the terminal wraps them) rather than cut an id; plain output loses
+    the padding at the end of each line."""
+    if console.is_terminal:
+        console.width = max(console.width, needed_width)
+        console.print(table)
+        return
+    with console.capture() as captured:
+        console.print(table)
+    lines = captured.get().splitlines()
+    console.file.write("".join(line.rstrip() + "\n" for line in lines))
+
+
+def key_values(rows: Iterable[tuple[str, Cell]]) -> Table:
+    """A two-column grid of labels and values, for a record's header."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column(overflow="fold")
+    for label, value in rows:
+        grid.add_row(label, value)
+    return grid

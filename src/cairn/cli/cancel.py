@@ -1,0 +1,43 @@
+"""``cairn cancel``: cancel pending or running tasks."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ._actions import Action, act_on_batch, act_on_task
+from ._common import DEFAULT_URL, StoreOption, fail, opened_store
+
+CANCEL = Action(
+    done="cancelled",
+    sources=("pending", "running"),
+    target="cancelled",
+    apply=lambda store, task_id, stamp: store.cancel_task(task_id, stamp),
+    remarks={"running": "its process stops at its next write"},
+)
+
+
+def cancel_command(
+    task_id: Annotated[
+        str | None, typer.Argument(metavar="[TASK]", help="The task id to cancel.")
+    ] = None,
+    batch: Annotated[
+        str | None,
+        typer.Option("--batch", "-b", help="Cancel every pending or running task of this batch."),
+    ] = None,
+    store: StoreOption = DEFAULT_URL,
+) -> None:
+    """Cancel a pending or running task, or every unfinished task of a batch.
+
+    A running task's process notices at its next write and stops there.
+    `cairn retry` brings a cancelled task back.
+    """
+    if (task_id is None) == (batch is None):
+        fail("say which tasks: `cairn cancel TASK` or `cairn cancel --batch B`")
+    with opened_store(store) as opened:
+        if task_id is not None:
+            act_on_task(opened, CANCEL, task_id)
+        else:
+            assert batch is not None  # checked above
+            act_on_batch(opened, CANCEL, batch, CANCEL.sources)

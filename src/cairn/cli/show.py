@@ -1,0 +1,116 @@
+"""``cairn show TASK``: one task's header and its step timeline."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from cairn.errors import UnknownTask
+from cairn.store import Store
+from cairn.store.records import StepRecord, TaskRecord
+
+from ._common import DEFAULT_URL, JsonOption, StoreOption, opened_store
+from ._format import (
+    MISSING,
+    error_line,
+    human_duration,
+    milliseconds,
+    seconds_between,
+    short_time,
+    stored_value,
+)
+from ._json import print_json, step_dict, task_detail_dict
+from ._render import RowTable, key_values, print_table, status_text, stdout_console
+
+TaskArgument = Annotated[str, typer.Argument(metavar="TASK", help="The task id.")]
+
+_STEP_COLUMNS = (
+    "seq",
+    "kind",
+    "name",
+    "status",
+    "attempts",
+    "start",
+    "duration (ms)",
+    "error",
+)
+
+
+def get_task_or_fail(store: Store, task_id: str) -> TaskRecord:
+    """The task ``task_id``; an unknown id raises ``UnknownTask`` (exit 2)."""
+    task = store.get_task(task_id)
+    if task is None:
+        raise UnknownTask(
+            f"no task with id {task_id!r} in {store.url}; list task ids with `cairn tasks`",
+            task_id=task_id,
+        )
+    return task
+
+
+def show_command(
+    task_id: TaskArgument, store: StoreOption = DEFAULT_URL, as_json: JsonOption = False
+) -> None:
+    """Show a task: status, attempts, arguments, result or error, and every step."""
+    with opened_store(store) as opened:
+        task = get_task_or_fail(opened, task_id)
+        steps = [step for _, step in sorted(opened.load_history(task_id).items())]
+    if as_json:
+        print_json({"task": task_detail_dict(task), "steps": [step_dict(s) for s in steps]})
+        return
+    console = stdout_console()
+    print_table(console, key_values(_header(task)))
+    console.print()
+    _print_timeline(console, steps)
+
+
+def _header(task: TaskRecord) -> list[tuple[str, Text | str]]:
+    attempts = str(task.attempts - task.retry_base)
+    if task.retry_base:
+        attempts += f" since the last retry ({task.attempts} in all)"
+    rows: list[tuple[str, Text | str]] = [
+        ("task", task.id),
+        ("batch", task.batch or MISSING),
+        ("function", task.name),
+        ("status", status_text(task.status)),
+        ("attempts", attempts),
+    ]
+    if task.status == "running":
+        rows.append(("owner", task.owner or MISSING))
+        rows.append(("lease until", short_time(task.lease_expires_at)))
+    rows += [
+        ("started", short_time(task.started_at)),
+        ("finished", short_time(task.finished_at)),
+        ("duration", human_duration(seconds_between(task.started_at, task.finished_at))),
+        ("args", stored_value(task.args, task.codec)),
+    ]
+    if task.status == "completed":
+        rows.append(("result", stored_value(task.result, task.codec)))
+    if task.error is not None:
+        # A pending or running task keeps the error of its previous attempt.
+        label = "error" if task.status == "failed" else "last error"
+        rows.append((label, Text(error_line(task.error, width=None), style="red")))
+    return rows
+
+
+def _print_timeline(console: Console, steps: list[StepRecord]) -> None:
+    if not steps:
+        console.print("no steps recorded yet")
+        return
+    table = RowTable(
+        console, _STEP_COLUMNS, right=("seq", "attempts", "duration (ms)"), free=("error",)
+    )
+    for step in steps:
+        table.add_row(
+            str(step.seq),
+            step.kind,
+            step.name,
+            status_text(step.status),
+            str(step.attempts),
+            short_time(step.started_at),
+            milliseconds(seconds_between(step.started_at, step.finished_at)),
+            Text(error_line(step.error, width=None), style="red"),
+        )
+    table.print()
