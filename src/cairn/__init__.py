@@ -13,9 +13,12 @@ from cairn.errors import (
     Cancelled,
     CodecError,
     ConfigurationError,
+    InDoubtOperation,
     LeaseLost,
     NonDeterminismError,
     NotACairnStore,
+    OperationError,
+    OperationFailed,
     Permanent,
     SchemaTooNew,
     StoreError,
@@ -28,6 +31,8 @@ from cairn.errors import (
     TaskNotRegistered,
     UnknownTask,
 )
+from cairn.keys import op_key
+from cairn.operations import operation
 from cairn.retry import Retry
 from cairn.task import TaskDef, step
 
@@ -45,10 +50,13 @@ __all__ = [
     "ConfigurationError",
     "Context",
     "Failure",
+    "InDoubtOperation",
     "JsonCodec",
     "LeaseLost",
     "NonDeterminismError",
     "NotACairnStore",
+    "OperationError",
+    "OperationFailed",
     "Permanent",
     "PickleCodec",
     "Retry",
@@ -64,5 +72,7 @@ __all__ = [
     "TaskFailed",
     "TaskNotRegistered",
     "UnknownTask",
+    "op_key",
+    "operation",
     "step",
 ]

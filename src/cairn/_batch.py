@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from cairn._execute import Outcome, aexecute, execute
-from cairn.ownership import owner_is_gone
+from cairn.ownership import claim_lock, mark_active, may_take_over
 from cairn.progress import Progress
 from cairn.store.records import FINISHED_STATUSES, TaskRecord
 
@@ -78,6 +78,13 @@ class Claimer:
     def next(self) -> TaskRecord | Literal["wait"] | None:
         """A claimed task; ``WAIT`` if live workers elsewhere still hold some; or
         None when nothing is left for this process."""
+        with claim_lock:
+            found = self._claim()
+            if found is not None and found != WAIT:
+                mark_active(found.id)
+            return found
+
+    def _claim(self) -> TaskRecord | Literal["wait"] | None:
         app = self._app
         now = app.clock.now()
         lease_until = app.leases.lease_until()
@@ -86,17 +93,14 @@ class Claimer:
             return claimed
         held_elsewhere = False
         for task in app.store.running_tasks(self._batch):
-            if task.owner == app.owner:
-                continue  # another thread of ours runs it
             expired = task.lease_expires_at is not None and task.lease_expires_at < now
-            if expired or owner_is_gone(task.owner):
-                claimed = app.store.claim_task(
-                    task.id, task.fence, app.owner, app.leases.lease_until(), now
-                )
+            if may_take_over(task.id, task.owner, expired, app.owner):
+                claimed = app.store.claim_task(task.id, task.fence, app.owner, lease_until, now)
                 if claimed is not None:
                     log.info("cairn: resuming task %s (its owner %s is gone)", task.id, task.owner)
                     return claimed
-            held_elsewhere = True
+            if task.owner != app.owner:
+                held_elsewhere = True  # ours are finished by the thread running them
         return WAIT if held_elsewhere else None
 
 

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from cairn._effects import Call, Machine, Wait, adrive, drive
-from cairn._taskrun import TaskRun
-from cairn.codec import codec_for
+from cairn._taskrun import TaskRun, describe_error
 from cairn.context import Context, _current
-from cairn.errors import Cancelled, LeaseLost
+from cairn.errors import Cancelled, CodecError, LeaseLost
+from cairn.ownership import mark_inactive
 from cairn.retry import Retry
 from cairn.store.records import TaskRecord
 from cairn.task import TaskDef
@@ -47,6 +47,8 @@ def _task_machine(
     while True:
         try:
             result = yield Call(task.fn, (ctx,), kwargs)
+            if run.diverged is not None:
+                raise run.diverged  # swallowed by the task's code; still fatal
             output = run.encode(result, f"task {task.name!r} result")
         except Exception as exc:
             used = run.attempt - retry_base
@@ -79,7 +81,7 @@ class _Prepared:
 
 def _prepare(app: Cairn, record: TaskRecord) -> _Prepared:
     task = app.registered(record.name, task_id=record.id)
-    codec = codec_for(record.codec)
+    codec = app.codec_named(record.codec)
     history = app.store.load_history(record.id)
     run = TaskRun(
         store=app.store,
@@ -91,6 +93,7 @@ def _prepare(app: Cairn, record: TaskRecord) -> _Prepared:
         attempt=record.attempts,
         history=history,
         hook=app.fault_hook,
+        poll_interval=app.poll_interval,
     )
     ctx = Context(run, app.step_retry)
     kwargs = run.decode(record.args, "task arguments")
@@ -108,38 +111,55 @@ def _ended(record: TaskRecord, error: BaseException, resumed: bool) -> Outcome:
     return Outcome(record.id, "failed", error=error, resumed=resumed)
 
 
-def _prepare_or_release(app: Cairn, record: TaskRecord) -> _Prepared:
-    # A task we claimed but cannot start (unregistered, undecodable arguments)
-    # goes back to pending untouched, so nothing is lost and another process
-    # that knows the function can run it.
+def _prepare_or_settle(app: Cairn, record: TaskRecord) -> _Prepared | Outcome:
+    """Prepare a claimed task, or settle it if it cannot start.
+
+    Arguments that no longer decode (a class renamed since they were recorded)
+    will never decode on a retry either: the task fails with the error recorded,
+    and the rest of the batch goes on. Anything else (the function is not
+    registered here) hands the task back untouched for a process that knows it.
+    """
     try:
         return _prepare(app, record)
+    except CodecError as exc:
+        app.store.finish_task(
+            record.id, record.fence, "failed", None, describe_error(exc), app.clock.now()
+        )
+        mark_inactive(record.id)
+        return Outcome(record.id, "failed", error=exc)
     except BaseException:
         app.store.release_task(record.id, record.fence, app.clock.now())
+        mark_inactive(record.id)
         raise
 
 
 def execute(app: Cairn, record: TaskRecord) -> Outcome:
-    """Run a claimed sync task in this thread."""
-    prepared = _prepare_or_release(app, record)
+    """Run a claimed sync task in this thread (claimed and marked active)."""
+    prepared = _prepare_or_settle(app, record)
+    if isinstance(prepared, Outcome):
+        return prepared
     token = _current.set(prepared.ctx)
     try:
         result = drive(prepared.machine, app.clock)
     except (LeaseLost, Cancelled, Exception) as exc:  # noqa: BLE001 - becomes the outcome
         return _ended(record, exc, prepared.resumed)
     finally:
+        mark_inactive(record.id)
         _current.reset(token)
     return Outcome(record.id, "completed", result=result, resumed=prepared.resumed)
 
 
 async def aexecute(app: Cairn, record: TaskRecord) -> Outcome:
-    """Run a claimed async task in the running event loop."""
-    prepared = _prepare_or_release(app, record)
+    """Run a claimed async task in the running event loop (claimed and marked active)."""
+    prepared = _prepare_or_settle(app, record)
+    if isinstance(prepared, Outcome):
+        return prepared
     token = _current.set(prepared.ctx)
     try:
         result = await adrive(prepared.machine, app.clock)
     except (LeaseLost, Cancelled, Exception) as exc:  # noqa: BLE001 - becomes the outcome
         return _ended(record, exc, prepared.resumed)
     finally:
+        mark_inactive(record.id)
         _current.reset(token)
     return Outcome(record.id, "completed", result=result, resumed=prepared.resumed)

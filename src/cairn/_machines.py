@@ -19,7 +19,7 @@ from cairn.retry import Retry
 from cairn.store.records import StepKind, StepRecord, StepStatus
 
 
-def _entry(
+def entry(
     run: TaskRun,
     seq: int,
     kind: StepKind,
@@ -80,7 +80,7 @@ def step_machine(
             total, used = total + 1, used + 1
             if not retry.should_retry(exc, used):
                 run.write(
-                    _entry(
+                    entry(
                         run,
                         seq,
                         kind,
@@ -95,7 +95,7 @@ def step_machine(
                 raise
             delay = retry.delay(used)
             run.write(
-                _entry(
+                entry(
                     run,
                     seq,
                     kind,
@@ -113,7 +113,7 @@ def step_machine(
         # Encoding fails before anything is written, with the step named.
         output = run.encode(value, what)
         run.write(
-            _entry(
+            entry(
                 run,
                 seq,
                 kind,
@@ -139,7 +139,7 @@ def sleep_machine(run: TaskRun, seconds: float) -> Machine[None]:
         started = run.now()
         wake = started + timedelta(seconds=seconds)
         run.write(
-            _entry(
+            entry(
                 run,
                 seq,
                 "sleep",

@@ -55,26 +55,34 @@ class TaskRun:
     attempt: int
     history: dict[int, StepRecord]
     hook: FaultHook = no_fault
+    poll_interval: float = 1.0
     seq: int = field(default=0)
+    # Set once replay has diverged: every later call raises it again, so an
+    # agent's ``except Exception:`` cannot carry on at misaligned positions.
+    diverged: NonDeterminismError | None = None
 
     def next_seq(self) -> int:
+        if self.diverged is not None:
+            raise self.diverged
         self.seq += 1
         return self.seq
 
     def restart(self) -> None:
         """Replay from the top, for the next task attempt."""
         self.seq = 0
+        self.diverged = None
 
     def replayed(self, seq: int, kind: StepKind, name: str) -> StepRecord | None:
         """The record at ``seq``, checked against what the code asks for now."""
         record = self.history.get(seq)
         if record is not None and (record.kind != kind or record.name != name):
-            raise NonDeterminismError(
+            self.diverged = NonDeterminismError(
                 task_id=self.task_id,
                 seq=seq,
                 recorded=f"{record.kind} {record.name}",
                 current=f"{kind} {name}",
             )
+            raise self.diverged
         return record
 
     def encode(self, value: Any, what: str) -> str:

@@ -27,7 +27,7 @@ from cairn.errors import (
     TaskNotRegistered,
 )
 from cairn.leases import LeaseKeeper
-from cairn.ownership import current_owner, owner_is_gone
+from cairn.ownership import claim_lock, current_owner, mark_active, may_take_over
 from cairn.progress import choose_progress
 from cairn.retry import NO_RETRY, Retry
 from cairn.store import DEFAULT_URL, Store, open_store
@@ -46,8 +46,6 @@ class Cairn:
     ``Cairn()`` uses the store named by ``$CAIRN_STORE``, else a SQLite file at
     ``./.cairn/cairn.db``. The store is opened on first use, not at import.
     """
-
-    step = staticmethod(step)
 
     def __init__(
         self,
@@ -170,6 +168,26 @@ class Cairn:
             "(on this Cairn instance) and pass the decorated function."
         )
 
+    @overload
+    def step(self, fn: Callable[P, R]) -> Callable[P, R]: ...
+
+    @overload
+    def step(
+        self, *, name: str | None = None, retry: Retry | None = None
+    ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+
+    def step(
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        retry: Retry | None = None,
+    ) -> Any:
+        """Declare a step once; calling it inside a task checkpoints it (``cairn.step``)."""
+        if fn is None:
+            return step(name=name, retry=retry)
+        return step(name=name, retry=retry)(fn)
+
     # -- one task ---------------------------------------------------------------------
     @overload
     def run(
@@ -248,7 +266,7 @@ class Cairn:
         self.store.create_task(NewTask(tid, task_def.name, args, self.codec.name), now)
         record = self.store.get_task(tid)
         assert record is not None  # just created or already there
-        if record.name != task_def.name or record.args != args:
+        if record.name != task_def.name or not self._same_args(record, args):
             raise TaskConflict(
                 f"task id {tid!r} already belongs to task {record.name!r} with arguments "
                 f"{record.args}; it was now asked for {task_def.name!r} with {args}. Use "
@@ -257,24 +275,39 @@ class Cairn:
             )
         if record.status in ("completed", "failed", "cancelled"):
             return record
-        if record.status == "running" and not self._reclaimable(record):
-            raise TaskBusy(
-                f"task {tid!r} is running in another live process ({record.owner}); "
-                "cairn will not start a second copy. Wait for it, or stop that process.",
-                task_id=tid,
+        with claim_lock:
+            if record.status == "running" and not self._reclaimable(record):
+                where = "this process" if record.owner == self.owner else "another live process"
+                raise TaskBusy(
+                    f"task {tid!r} is running in {where} ({record.owner}); cairn will not "
+                    "start a second copy. Wait for it, or stop that process.",
+                    task_id=tid,
+                )
+            claimed = self.store.claim_task(
+                tid, record.fence, self.owner, self.leases.lease_until(), now
             )
-        claimed = self.store.claim_task(
-            tid, record.fence, self.owner, self.leases.lease_until(), now
-        )
-        if claimed is None:
-            raise TaskBusy(f"task {tid!r} was claimed by another process just now", task_id=tid)
-        return claimed
+            if claimed is None:
+                raise TaskBusy(f"task {tid!r} was claimed by another process just now", task_id=tid)
+            mark_active(tid)
+            return claimed
+
+    def codec_named(self, name: str) -> Codec:
+        """The codec a record was written with: this app's own, or a built-in one."""
+        return self.codec if name == self.codec.name else codec_for(name)
+
+    def _same_args(self, record: TaskRecord, args: str) -> bool:
+        if record.args == args:
+            return True
+        # Equal values may encode differently (dict key order is kept on purpose).
+        try:
+            codec = self.codec_named(record.codec)
+            return bool(codec.decode(record.args) == self.codec.decode(args))
+        except CodecError:
+            return False
 
     def _reclaimable(self, record: TaskRecord) -> bool:
-        if record.owner == self.owner:
-            return False  # running in another thread of this very process
         expired = record.lease_expires_at is not None and record.lease_expires_at < self.clock.now()
-        return expired or owner_is_gone(record.owner)
+        return may_take_over(record.id, record.owner, expired, self.owner)
 
     def _outcome_result(self, outcome: Outcome, record: TaskRecord) -> Any:
         if outcome.status == "completed":
@@ -291,7 +324,7 @@ class Cairn:
 
     def _recorded_result(self, record: TaskRecord) -> Any:
         if record.status == "completed":
-            return codec_for(record.codec).decode(record.result or "null")
+            return self.codec_named(record.codec).decode(record.result or "null")
         if record.status == "cancelled":
             raise TaskCancelled(f"task {record.id!r} was cancelled", task_id=record.id)
         raise _failed(record.id, record.error, record.attempts - record.retry_base)

@@ -11,6 +11,7 @@ function, and an awaitable when ``fn`` is an ``async def``; the same goes for
 
 from __future__ import annotations
 
+import inspect
 import random as _random
 import uuid as _uuid
 from collections.abc import Callable, Coroutine
@@ -20,7 +21,9 @@ from typing import Any, TypeVar, overload
 
 from cairn._effects import adrive, drive
 from cairn._machines import sleep_machine, step_machine
+from cairn._once import OncePolicy, OnDoubt, Reconcile, once_machine
 from cairn._taskrun import TaskRun
+from cairn.keys import bounded_key
 from cairn.retry import NO_RETRY, Retry
 
 T = TypeVar("T")
@@ -34,11 +37,13 @@ def current_context() -> Context | None:
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:
-    import inspect
-
-    target = getattr(fn, "__func__", fn)
-    return inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
-        getattr(target, "__call__", None)  # noqa: B004 - async callable objects count too
+    """True for ``async def`` functions and objects with an ``async def __call__``."""
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    if code is not None:
+        # The fast answer for plain functions and methods: asked once per step.
+        return bool(code.co_flags & inspect.CO_COROUTINE)
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - async callable objects count too
     )
 
 
@@ -144,6 +149,65 @@ class Context:
     def _input(self, name: str, fn: Callable[[], T]) -> T:
         machine = step_machine(self._run, "input", name, fn, (), {}, NO_RETRY)
         return drive(machine, self._run.clock)  # type: ignore[no-any-return]
+
+    # -- side effects, at most once per key ------------------------------------------
+    @overload
+    def once(
+        self,
+        key: str,
+        fn: Callable[..., Coroutine[Any, Any, T]],
+        /,
+        *args: Any,
+        scope: str = "",
+        reconcile: Reconcile | None = None,
+        on_doubt: OnDoubt = "raise",
+        retry: Retry | None = None,
+        **kwargs: Any,
+    ) -> Coroutine[Any, Any, T]: ...
+
+    @overload
+    def once(
+        self,
+        key: str,
+        fn: Callable[..., T],
+        /,
+        *args: Any,
+        scope: str = "",
+        reconcile: Reconcile | None = None,
+        on_doubt: OnDoubt = "raise",
+        retry: Retry | None = None,
+        **kwargs: Any,
+    ) -> T: ...
+
+    def once(
+        self,
+        key: str,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        scope: str = "",
+        reconcile: Reconcile | None = None,
+        on_doubt: OnDoubt = "raise",
+        retry: Retry | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Call ``fn(key, *args, **kwargs)`` at most once per ``key``, store-wide.
+
+        The key is claimed and committed before ``fn`` runs, and ``fn`` receives
+        it so it can pass it on as the outside system's idempotency key. Any later
+        call with the same key, from any task or process, returns the recorded
+        result without calling ``fn``. If an attempt died between claim and
+        record, the key is *in doubt*: ``reconcile(key)`` is asked (a result means
+        it happened; None means call again), or ``on_doubt="retry"`` calls again
+        with the same key, or by default ``InDoubtOperation`` stops the task.
+        """
+        policy = OncePolicy(
+            retry=retry or NO_RETRY, scope=scope, reconcile=reconcile, on_doubt=on_doubt
+        )
+        machine = once_machine(self._run, bounded_key(key), fn, args, kwargs, policy)
+        if _is_async(fn) or (reconcile is not None and _is_async(reconcile)):
+            return adrive(machine, self._run.clock)
+        return drive(machine, self._run.clock)
 
     # -- durable sleep ---------------------------------------------------------------
     def sleep(self, seconds: float) -> None:

@@ -16,7 +16,10 @@ The hierarchy::
     │   ├── TaskFailed              the task ended failed; carries the recorded error
     │   └── TaskCancelled           the task ended cancelled
     ├── NonDeterminismError         replay asked for something else at a position
-    └── CodecError                  a value cannot be encoded or decoded
+    ├── CodecError                  a value cannot be encoded or decoded
+    └── OperationError              about one operation key
+        ├── InDoubtOperation        claimed by an attempt that died; settle it first
+        └── OperationFailed         the key failed permanently; settle it to try again
     Permanent                       raise it (or from it) to fail without retrying
 
     CairnControl (BaseException)    control flow an agent must not swallow
@@ -102,9 +105,9 @@ class NonDeterminismError(CairnError):
         super().__init__(
             f"task {task_id!r} at position {seq}: the record holds {recorded!r} but the "
             f"code now asks for {current!r}. The task's code changed in a way that "
-            "breaks replay. Restore the old code to finish this task, or cancel it "
-            "(`cairn cancel TASK`) and start it under a new task id. Nothing was "
-            "overwritten."
+            "breaks replay. Either restore the old code and run `cairn retry "
+            f"{task_id}`, or start the work under a new task id (or batch name). "
+            "Nothing was overwritten."
         )
         self.task_id = task_id
         self.seq = seq
@@ -114,6 +117,28 @@ class NonDeterminismError(CairnError):
 
 class CodecError(CairnError):
     """A value could not be encoded for the record, or decoded from it."""
+
+
+class OperationError(CairnError):
+    """An error about one operation key."""
+
+    def __init__(self, message: str, *, key: str, scope: str = "") -> None:
+        super().__init__(message)
+        self.key = key
+        self.scope = scope
+
+
+class InDoubtOperation(OperationError):
+    """A key was claimed by an attempt that died before recording an outcome.
+
+    cairn cannot know whether the outside world acted, so it does not run the
+    function again. Settle it with ``cairn ops resolve KEY``, or give the
+    operation a ``reconcile=`` function or ``on_doubt="retry"``.
+    """
+
+
+class OperationFailed(OperationError):
+    """The key's function failed with a permanent error; it is not called again."""
 
 
 class Permanent(Exception):

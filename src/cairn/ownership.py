@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import uuid
 from dataclasses import dataclass
 from functools import cache
@@ -102,3 +103,37 @@ def owner_is_gone(owner_text: str | None) -> bool:
     if start is None:
         return True
     return owner.start not in ("?", start)
+
+
+# Tasks this process is running right now, in any thread or event loop, under
+# any app. A task still marked ours in the store but absent here was left behind
+# by an interrupted call (Ctrl-C in a REPL, say) and may be taken up again.
+_active: set[str] = set()
+_active_lock = threading.Lock()
+
+# Claims made by this process are serialised with the take-over check below, so
+# a task we have just claimed is marked active before any other thread of ours
+# can see it "running under our owner but not active" and take it over.
+claim_lock = threading.RLock()
+
+
+def mark_active(task_id: str) -> None:
+    with _active_lock:
+        _active.add(task_id)
+
+
+def mark_inactive(task_id: str) -> None:
+    with _active_lock:
+        _active.discard(task_id)
+
+
+def is_active_here(task_id: str) -> bool:
+    with _active_lock:
+        return task_id in _active
+
+
+def may_take_over(task_id: str, owner: str | None, lease_expired: bool, me: str) -> bool:
+    """May this process claim a running task held by ``owner``?"""
+    if owner == me:
+        return not is_active_here(task_id)
+    return lease_expired or owner_is_gone(owner)

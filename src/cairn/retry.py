@@ -12,7 +12,13 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cairn.errors import CairnControl, CodecError, NonDeterminismError, Permanent
+from cairn.errors import (
+    CairnControl,
+    CodecError,
+    NonDeterminismError,
+    OperationError,
+    Permanent,
+)
 
 ErrorPredicate = Callable[[BaseException], bool]
 
@@ -22,6 +28,7 @@ _NEVER_RETRIED: tuple[type[BaseException], ...] = (
     Permanent,
     NonDeterminismError,
     CodecError,
+    OperationError,
     CairnControl,
 )
 
@@ -77,7 +84,11 @@ class Retry:
 
     def delay(self, attempts_made: int, *, rng: random.Random | None = None) -> float:
         """Seconds to wait after attempt number ``attempts_made`` failed."""
-        base = min(self.max_delay, self.initial_delay * self.backoff ** (attempts_made - 1))
+        try:
+            grown = self.initial_delay * self.backoff ** (attempts_made - 1)
+        except OverflowError:
+            grown = self.max_delay  # a policy that retries for days: capped, not a crash
+        base = min(self.max_delay, grown)
         spread = (rng or random).random() * self.jitter * base
         return min(self.max_delay, base + spread)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import re
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
@@ -19,6 +20,7 @@ R = TypeVar("R")
 
 _KEY_CODEC = JsonCodec()
 _READABLE_KEY_LIMIT = 80
+_LOOKS_LIKE_INT = re.compile(r"^[+-]?\d+$")
 
 
 @dataclass(frozen=True)
@@ -55,15 +57,24 @@ def item_key(kwargs: Mapping[str, Any]) -> str:
     ``{"app_id": "a1"}`` gives ``app_id=a1``; long or nested arguments give
     ``sha256:`` and 16 hex digits of their canonical encoding.
     """
-    simple = all(
-        isinstance(v, str | int | bool) and "/" not in str(v) and "," not in str(v)
-        for v in kwargs.values()
-    )
+    simple = all(_readable(v) for v in kwargs.values())
     readable = ",".join(f"{k}={kwargs[k]}" for k in sorted(kwargs))
     if simple and len(readable) <= _READABLE_KEY_LIMIT:
         return readable
     canonical = _KEY_CODEC.encode({k: kwargs[k] for k in sorted(kwargs)})
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def _readable(value: Any) -> bool:
+    """True if ``value`` can stand in a key as text without being mistaken for
+    another value: ``1`` and ``"1"`` must not give the same key."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    if not isinstance(value, str) or not value or "/" in value or "," in value:
+        return False
+    return not _LOOKS_LIKE_INT.match(value)
 
 
 @overload

@@ -14,7 +14,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from cairn.store.records import BatchSummary, NewTask, StepRecord, TaskRecord
+from cairn.store.records import (
+    BatchSummary,
+    NewTask,
+    OperationClaim,
+    OperationRecord,
+    StepRecord,
+    TaskRecord,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,4 +136,81 @@ class Store(Protocol):
 
     def retry_task(self, task_id: str, now: datetime) -> bool:
         """Move a failed (or cancelled) task back to pending with a fresh budget."""
+        ...
+
+    # -- operations (side effects guarded by keys) -----------------------------------
+    def claim_operation(
+        self, scope: str, key: str, task_id: str, seq: int, fence: int, now: datetime
+    ) -> OperationClaim:
+        """Insert ``key`` as claimed (calls = 1) if it is new and the fence holds."""
+        ...
+
+    def reclaim_operation(
+        self,
+        scope: str,
+        key: str,
+        expected_calls: int,
+        task_id: str,
+        seq: int,
+        fence: int,
+        now: datetime,
+    ) -> OperationClaim:
+        """Claim a key that is not completed again (calls + 1), if ``calls`` still
+        equals ``expected_calls`` and the fence holds (compare-and-set)."""
+        ...
+
+    def complete_operation(
+        self, scope: str, key: str, calls: int, result: str, step: StepRecord, fence: int
+    ) -> tuple[bool, bool]:
+        """In one commit: mark claim ``calls`` completed with ``result`` (unfenced:
+        the outside world acted, keep that fact) and record the task's history entry
+        (fenced). Returns (operation recorded, history entry recorded)."""
+        ...
+
+    def settle_operation(
+        self,
+        scope: str,
+        key: str,
+        calls: int,
+        status: str,
+        *,
+        error: str | None,
+        permanent: bool,
+        now: datetime,
+        result: str | None = None,
+    ) -> bool:
+        """Mark claim ``calls`` failed, in doubt, or completed (from a reconcile)."""
+        ...
+
+    def resolve_operation(
+        self,
+        scope: str,
+        key: str,
+        status: str,
+        *,
+        result: str | None,
+        permanent: bool,
+        now: datetime,
+    ) -> bool:
+        """An operator settles a key that is not completed."""
+        ...
+
+    def get_operation(self, scope: str, key: str) -> OperationRecord | None:
+        """One operation, or None."""
+        ...
+
+    def list_operations(
+        self,
+        *,
+        prefix: str | None = None,
+        since: datetime | None = None,
+        task_id: str | None = None,
+        statuses: tuple[str, ...] | None = None,
+        limit: int | None = None,
+    ) -> Iterator[OperationRecord]:
+        """The audit log, oldest first, streamed."""
+        ...
+
+    def operation_call_counts(self) -> tuple[int, int]:
+        """(keys whose function ran more than once, all keys)."""
         ...

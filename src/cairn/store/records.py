@@ -14,7 +14,7 @@ TaskStatus = Literal["pending", "running", "completed", "failed", "cancelled"]
 TASK_STATUSES: tuple[TaskStatus, ...] = ("pending", "running", "completed", "failed", "cancelled")
 FINISHED_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 
-StepKind = Literal["step", "input", "sleep"]
+StepKind = Literal["step", "input", "sleep", "op"]
 StepStatus = Literal["completed", "retrying", "failed"]
 
 
@@ -87,3 +87,37 @@ class BatchSummary:
     @property
     def total(self) -> int:
         return sum(self.counts.values())
+
+
+OperationStatus = Literal["claimed", "completed", "failed", "in_doubt", "released"]
+
+
+@dataclass(frozen=True, slots=True)
+class OperationRecord:
+    """One side effect guarded by a key: its state and its audit trail."""
+
+    scope: str
+    key: str
+    status: OperationStatus
+    calls: int
+    permanent: bool
+    task_id: str
+    step_seq: int
+    claim_fence: int
+    result: str | None
+    error: str | None
+    first_claimed_at: datetime
+    claimed_at: datetime
+    completed_at: datetime | None
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class OperationClaim:
+    """The answer to a claim: ``claimed`` is True if this caller may act now;
+    otherwise ``record`` is what stands in the way. ``fenced_out`` means the
+    caller's own task fence moved, so it must stop."""
+
+    claimed: bool
+    record: OperationRecord | None
+    fenced_out: bool = False

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from itertools import islice
@@ -26,9 +27,17 @@ from typing import Any, Literal
 
 from cairn.clock import from_iso, to_iso
 from cairn.errors import NotACairnStore, SchemaTooNew, StoreError
+from cairn.store import sqlite_ops
 from cairn.store.migrate import latest_version, migrations
 from cairn.store.protocol import Capabilities
-from cairn.store.records import BatchSummary, NewTask, StepRecord, TaskRecord
+from cairn.store.records import (
+    BatchSummary,
+    NewTask,
+    OperationClaim,
+    OperationRecord,
+    StepRecord,
+    TaskRecord,
+)
 
 Synchronous = Literal["NORMAL", "FULL"]
 
@@ -137,7 +146,10 @@ def inspect_file(path: Path) -> int:
             "new path (it creates the file) or at an existing cairn .db file. "
             "The file was not changed."
         )
-    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    # A read-write connection that only reads: a read-only one cannot remove
+    # the -wal/-shm files it creates for a WAL database, and would leave them
+    # beside a file we are refusing.
+    conn = sqlite3.connect(path)
     try:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if not tables:
@@ -195,15 +207,33 @@ class SQLiteStore:
         return conn
 
     def _connect(self) -> sqlite3.Connection:
+        # check_same_thread=False only so close() may close every thread's
+        # connection; each is still used by its own thread alone (threading.local).
         conn = sqlite3.connect(
-            self.path, isolation_level=None, timeout=self._busy_timeout_ms / 1000
+            self.path,
+            isolation_level=None,
+            timeout=self._busy_timeout_ms / 1000,
+            check_same_thread=False,
         )
         conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
-        conn.execute("PRAGMA journal_mode = WAL")
+        self._ensure_wal(conn)
         conn.execute(f"PRAGMA synchronous = {self.synchronous}")
         with self._all_lock:
             self._all.append(conn)
         return conn
+
+    def _ensure_wal(self, conn: sqlite3.Connection) -> None:
+        """Switch the file to WAL (it stays so). Changing the journal mode takes a
+        lock the busy timeout does not wait for, so two processes opening a new
+        file at once retry here instead of failing."""
+        deadline = time.monotonic() + self._busy_timeout_ms / 1000
+        while conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+            except sqlite3.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     def close(self) -> None:
         with self._all_lock:
@@ -346,7 +376,11 @@ class SQLiteStore:
         return {row[1]: _step(row) for row in rows}
 
     def record_step(self, step: StepRecord, fence: int) -> bool:
-        cursor = self._conn().execute(
+        return self._record_step(self._conn(), step, fence)
+
+    @staticmethod
+    def _record_step(conn: sqlite3.Connection, step: StepRecord, fence: int) -> bool:
+        cursor = conn.execute(
             _RECORD_STEP,
             (
                 step.task_id,
@@ -486,3 +520,115 @@ class SQLiteStore:
             (to_iso(now), task_id),
         )
         return cursor.rowcount == 1
+
+    # -- operations ----------------------------------------------------------------
+    def claim_operation(
+        self, scope: str, key: str, task_id: str, seq: int, fence: int, now: datetime
+    ) -> OperationClaim:
+        return sqlite_ops.claim(self._conn(), scope, key, task_id, seq, fence, now)
+
+    def reclaim_operation(
+        self,
+        scope: str,
+        key: str,
+        expected_calls: int,
+        task_id: str,
+        seq: int,
+        fence: int,
+        now: datetime,
+    ) -> OperationClaim:
+        return sqlite_ops.reclaim(
+            self._conn(), scope, key, expected_calls, task_id, seq, fence, now
+        )
+
+    def complete_operation(
+        self, scope: str, key: str, calls: int, result: str, step: StepRecord, fence: int
+    ) -> tuple[bool, bool]:
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            op_recorded = sqlite_ops.settle(
+                conn,
+                scope,
+                key,
+                calls,
+                "completed",
+                result=result,
+                error=None,
+                permanent=False,
+                now=step.finished_at,
+            )
+            step_recorded = op_recorded and self._record_step(conn, step, fence)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return op_recorded, step_recorded
+
+    def settle_operation(
+        self,
+        scope: str,
+        key: str,
+        calls: int,
+        status: str,
+        *,
+        error: str | None,
+        permanent: bool,
+        now: datetime,
+        result: str | None = None,
+    ) -> bool:
+        return sqlite_ops.settle(
+            self._conn(),
+            scope,
+            key,
+            calls,
+            status,
+            result=result,
+            error=error,
+            permanent=permanent,
+            now=now,
+        )
+
+    def resolve_operation(
+        self,
+        scope: str,
+        key: str,
+        status: str,
+        *,
+        result: str | None,
+        permanent: bool,
+        now: datetime,
+    ) -> bool:
+        return sqlite_ops.resolve(
+            self._conn(), scope, key, status, result=result, permanent=permanent, now=now
+        )
+
+    def get_operation(self, scope: str, key: str) -> OperationRecord | None:
+        return sqlite_ops.get(self._conn(), scope, key)
+
+    def list_operations(
+        self,
+        *,
+        prefix: str | None = None,
+        since: datetime | None = None,
+        task_id: str | None = None,
+        statuses: tuple[str, ...] | None = None,
+        limit: int | None = None,
+    ) -> Iterator[OperationRecord]:
+        conn = self._connect()
+        try:
+            yield from sqlite_ops.listing(
+                conn,
+                prefix=prefix,
+                since=since,
+                task_id=task_id,
+                statuses=statuses,
+                limit=limit,
+            )
+        finally:
+            conn.close()
+            with self._all_lock:
+                self._all.remove(conn)
+
+    def operation_call_counts(self) -> tuple[int, int]:
+        return sqlite_ops.call_counts(self._conn())

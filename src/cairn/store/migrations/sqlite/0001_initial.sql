@@ -1,4 +1,4 @@
--- cairn schema 1: batches, tasks and their recorded history.
+-- cairn schema 1: batches, tasks, their recorded history, and operations.
 -- Every timestamp is ISO 8601 text in UTC with an offset, so text order is time order.
 
 CREATE TABLE cairn_meta (
@@ -47,7 +47,7 @@ CREATE INDEX tasks_by_status ON tasks (status);
 CREATE TABLE steps (
     task_id      TEXT NOT NULL,
     seq          INTEGER NOT NULL,
-    kind         TEXT NOT NULL CHECK (kind IN ('step', 'input', 'sleep')),
+    kind         TEXT NOT NULL CHECK (kind IN ('step', 'input', 'sleep', 'op')),
     name         TEXT NOT NULL,
     status       TEXT NOT NULL CHECK (status IN ('completed', 'retrying', 'failed')),
     output       TEXT,
@@ -62,3 +62,30 @@ CREATE TABLE steps (
     finished_at  TEXT NOT NULL,
     PRIMARY KEY (task_id, seq)
 ) WITHOUT ROWID;
+
+-- Side effects guarded by a key: claimed (committed) before the function runs,
+-- completed with its result after. The rows are also the audit log.
+CREATE TABLE operations (
+    scope            TEXT NOT NULL,
+    key              TEXT NOT NULL,
+    status           TEXT NOT NULL
+        CHECK (status IN ('claimed', 'completed', 'failed', 'in_doubt', 'released')),
+    -- calls counts the claims that went on to call the function: more than one
+    -- means the outside world may have seen it more than once.
+    calls            INTEGER NOT NULL,
+    permanent        INTEGER NOT NULL DEFAULT 0,
+    task_id          TEXT NOT NULL,
+    step_seq         INTEGER NOT NULL,
+    claim_fence      INTEGER NOT NULL,
+    result           TEXT,
+    error            TEXT,
+    first_claimed_at TEXT NOT NULL,
+    claimed_at       TEXT NOT NULL,
+    completed_at     TEXT,
+    updated_at       TEXT NOT NULL,
+    PRIMARY KEY (scope, key)
+) WITHOUT ROWID;
+
+CREATE INDEX operations_by_status ON operations (status);
+CREATE INDEX operations_by_task ON operations (task_id);
+CREATE INDEX operations_by_time ON operations (first_claimed_at);

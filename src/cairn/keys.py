@@ -1,0 +1,82 @@
+"""Operation keys: stable, readable, bounded.
+
+A key names one side effect in the outside world, such as "apply the new
+settings of app123 on 2026-05-24". The same effect must get the same key on every
+run, on every machine. ``op_key`` builds one from parts::
+
+    op_key("admob", "app123", "campaign", date(2026, 5, 24))
+    # 'admob/app123/campaign/2026-05-24'
+
+Parts that are long or hold odd characters are replaced by a readable prefix and
+a hash, so keys stay printable and unique. A whole key longer than ``KEY_LIMIT``
+is shortened the same way, never cut silently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from datetime import date, datetime
+from decimal import Decimal
+from uuid import UUID
+
+KEY_LIMIT = 200
+_PART_LIMIT = 64
+_SAFE_PART = re.compile(r"^[A-Za-z0-9._:@=+-]+$")
+_UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9._:@=+-]+")
+_SPACES = re.compile(r"\s+")
+
+KeyPart = str | int | date | UUID | Decimal
+
+
+def _digest(text: str, length: int) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
+
+
+def _part_text(part: KeyPart) -> str:
+    if isinstance(part, bool) or not isinstance(part, str | int | date | UUID | Decimal):
+        raise TypeError(
+            f"op_key parts must be str, int, date, datetime, UUID or Decimal, not "
+            f"{type(part).__name__} ({part!r}); convert it to text yourself first"
+        )
+    if isinstance(part, datetime):
+        if part.tzinfo is None:
+            raise ValueError(f"op_key part {part!r} is a naive datetime; give it a timezone")
+        return part.isoformat()
+    if isinstance(part, date):
+        return part.isoformat()
+    return str(part)
+
+
+def _normalize_part(part: KeyPart) -> str:
+    text = _SPACES.sub("-", _part_text(part).strip())
+    if not text:
+        raise ValueError("op_key parts must not be empty or blank")
+    if len(text) <= _PART_LIMIT and _SAFE_PART.match(text):
+        return text
+    readable = _UNSAFE_CHARS.sub("-", text).strip("-")[:24]
+    return f"{readable}~{_digest(text, 12)}"
+
+
+def op_key(*parts: KeyPart) -> str:
+    """Join ``parts`` into a stable operation key, ``/``-separated."""
+    if not parts:
+        raise ValueError("op_key needs at least one part, e.g. op_key('stripe', order_id)")
+    return bounded_key("/".join(_normalize_part(p) for p in parts))
+
+
+def bounded_key(key: str) -> str:
+    """Check a key given as-is, and shorten it by hashing if it is too long."""
+    if not isinstance(key, str):
+        raise TypeError(
+            f"an operation key must be a str, not {type(key).__name__} ({key!r}); build "
+            "one with cairn.op_key(...)"
+        )
+    if not key.strip():
+        raise ValueError(
+            "an operation key must not be empty: it names the side effect, e.g. "
+            "op_key('admob', app_id, 'apply', day)"
+        )
+    if len(key) <= KEY_LIMIT:
+        return key
+    return f"{key[: KEY_LIMIT - 34]}~{_digest(key, 32)}"
