@@ -14,7 +14,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from cairn import BatchReport, Cairn, Context, TaskDef
+from cairn import BatchReport, Cairn, Context, TaskDef, op_key
 from cairn.demo import agent
 from cairn.demo._io import append_line, count_lines, read_lines
 from cairn.demo.platform import AdPlatform
@@ -111,7 +111,16 @@ def build_app(files: DemoFiles) -> tuple[Cairn, TaskDef[..., dict[str, Any]]]:
         analysis = step("analyze", agent.analyze, app_id, settings)
         proposal = step("propose", agent.propose, app_id, analysis)
         checked = step("validate", platform.validate, app_id, proposal)
-        receipt = step("apply", platform.apply, app_id, checked)
+        # The side effect: at most once per app per batch, even across the kill.
+        # If the kill lands after the platform acted but before cairn recorded
+        # it, the key is in doubt and cairn asks the platform what happened.
+        receipt = ctx.once(
+            op_key(ctx.batch or "demo", app_id, "apply"),
+            _counted(log, ctx.task_id, "apply", platform.apply),
+            app_id,
+            checked,
+            reconcile=platform.find_change,
+        )
         confirmed = step("confirm", platform.confirm, app_id, receipt)
         return {"app_id": app_id, "issue": analysis["issue"], "live": confirmed["live"]}
 

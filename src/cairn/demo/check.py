@@ -51,7 +51,7 @@ def read_snapshot(files: DemoFiles, batch: str) -> KillSnapshot:
             if task.status in ("pending", "running"):
                 history = store.load_history(task.id).values()
                 unfinished[task.id] = sum(
-                    1 for rec in history if rec.kind == "step" and rec.status == "completed"
+                    1 for rec in history if rec.kind in ("step", "op") and rec.status == "completed"
                 )
                 in_flight_fresh += task.status == "running" and unfinished[task.id] == 0
     finally:
@@ -76,6 +76,8 @@ class Verdict:
     run2_by_step: Counter[str]
     applies: Counter[str]
     expected: list[tuple[str, str]] = field(default_factory=list)
+    # Calls per operation key of this batch, as cairn's audit log counted them.
+    op_calls: dict[str, int] = field(default_factory=dict)
 
     @property
     def once(self) -> int:
@@ -116,6 +118,7 @@ def verify(files: DemoFiles, batch: str, apps: int, snapshot: KillSnapshot) -> V
     store = open_store(files.store_url)
     try:
         counts = store.batch_counts(batch)
+        op_calls = {op.key: op.calls for op in store.list_operations(prefix=f"{batch}/")}
     finally:
         store.close()
     expected = [(f"{batch}/{app_id}", step) for app_id in app_ids(apps) for step in STEPS]
@@ -127,4 +130,5 @@ def verify(files: DemoFiles, batch: str, apps: int, snapshot: KillSnapshot) -> V
         run2_by_step=Counter(step for _, step in entries[snapshot.steps_logged :]),
         applies=applies_per_app(files.ledger),
         expected=expected,
+        op_calls=op_calls,
     )

@@ -37,12 +37,26 @@ class AdPlatform:
         floor = min(float(changes["bid_floor_usd"]), 5.0)
         return {**changes, "bid_floor_usd": floor, "valid": True}
 
-    def apply(self, app_id: str, changes: dict[str, Any]) -> dict[str, Any]:
-        """Change the app's settings: the side effect, written to the ledger."""
+    def apply(self, key: str, app_id: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """Change the app's settings: the side effect, written to the ledger.
+
+        Like many real APIs it does *not* deduplicate by itself: calling it twice
+        changes the settings twice. cairn's operation key is what keeps it to one.
+        """
         latency(60, 100, app_id, "apply")
-        entry = {"app_id": app_id, "changes": changes}
+        entry = {"app_id": app_id, "changes": changes, "key": key}
         append_line(self.ledger, json.dumps(entry, sort_keys=True))
         return {"app_id": app_id, "change_id": f"chg-{app_id}", "status": "applied"}
+
+    def find_change(self, key: str) -> dict[str, Any] | None:
+        """The change made under ``key``, if the platform has one (to reconcile a
+        key whose outcome cairn did not get to record)."""
+        for line in read_lines(self.ledger):
+            entry = json.loads(line)
+            if entry.get("key") == key:
+                app_id = entry["app_id"]
+                return {"app_id": app_id, "change_id": f"chg-{app_id}", "status": "applied"}
+        return None
 
     def confirm(self, app_id: str, receipt: dict[str, Any]) -> dict[str, Any]:
         """Read the settings back and confirm the change is live."""

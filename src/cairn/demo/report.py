@@ -115,15 +115,17 @@ def _explain_step_runs(console: Console, verdict: Verdict) -> None:
     if verdict.repeated:
         console.print(
             "  Why: the kill came between the end of that step's work and the commit\n"
-            "  of its checkpoint, a window of under a millisecond per step. cairn runs\n"
-            "  a step at least once; keeping a side effect to once across that window\n"
-            "  takes an operation key the outside service honours (a later feature)."
+            "  of its checkpoint, a window of well under a millisecond per step. cairn\n"
+            "  runs a step at least once. Side effects such as apply go through\n"
+            "  ctx.once with an operation key, which keeps them to once even there."
         )
     for task_id, step in verdict.missing:
         console.print(f"  [red]{task_id} {step} never ran[/]")
 
 
 def _ledger(console: Console, verdict: Verdict) -> None:
+    keys, once = len(verdict.op_calls), sum(n == 1 for n in verdict.op_calls.values())
+    console.print(f"apply: guarded by an operation key per app; {once}/{keys} keys called once")
     applied, apps = verdict.applied_once, verdict.apps
     if applied == len(verdict.applies) == apps:
         console.print(f"ad platform: each app's settings applied exactly once ({applied}/{apps})")
