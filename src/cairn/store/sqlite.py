@@ -16,14 +16,15 @@ Choices that matter for durability and speed:
 from __future__ import annotations
 
 import contextlib
+import functools
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from itertools import islice
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
 from cairn.clock import from_iso, to_iso
 from cairn.errors import NotACairnStore, SchemaTooNew, StoreError
@@ -115,6 +116,30 @@ def _step(row: tuple[Any, ...]) -> StepRecord:
     )
 
 
+S = TypeVar("S", bound="SQLiteStore")
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _serialized(
+    method: Callable[Concatenate[S, P], R],
+) -> Callable[Concatenate[S, P], R]:
+    """Run a write under the store's process-wide write lock.
+
+    Threads of one process then queue on a Python lock, handed over at once,
+    instead of on SQLite's busy handler, which sleeps in steps of milliseconds.
+    That keeps each step's work-to-commit window short under concurrency, and
+    that window is exactly where a crash makes a step run twice.
+    """
+
+    @functools.wraps(method)
+    def locked(self: S, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        with self._write_lock:
+            return method(self, *args, **kwargs)
+
+    return locked
+
+
 def _statements(script: str) -> Iterator[str]:
     """Split a migration into statements (``executescript`` would commit midway)."""
     buffer = ""
@@ -192,6 +217,7 @@ class SQLiteStore:
         self.synchronous = synchronous
         self._busy_timeout_ms = busy_timeout_ms
         self._local = threading.local()
+        self._write_lock = threading.RLock()
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
         version = inspect_file(self.path)
@@ -272,6 +298,7 @@ class SQLiteStore:
             raise
 
     # -- creating work -----------------------------------------------------------
+    @_serialized
     def ensure_batch(self, name: str, task_name: str, now: datetime) -> None:
         self._conn().execute(
             "INSERT INTO batches (name, task_name, created_at) VALUES (?, ?, ?) "
@@ -282,6 +309,7 @@ class SQLiteStore:
     def create_task(self, task: NewTask, now: datetime) -> bool:
         return self.enqueue([task], now) == 1
 
+    @_serialized
     def enqueue(self, tasks: Iterable[NewTask], now: datetime) -> int:
         conn = self._conn()
         stamp = to_iso(now)
@@ -309,6 +337,7 @@ class SQLiteStore:
         return inserted
 
     # -- ownership ---------------------------------------------------------------
+    @_serialized
     def claim_next_pending(
         self, batch: str, owner: str, lease_until: datetime, now: datetime
     ) -> TaskRecord | None:
@@ -326,6 +355,7 @@ class SQLiteStore:
         )
         return None if row is None else _task(row)
 
+    @_serialized
     def claim_task(
         self, task_id: str, expected_fence: int, owner: str, lease_until: datetime, now: datetime
     ) -> TaskRecord | None:
@@ -353,6 +383,7 @@ class SQLiteStore:
             rows = self._conn().execute(sql, (batch,)).fetchall()
         return [_task(r) for r in rows]
 
+    @_serialized
     def renew_leases(self, owner: str, lease_until: datetime) -> int:
         cursor = self._conn().execute(
             "UPDATE tasks SET lease_expires_at = ? WHERE owner = ? AND status = 'running'",
@@ -360,6 +391,7 @@ class SQLiteStore:
         )
         return cursor.rowcount
 
+    @_serialized
     def release_task(self, task_id: str, fence: int, now: datetime) -> bool:
         cursor = self._conn().execute(
             "UPDATE tasks SET status = 'pending', owner = NULL, lease_expires_at = NULL, "
@@ -375,6 +407,7 @@ class SQLiteStore:
         )
         return {row[1]: _step(row) for row in rows}
 
+    @_serialized
     def record_step(self, step: StepRecord, fence: int) -> bool:
         return self._record_step(self._conn(), step, fence)
 
@@ -402,6 +435,7 @@ class SQLiteStore:
         )
         return cursor.rowcount == 1
 
+    @_serialized
     def start_attempt(
         self, task_id: str, fence: int, attempts: int, error: str | None, now: datetime
     ) -> bool:
@@ -412,6 +446,7 @@ class SQLiteStore:
         )
         return cursor.rowcount == 1
 
+    @_serialized
     def finish_task(
         self,
         task_id: str,
@@ -501,6 +536,7 @@ class SQLiteStore:
         )
         return dict(rows.fetchall())
 
+    @_serialized
     def cancel_task(self, task_id: str, now: datetime) -> bool:
         stamp = to_iso(now)
         # The fence moves too, so a running owner's next write fails and it stops.
@@ -512,6 +548,7 @@ class SQLiteStore:
         )
         return cursor.rowcount == 1
 
+    @_serialized
     def retry_task(self, task_id: str, now: datetime) -> bool:
         cursor = self._conn().execute(
             "UPDATE tasks SET status = 'pending', retry_base = attempts, result = NULL, "
@@ -522,11 +559,13 @@ class SQLiteStore:
         return cursor.rowcount == 1
 
     # -- operations ----------------------------------------------------------------
+    @_serialized
     def claim_operation(
         self, scope: str, key: str, task_id: str, seq: int, fence: int, now: datetime
     ) -> OperationClaim:
         return sqlite_ops.claim(self._conn(), scope, key, task_id, seq, fence, now)
 
+    @_serialized
     def reclaim_operation(
         self,
         scope: str,
@@ -541,6 +580,7 @@ class SQLiteStore:
             self._conn(), scope, key, expected_calls, task_id, seq, fence, now
         )
 
+    @_serialized
     def complete_operation(
         self, scope: str, key: str, calls: int, result: str, step: StepRecord, fence: int
     ) -> tuple[bool, bool]:
@@ -565,6 +605,7 @@ class SQLiteStore:
             raise
         return op_recorded, step_recorded
 
+    @_serialized
     def settle_operation(
         self,
         scope: str,
@@ -589,6 +630,7 @@ class SQLiteStore:
             now=now,
         )
 
+    @_serialized
     def resolve_operation(
         self,
         scope: str,
