@@ -73,7 +73,7 @@ def step_machine(
         yield Wait(max(0.0, (record.retry_at - run.now()).total_seconds()))
     while True:
         started = run.now()
-        run.hook("before_step", run.task_id, seq, name)
+        run.hook(f"before_{kind}", run.task_id, seq, name)
         try:
             value = yield Call(fn, args, kwargs)
         except Exception as exc:
@@ -110,6 +110,8 @@ def step_machine(
             )
             yield Wait(delay)
             continue
+        # The at-least-once window: the work is done, nothing is recorded yet.
+        run.hook(f"{kind}_returned", run.task_id, seq, name)
         # Encoding fails before anything is written, with the step named.
         output = run.encode(value, what)
         run.write(
@@ -125,7 +127,7 @@ def step_machine(
                 started_at=started,
             )
         )
-        run.hook("after_step", run.task_id, seq, name)
+        run.hook(f"after_{kind}", run.task_id, seq, name)
         # Hand back the decoded value, so the first run sees exactly what a
         # replay would: the two can never behave differently.
         return run.decode(output, what)

@@ -1,11 +1,24 @@
 """Helpers for testing workflows built on cairn.
 
 ``set_fault_hook`` installs a function that cairn calls at every boundary of a
-task (``before_step`` just before a step's function is called, ``after_step``
-once its result is committed, ``after_task`` once the task's completion is
-committed) with ``(point, task_id, seq, name)``. A test
-can raise there, or kill the process, to prove that a workflow survives a crash
-at that exact point. Production code carries only the no-op default.
+task with ``(point, task_id, seq, name)``. A test can raise there, or kill the
+process, to prove that a workflow survives a crash at that exact point.
+Production code carries only the no-op default. The points:
+
+=================  ==========================================================
+``before_step``    a step's function is about to be called
+``step_returned``  it returned; its result is not recorded yet (the window in
+                   which a crash makes a step run twice)
+``after_step``     its result is committed
+``before_input``,  the same three for recorded inputs (``ctx.now()``,
+``input_returned``, ``ctx.uuid()``, ``ctx.random()``, ``ctx.record()``)
+``after_input``
+``after_claim``    an operation's key is claimed and committed; its function
+                   has not been called (``name`` is the key)
+``after_act``      the operation's function returned; nothing is recorded yet
+``after_record``   the operation's result is committed
+``after_task``     the task's completion is committed
+=================  ==========================================================
 """
 
 from __future__ import annotations
