@@ -141,22 +141,27 @@ def run_sync(app: Cairn, batch: str, concurrency: int, progress: Progress) -> Ba
 
     def worker() -> None:
         try:
-            while not stop.is_set():
-                task = claimer.next()
-                if task is None:
-                    return
-                if task == WAIT:
-                    app.clock.sleep(app.poll_interval)
-                    continue
-                tally.started(task)
-                app.leases.hold()
-                try:
-                    tally.add(execute(app, task))
-                finally:
-                    app.leases.drop()
+            _work()
         except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread
             errors.append(exc)
             stop.set()
+        finally:
+            app.store.close_thread()
+
+    def _work() -> None:
+        while not stop.is_set():
+            task = claimer.next()
+            if task is None:
+                return
+            if task == WAIT:
+                app.clock.sleep(app.poll_interval)
+                continue
+            tally.started(task)
+            app.leases.hold()
+            try:
+                tally.add(execute(app, task))
+            finally:
+                app.leases.drop()
 
     # Daemon threads: if the process is interrupted, its tasks stay "running"
     # under a dead pid and the next run reclaims them at once.

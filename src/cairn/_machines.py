@@ -18,6 +18,8 @@ from cairn.clock import from_iso, to_iso
 from cairn.retry import Retry
 from cairn.store.records import StepKind, StepRecord, StepStatus
 
+_SELF_DECODING = frozenset({int, str, bool, type(None)})
+
 
 def entry(
     run: TaskRun,
@@ -129,7 +131,10 @@ def step_machine(
         )
         run.hook(f"after_{kind}", run.task_id, seq, name)
         # Hand back the decoded value, so the first run sees exactly what a
-        # replay would: the two can never behave differently.
+        # replay would: the two can never behave differently. Immutable plain
+        # scalars decode to themselves, so they skip the round trip.
+        if type(value) in _SELF_DECODING:
+            return value
         return run.decode(output, what)
 
 

@@ -14,6 +14,7 @@ the policy decides (reconcile, retry with the same key, or stop with
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -53,13 +54,18 @@ def _claimant_alive(run: TaskRun, op: OperationRecord) -> bool:
     return not expired and not owner_is_gone(task.owner)
 
 
+def resolve_command(key: str, scope: str) -> str:
+    """The ``cairn ops resolve`` command line for a key, quoted for a shell."""
+    scoped = f" --scope {shlex.quote(scope)}" if scope else ""
+    return f"cairn ops resolve {shlex.quote(key)}{scoped}"
+
+
 def _in_doubt_error(run: TaskRun, op: OperationRecord) -> InDoubtOperation:
-    scope = f" --scope {op.scope}" if op.scope else ""
     return InDoubtOperation(
         f"operation {op.key!r}{' in scope ' + repr(op.scope) if op.scope else ''} is in "
         f"doubt: task {op.task_id!r} claimed it and died before recording whether the "
         "outside world acted. cairn will not call it again on its own. Check the outside "
-        f"system, then settle it: `cairn ops resolve {op.key}{scope} --result JSON` (it "
+        f"system, then settle it: `{resolve_command(op.key, op.scope)} --result JSON` (it "
         "happened), `--retry` (it did not; call again), or `--fail`. Or give the "
         "operation reconcile= or on_doubt='retry'.",
         key=op.key,
@@ -96,7 +102,7 @@ def once_machine(
             if op.status == "failed" and op.permanent:
                 raise OperationFailed(
                     f"{what} failed permanently earlier ({_error_summary(op)}); it is not "
-                    f"called again. Settle it with `cairn ops resolve {key} --retry` to "
+                    f"called again. Settle it with `{resolve_command(key, scope)} --retry` to "
                     "allow another call.",
                     key=key,
                     scope=scope,
@@ -186,11 +192,19 @@ def _settle_doubt(
         return _adopt(run, seq, key, run.store.get_operation(op.scope, key) or op, started)
     if policy.on_doubt == "retry":
         return _RECLAIM
+    doubt = _in_doubt_error(run, op)
     if op.status == "claimed":
+        # Keep the reason in the audit log, so `cairn ops` can say why.
         run.store.settle_operation(
-            op.scope, key, op.calls, "in_doubt", error=None, permanent=False, now=run.now()
+            op.scope,
+            key,
+            op.calls,
+            "in_doubt",
+            error=describe_error(doubt),
+            permanent=False,
+            now=run.now(),
         )
-    raise _in_doubt_error(run, op)
+    raise doubt
 
 
 def _adopt(run: TaskRun, seq: int, key: str, op: OperationRecord, started: datetime) -> Any:

@@ -101,10 +101,12 @@ class Cairn:
 
     def close(self) -> None:
         """Close the store's connections."""
+        if self._leases is not None:
+            self._leases.stop()
+            self._leases = None
         if self._store is not None:
             self._store.close()
             self._store = None
-            self._leases = None
 
     def __enter__(self) -> Cairn:
         return self
@@ -345,11 +347,11 @@ class Cairn:
         batch never sits in memory.
         """
         task_def = self._definition(task)
-        existing = self.store.batch_summaries(batch)
-        if existing and existing[0].task_name != task_def.name:
+        existing = self.store.batch_task_name(batch)
+        if existing is not None and existing != task_def.name:
             raise TaskConflict(
-                f"batch {batch!r} runs task {existing[0].task_name!r}, not "
-                f"{task_def.name!r}. Use another batch name."
+                f"batch {batch!r} runs task {existing!r}, not {task_def.name!r}. Use "
+                "another batch name."
             )
 
         def new_task(item: Mapping[str, Any]) -> NewTask:
@@ -363,7 +365,6 @@ class Cairn:
             tasks = [new_task(item) for item in items]
         else:
             tasks = (new_task(item) for item in items)
-        self.store.ensure_batch(batch, task_def.name, now)
         return self.store.enqueue(tasks, now)
 
     def run_batch(

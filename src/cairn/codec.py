@@ -98,6 +98,13 @@ class JsonCodec:
 
     def encode(self, value: Any) -> str:
         """Return compact, deterministic JSON text for ``value``."""
+        kind = type(value)
+        # Fast paths for the commonest step outputs; bool is checked by exact type
+        # so True never takes the int path. Floats go the general way (NaN checks).
+        if kind is int:
+            return str(value)
+        if value is None:
+            return "null"
         try:
             return _dumps(_tree(value))
         except _EncodeError as problem:

@@ -26,6 +26,7 @@ class LeaseKeeper:
         self._owner = owner
         self.lease = lease
         self._held = 0
+        self._stopped = False
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
 
@@ -43,24 +44,33 @@ class LeaseKeeper:
                 self._thread.start()
 
     def drop(self) -> None:
-        """A task finished or was handed back."""
+        """A task finished or was handed back. The heartbeat notices at its next
+        beat: waking it now would renew at once whenever a worker goes straight
+        on to its next task, a needless write per task."""
         with self._cond:
             self._held -= 1
-            if self._held == 0:
-                self._cond.notify_all()
+
+    def stop(self) -> None:
+        """Stop the heartbeat now (the app is closing)."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
 
     def _beat(self) -> None:
         interval = self.lease.total_seconds() / 3
-        while True:
-            with self._cond:
-                self._cond.wait(interval)
-                if self._held == 0:
-                    # Cleared under the lock, so a hold() racing with this exit
-                    # sees no thread and starts a new one.
-                    self._thread = None
-                    return
-            try:
-                self._store.renew_leases(self._owner, self.lease_until())
-            except Exception:
-                # A missed beat is retried next interval; the lease outlives two.
-                log.exception("cairn: could not renew leases; retrying in %.0fs", interval)
+        try:
+            while True:
+                with self._cond:
+                    self._cond.wait(interval)
+                    if self._held == 0 or self._stopped:
+                        # Cleared under the lock, so a hold() racing with this
+                        # exit sees no thread and starts a new one.
+                        self._thread = None
+                        return
+                try:
+                    self._store.renew_leases(self._owner, self.lease_until())
+                except Exception:
+                    # A missed beat is retried next interval; the lease outlives two.
+                    log.exception("cairn: could not renew leases; retrying in %.0fs", interval)
+        finally:
+            self._store.close_thread()

@@ -16,7 +16,8 @@ from cairn.ownership import Owner, current_owner, owner_is_gone
 
 def _spawn_idle_child() -> subprocess.Popen[bytes]:
     """A child that does nothing until killed."""
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    idle = "import time; time.sleep(60)"  # real-sleep-ok: the child idles until killed
+    return subprocess.Popen([sys.executable, "-c", idle])
 
 
 def _same_host_owner(pid: int, start: str = "?") -> str:

@@ -14,6 +14,7 @@ from cairn.store import DEFAULT_URL
 from .batches import batches_command
 from .cancel import cancel_command
 from .demo import demo_command
+from .ops import ops_app
 from .retry import retry_command
 from .show import show_command
 from .tasks import tasks_command
@@ -38,6 +39,7 @@ app.command("show")(show_command)
 app.command("retry")(retry_command)
 app.command("cancel")(cancel_command)
 app.command("demo")(demo_command)
+app.add_typer(ops_app, name="ops")
 
 
 def main() -> None:

@@ -44,6 +44,11 @@ class Store(Protocol):
         """Release every connection this store opened."""
         ...
 
+    def close_thread(self) -> None:
+        """Release the calling thread's connection, if it has one of its own
+        (called by worker threads as they end)."""
+        ...
+
     # -- creating work -------------------------------------------------------
     def ensure_batch(self, name: str, task_name: str, now: datetime) -> None:
         """Create the batch row if it does not exist."""
@@ -54,7 +59,8 @@ class Store(Protocol):
         ...
 
     def enqueue(self, tasks: Iterable[NewTask], now: datetime) -> int:
-        """Insert many tasks, skipping ids that exist. Returns how many were new."""
+        """Insert many tasks, skipping ids that exist, and each task's batch row
+        with its first tasks. Returns how many tasks were new."""
         ...
 
     # -- ownership -------------------------------------------------------------
@@ -124,6 +130,10 @@ class Store(Protocol):
 
     def batch_summaries(self, name: str | None = None) -> list[BatchSummary]:
         """Every batch (or one) with its task counts."""
+        ...
+
+    def batch_task_name(self, batch: str) -> str | None:
+        """The task function a batch runs, or None if there is no such batch."""
         ...
 
     def batch_counts(self, batch: str) -> Mapping[str, int]:

@@ -319,6 +319,13 @@ class SQLiteStore:
         while chunk := list(islice(iterator, _ENQUEUE_CHUNK)):
             conn.execute("BEGIN IMMEDIATE")
             try:
+                # The batch row is written with its first tasks, never before them:
+                # a stream that fails on its first chunk leaves no empty batch.
+                conn.executemany(
+                    "INSERT INTO batches (name, task_name, created_at) VALUES (?, ?, ?) "
+                    "ON CONFLICT (name) DO NOTHING",
+                    {(t.batch, t.name, stamp) for t in chunk if t.batch is not None},
+                )
                 before = conn.total_changes
                 conn.executemany(
                     "INSERT INTO tasks (id, batch, item_key, name, args, codec, status, "
@@ -529,6 +536,22 @@ class SQLiteStore:
                 summary.name, summary.task_name, summary.created_at, counts, started, finished
             )
         return list(summaries.values())
+
+    def batch_task_name(self, batch: str) -> str | None:
+        row = (
+            self._conn()
+            .execute("SELECT task_name FROM batches WHERE name = ?", (batch,))
+            .fetchone()
+        )
+        return None if row is None else str(row[0])
+
+    def close_thread(self) -> None:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None:
+            self._local.conn = None
+            with self._all_lock:
+                self._all.remove(conn)
+            conn.close()
 
     def batch_counts(self, batch: str) -> Mapping[str, int]:
         rows = self._conn().execute(

@@ -115,13 +115,18 @@ def settle(
     permanent: bool,
     now: datetime,
 ) -> bool:
-    """Record how the claim numbered ``calls`` ended. False if it is no longer ours."""
+    """Record how the claim numbered ``calls`` ended. False if it is no longer ours.
+
+    A key already marked in doubt may still be settled (by a reconcile that
+    found the outside world did act), as long as nobody claimed it since.
+    """
     stamp = to_iso(now)
     completed_at = stamp if status == "completed" else None
     cursor = conn.execute(
         "UPDATE operations SET status = ?, result = COALESCE(?, result), "
         "error = COALESCE(?, error), permanent = ?, completed_at = ?, updated_at = ? "
-        "WHERE scope = ? AND key = ? AND calls = ? AND status = 'claimed'",
+        "WHERE scope = ? AND key = ? AND calls = ? "
+        "AND (status = 'claimed' OR status = 'in_doubt')",
         (status, result, error, int(permanent), completed_at, stamp, scope, key, calls),
     )
     return cursor.rowcount == 1

@@ -1,0 +1,463 @@
+"""``cairn ops``: the audit log of operations (``ctx.once`` keys), and
+``cairn ops resolve KEY`` to settle a key left in doubt.
+
+A key is in doubt when the attempt that claimed it died between claiming and
+recording: cairn cannot know whether the outside world acted, so it never calls
+the function again on its own. A claim whose attempt crashed stays ``claimed``
+until some run looks at the key, so the listing judges each claim's attempt
+itself (task row, fence, lease, owner process) rather than trusting the status.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import cache
+from itertools import islice
+from typing import Annotated, Any, get_args
+
+import typer
+from rich.text import Text
+
+from cairn.codec import JsonCodec, codec_for
+from cairn.errors import CairnError
+from cairn.ownership import owner_is_gone
+from cairn.store import Store
+from cairn.store.records import OperationRecord, OperationStatus, TaskRecord
+
+from ._common import DEFAULT_URL, JsonOption, StoreOption, fail, note, now, opened_store, streamed
+from ._format import MISSING, clip, error_line, iso_time, parse_error, short_time, stored_value
+from ._json import print_json
+from ._render import RowTable, status_text, stdout_console
+
+__all__ = ["claimant_gone", "ops_app", "parse_since"]
+
+OPERATION_STATUSES: tuple[str, ...] = get_args(OperationStatus)
+DEFAULT_LIMIT = 200
+_RESULT_WIDTH = 60
+_AGE = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_CSV_COLUMNS = (
+    "key",
+    "scope",
+    "task",
+    "step",
+    "status",
+    "in_doubt",
+    "calls",
+    "permanent",
+    "first_claimed_at",
+    "claimed_at",
+    "completed_at",
+    "result",
+    "error",
+)
+_SETTLE_HINT = "settle a key with `cairn ops resolve KEY --result JSON | --retry | --fail`"
+
+ops_app = typer.Typer(add_completion=False, pretty_exceptions_show_locals=False)
+
+
+# -- judging claims ----------------------------------------------------------------------
+def claimant_gone(op: OperationRecord, task: TaskRecord | None, at: datetime) -> bool:
+    """True if ``op`` is claimed by an attempt that can no longer record an outcome.
+
+    The same judgement a run makes when it meets the key: the claiming task is no
+    longer running under the claim's fence, or its lease ran out, or its owner
+    process is gone.
+    """
+    if op.status != "claimed":
+        return False
+    if task is None or task.status != "running" or task.fence != op.claim_fence:
+        return True
+    expired = task.lease_expires_at is not None and task.lease_expires_at < at
+    return expired or owner_is_gone(task.owner)
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """An operation with the task that claimed it."""
+
+    op: OperationRecord
+    task: TaskRecord | None
+    gone: bool
+
+    @property
+    def in_doubt(self) -> bool:
+        return self.op.status == "in_doubt" or self.gone
+
+    @property
+    def codec(self) -> str:
+        # The key's result is encoded with its claiming task's codec.
+        return self.task.codec if self.task is not None else "unknown"
+
+
+# -- parsing --------------------------------------------------------------------------
+def parse_since(text: str, at: datetime) -> datetime:
+    """``--since``: ISO 8601 (naive means UTC) or an age before ``at`` (90m, 24h, 7d)."""
+    age = _AGE.match(text.strip())
+    if age is not None:
+        return at - timedelta(seconds=float(age.group(1)) * _AGE_UNITS[age.group(2)])
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        fail(
+            f"--since {text!r} is not a time; use ISO 8601 such as 2026-05-24 or "
+            "2026-05-24T09:30:00+02:00, or an age such as 90m, 24h or 7d"
+        )
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+
+
+def _check_listing(status: str | None, in_doubt: bool, as_json: bool, as_csv: bool) -> None:
+    if status is not None and status not in OPERATION_STATUSES:
+        fail(f"unknown status {status!r}; use one of: {', '.join(OPERATION_STATUSES)}")
+    if status is not None and in_doubt:
+        fail("give --in-doubt or --status, not both")
+    if as_json and as_csv:
+        fail("give --json or --csv, not both")
+
+
+# -- cairn ops --------------------------------------------------------------------------
+@ops_app.callback(invoke_without_command=True)
+def ops_command(
+    ctx: typer.Context,
+    store: StoreOption = DEFAULT_URL,
+    prefix: Annotated[
+        str | None, typer.Option("--prefix", "-p", help="Only keys starting with this text.")
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            metavar="TIME",
+            help="Only keys first claimed at or after TIME: ISO 8601 (2026-05-24, "
+            "2026-05-24T09:30:00+02:00; a time without an offset is taken as UTC) or an "
+            "age such as 90m, 24h, 7d.",
+        ),
+    ] = None,
+    task: Annotated[
+        str | None, typer.Option("--task", "-t", help="Only keys claimed by this task.")
+    ] = None,
+    in_doubt: Annotated[
+        bool,
+        typer.Option(
+            "--in-doubt",
+            help="Only keys in doubt: marked in_doubt, or still claimed by an attempt that "
+            "died (its task stopped, moved on, lost its lease or its process is gone).",
+        ),
+    ] = False,
+    status: Annotated[
+        str | None,
+        typer.Option("--status", "-s", help=f"Only this status: {', '.join(OPERATION_STATUSES)}."),
+    ] = None,
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", min=0, help="Show at most this many keys (0: all).")
+    ] = DEFAULT_LIMIT,
+    as_json: JsonOption = False,
+    as_csv: Annotated[
+        bool, typer.Option("--csv", help="Print CSV with a header row, for spreadsheets.")
+    ] = False,
+) -> None:
+    """List operations (ctx.once keys): who claimed each, how it ended, how often it ran.
+
+    Under the list: how many keys ran their function more than once in the whole
+    store (the redundant-execution rate; a fraction in --json).
+    """
+    if ctx.invoked_subcommand is not None:
+        listing = (prefix, since, task, status)
+        if any(v is not None for v in listing) or in_doubt or as_json or as_csv:
+            fail("listing options go with `cairn ops`, not with its subcommands")
+        return
+    _check_listing(status, in_doubt, as_json, as_csv)
+    since_at = None if since is None else parse_since(since, now())
+    with opened_store(store) as opened:
+        rows = _fetch(opened, prefix, since_at, task, status, in_doubt, limit)
+        redundant, keys = opened.operation_call_counts()
+    more = limit != 0 and len(rows) > limit
+    rows = rows[:limit] if more else rows
+    if as_csv:
+        _print_csv(rows)
+    elif as_json:
+        print_json(
+            {
+                "operations": [_op_dict(row) for row in rows],
+                "keys": keys,
+                "redundant_keys": redundant,
+                "redundant_execution_rate": redundant / keys if keys else 0.0,
+            }
+        )
+    else:
+        _print_table(rows, redundant, keys)
+    if more:
+        note(f"showing the first {limit} key(s); more exist (raise --limit, or --limit 0 for all)")
+
+
+def _fetch(
+    store: Store,
+    prefix: str | None,
+    since: datetime | None,
+    task_id: str | None,
+    status: str | None,
+    in_doubt: bool,
+    limit: int,
+) -> list[_Row]:
+    """The matching rows, one past ``limit`` so the caller can tell more exist."""
+    wanted = None if limit == 0 else limit + 1
+    statuses = ("claimed", "in_doubt") if in_doubt else None if status is None else (status,)
+    tasks: Callable[[str], TaskRecord | None] = cache(store.get_task)
+    at = now()
+    # Dead claims are found by looking, so the store cannot apply the limit then.
+    operations = store.list_operations(
+        prefix=prefix,
+        since=since,
+        task_id=task_id,
+        statuses=statuses,
+        limit=None if in_doubt else wanted,
+    )
+    with streamed(operations) as ops:
+        rows: Iterator[_Row] = (_row(op, tasks(op.task_id), at) for op in ops)
+        if in_doubt:
+            rows = (row for row in rows if row.in_doubt)
+        return list(islice(rows, wanted))
+
+
+def _row(op: OperationRecord, task: TaskRecord | None, at: datetime) -> _Row:
+    return _Row(op, task, claimant_gone(op, task, at))
+
+
+# -- output ----------------------------------------------------------------------------
+def _outcome(row: _Row) -> str:
+    """The result (cut short), or the error, or what the key is waiting for."""
+    op = row.op
+    if op.status == "completed":
+        return clip(stored_value(op.result, row.codec), _RESULT_WIDTH)
+    if op.status == "claimed":
+        return "in doubt: its claimant died" if row.gone else "in progress"
+    if op.error is not None:
+        return error_line(op.error, width=_RESULT_WIDTH)
+    return "in doubt" if op.status == "in_doubt" else MISSING
+
+
+def _print_table(rows: list[_Row], redundant: int, keys: int) -> None:
+    console = stdout_console()
+    scoped = any(row.op.scope for row in rows)
+    columns = ["key", *(["scope"] if scoped else []), "task", "step", "status", "calls"]
+    columns += ["first claimed", "completed", "result or error"]
+    table = RowTable(console, columns, right=("step", "calls"), free=("result or error",))
+    for row in rows:
+        op = row.op
+        table.add_row(
+            op.key,
+            *([op.scope or MISSING] if scoped else []),
+            op.task_id,
+            str(op.step_seq),
+            status_text(op.status),
+            str(op.calls),
+            short_time(op.first_claimed_at),
+            short_time(op.completed_at),
+            _outcome(row),
+        )
+    if table.row_count:
+        table.print()
+    else:
+        note("no operations match")
+    rate = 100 * redundant / keys if keys else 0.0
+    console.print(
+        Text(f"{keys} keys, {redundant} ran more than once (redundant-execution rate {rate:.1f}%)"),
+        soft_wrap=True,
+    )
+    if any(row.in_doubt for row in rows):
+        note(_SETTLE_HINT)
+
+
+def _result_value(row: _Row) -> Any:
+    # JSON-codec results are JSON already; other codecs stay text (never unpickled here).
+    text = row.op.result
+    return json.loads(text) if text is not None and row.codec == "json" else text
+
+
+def _op_dict(row: _Row) -> dict[str, Any]:
+    op = row.op
+    return {
+        "key": op.key,
+        "scope": op.scope,
+        "task_id": op.task_id,
+        "step_seq": op.step_seq,
+        "status": op.status,
+        "in_doubt": row.in_doubt,
+        "calls": op.calls,
+        "permanent": op.permanent,
+        "first_claimed_at": iso_time(op.first_claimed_at),
+        "claimed_at": iso_time(op.claimed_at),
+        "completed_at": iso_time(op.completed_at),
+        "updated_at": iso_time(op.updated_at),
+        "result": _result_value(row),
+        "error": parse_error(op.error),
+    }
+
+
+def _print_csv(rows: list[_Row]) -> None:
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow(_CSV_COLUMNS)
+    for row in rows:
+        op = row.op
+        result = op.result if row.codec == "json" else stored_value(op.result, row.codec)
+        writer.writerow(
+            (
+                op.key,
+                op.scope,
+                op.task_id,
+                op.step_seq,
+                op.status,
+                str(row.in_doubt).lower(),
+                op.calls,
+                str(op.permanent).lower(),
+                iso_time(op.first_claimed_at),
+                iso_time(op.claimed_at),
+                iso_time(op.completed_at) or "",
+                result or "",
+                error_line(op.error, width=None),
+            )
+        )
+
+
+# -- cairn ops resolve --------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class _Decision:
+    """What the operator says happened to a key."""
+
+    status: str
+    value: Any = None  # the outside world's result, when it did happen
+    permanent: bool = False
+
+
+def _decision(result: str | None, retry: bool, give_up: bool) -> _Decision:
+    if (result is not None) + retry + give_up != 1:
+        fail(
+            "say what happened with exactly one of: --result JSON (it happened; this is "
+            "its result), --retry (it did not; call again) or --fail (give up on it)"
+        )
+    if retry:
+        return _Decision("released")
+    if give_up:
+        return _Decision("failed", permanent=True)
+    assert result is not None  # exactly one was given
+    try:
+        return _Decision("completed", value=json.loads(result))
+    except ValueError as exc:
+        fail(
+            f"--result is not valid JSON ({exc}); pass it as JSON, e.g. --result '{{\"ok\": true}}'"
+        )
+
+
+@ops_app.command("resolve")
+def resolve_command(
+    ctx: typer.Context,
+    key: Annotated[str, typer.Argument(metavar="KEY", help="The operation's key.")],
+    scope: Annotated[str, typer.Option("--scope", help="The key's scope, if it has one.")] = "",
+    result: Annotated[
+        str | None,
+        typer.Option(
+            "--result", metavar="JSON", help="It happened; this (JSON) is what it returned."
+        ),
+    ] = None,
+    retry: Annotated[
+        bool, typer.Option("--retry", help="It did not happen; call its function again.")
+    ] = False,
+    give_up: Annotated[
+        bool, typer.Option("--fail", help="Give up on it: later calls raise OperationFailed.")
+    ] = False,
+    store: StoreOption = DEFAULT_URL,
+) -> None:
+    """Settle a key that is in doubt (or failed): it happened, it did not, or give up.
+
+    If the task that claimed it has failed, it is moved back to pending: the next
+    run_batch of its batch (or app.run of it) runs it again, and the key answers
+    as settled here.
+    """
+    decision = _decision(result, retry, give_up)
+    with opened_store(_store_url(ctx, store)) as opened:
+        op = opened.get_operation(scope, key)
+        if op is None:
+            where = f" in scope {scope!r}" if scope else ""
+            fail(f"no operation {key}{where} in {opened.url}; list keys with `cairn ops`")
+        task = opened.get_task(op.task_id)
+        _check_resolvable(op, task)
+        text = None if decision.status != "completed" else _encode(decision.value, task)
+        if not opened.resolve_operation(
+            scope, key, decision.status, result=text, permanent=decision.permanent, now=now()
+        ):
+            fail(f"operation {_label(op)} changed just now; nothing changed. Look again.", code=1)
+        _say(
+            f"operation {_label(op)}: {op.status} -> {decision.status} ({_effect(decision, text)})"
+        )
+        if task is not None:
+            _run_task_again(opened, task)
+
+
+def _store_url(ctx: typer.Context, store: str) -> str:
+    """``--store`` given to ``cairn ops`` counts for ``cairn ops resolve`` too."""
+    source = ctx.get_parameter_source("store")
+    parent = ctx.parent.params.get("store") if ctx.parent is not None else None
+    if (source is not None and source.name == "COMMANDLINE") or not parent:
+        return store
+    return str(parent)
+
+
+def _label(op: OperationRecord) -> str:
+    return repr(op.key) + (f" in scope {op.scope!r}" if op.scope else "")
+
+
+def _check_resolvable(op: OperationRecord, task: TaskRecord | None) -> None:
+    if op.status == "completed":
+        fail(
+            f"operation {_label(op)} is completed already; a completed key cannot be "
+            "resolved. Nothing changed.",
+            code=1,
+        )
+    if op.status == "claimed" and not claimant_gone(op, task, now()):
+        fail(
+            f"operation {_label(op)} is claimed by task {op.task_id}, which is still running "
+            "and may record an outcome; wait for it (or stop it), then look again. "
+            "Nothing changed.",
+            code=1,
+        )
+
+
+def _encode(value: Any, task: TaskRecord | None) -> str:
+    """The result as its task's codec stores it (JSON text for the JSON codec)."""
+    if task is None or task.codec == "json":
+        return JsonCodec().encode(value)
+    try:
+        return codec_for(task.codec).encode(value)
+    except CairnError as exc:
+        fail(f"cannot store the result with task {task.id}'s codec {task.codec!r}: {exc}")
+
+
+def _effect(decision: _Decision, text: str | None) -> str:
+    if decision.status == "completed":
+        shown = clip(text or "", _RESULT_WIDTH)
+        return f"result {shown}; later calls return it without calling the function"
+    if decision.status == "released":
+        return "the next call with this key calls the function again"
+    return "later calls raise OperationFailed without calling the function"
+
+
+def _run_task_again(store: Store, task: TaskRecord) -> None:
+    if task.status == "cancelled":
+        note(f"task {task.id} is cancelled; `cairn retry {task.id}` would run it again")
+    if task.status != "failed" or not store.retry_task(task.id, now()):
+        return
+    if task.batch:
+        picks_up = f"the next run_batch of batch {task.batch} (or app.run of this task)"
+    else:
+        picks_up = "the next app.run of this task"
+    _say(f"task {task.id}: failed -> pending; {picks_up} runs it again")
+
+
+def _say(message: str) -> None:
+    stdout_console().print(Text(message), soft_wrap=True)

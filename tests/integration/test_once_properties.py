@@ -1,0 +1,176 @@
+"""Properties of ``ctx.once`` over random crash sequences.
+
+A task calls once() for three keys against a fake outside world (a ledger of
+acts by key). Up to four consecutive attempts each may die at one fault point
+("after_claim", "after_act", "after_record") on one key, or run clean. A process
+dying is a ``Crash`` (BaseException) raised by the fault hook; every next attempt
+is a NEW ``Cairn`` whose owner is on another host, started once the fake clock
+has passed the dead attempt's lease, so it reclaims the task by lease expiry.
+After the planned attempts, one clean attempt runs if the task is still
+unfinished. Each example uses a fresh store file in its own temporary directory.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from cairn import Cairn, Context, Retry, TaskFailed
+from cairn.clock import FakeClock
+from cairn.testing import set_fault_hook
+
+KEYS = ("ledger/a", "ledger/b", "ledger/c")
+POINTS = ("none", "after_claim", "after_act", "after_record")
+POLICIES = ("reconcile", "retry", "raise")
+LEASE = 10.0
+
+Attempt = tuple[str, int]  # (fault point, index of the key it strikes)
+
+
+class Crash(BaseException):
+    """Stands for the process dying at a fault point."""
+
+
+@dataclass
+class Ledger:
+    """The outside world: which keys it acted on, and how often."""
+
+    acts: Counter[str] = field(default_factory=Counter)
+    # fn called while the key's row already said completed: must stay empty.
+    acted_on_completed: list[str] = field(default_factory=list)
+
+    def answer(self, key: str) -> str:
+        return f"done {key}"
+
+    def reconcile(self, key: str) -> str | None:
+        return self.answer(key) if self.acts[key] else None
+
+
+@dataclass
+class Story:
+    """What happened across all attempts of one example."""
+
+    ledger: Ledger = field(default_factory=Ledger)
+    crashes_before_act: Counter[str] = field(default_factory=Counter)
+    outcome: str = "unfinished"  # then "completed" or "failed"
+    error: dict[str, Any] | None = None
+
+
+def _policy(name: str, ledger: Ledger) -> dict[str, Any]:
+    if name == "reconcile":
+        return {"reconcile": ledger.reconcile}
+    if name == "retry":
+        return {"on_doubt": "retry"}
+    return {}
+
+
+def _attempt(url: str, clock: FakeClock, n: int, plan: Attempt, policy: str, story: Story) -> None:
+    """One process: runs the task until it ends or the planned crash strikes."""
+    point, key_index = plan
+    app = Cairn(url, clock=clock, lease=LEASE, task_retry=Retry(attempts=1))
+    app.owner = f"host{n}-x/1/1/abc"
+    ledger = story.ledger
+
+    def act(key: str) -> str:
+        row = app.store.get_operation("", key)
+        if row is not None and row.status == "completed":
+            ledger.acted_on_completed.append(key)
+        ledger.acts[key] += 1
+        return ledger.answer(key)
+
+    def crash(at: str, task_id: str, seq: int, name: str) -> None:
+        if at == point and name == KEYS[key_index]:
+            if at == "after_claim":
+                story.crashes_before_act[name] += 1
+            raise Crash(f"{at} {name}")
+
+    @app.task(name="three")
+    def three(ctx: Context) -> list[str]:
+        return [ctx.once(key, act, **_policy(policy, ledger)) for key in KEYS]
+
+    set_fault_hook(app, crash)
+    try:
+        app.run(three, task_id="three")
+        story.outcome = "completed"
+    except Crash:
+        pass
+    except TaskFailed as failed:
+        story.outcome = "failed"
+        story.error = failed.error
+    finally:
+        app.close()
+
+
+def _play(url: str, plan: list[Attempt], policy: str) -> Story:
+    clock = FakeClock()
+    story = Story()
+    for n, attempt in enumerate([*plan, ("none", 0)]):
+        if story.outcome != "unfinished":
+            break
+        _attempt(url, clock, n, attempt, policy, story)
+        clock.advance(LEASE + 1)  # the next process starts after this one's lease
+    return story
+
+
+def _rows(url: str) -> dict[str, Any]:
+    app = Cairn(url)
+    try:
+        return {row.key: row for row in app.store.list_operations()}
+    finally:
+        app.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    plan=st.lists(
+        st.tuples(st.sampled_from(POINTS), st.integers(0, len(KEYS) - 1)),
+        min_size=1,
+        max_size=4,
+    ),
+    policy=st.sampled_from(POLICIES),
+)
+def test_once_keeps_its_promises_across_crashes(plan: list[Attempt], policy: str) -> None:
+    """Whatever the crashes:
+    - fn is never called for a key whose row is completed;
+    - reconcile: every key acted exactly once and the task completes;
+    - on_doubt="retry": every key acted at least once, the task completes, and the
+      row's calls equal the acts plus the claims that died before fn ran (cairn
+      cannot tell those from a call, so it counts them);
+    - default: no key is ever acted twice; a task that stopped did so with
+      InDoubtOperation and its key is in_doubt; a task that completed acted each
+      key exactly once.
+    """
+    with tempfile.TemporaryDirectory() as directory:
+        url = f"sqlite:///{directory}/cairn.db"
+        story = _play(url, plan, policy)
+        rows = _rows(url)
+    event(f"{policy}: {story.outcome}, {sum(story.crashes_before_act.values())} before act")
+    acts = story.ledger.acts
+    assert story.ledger.acted_on_completed == []
+    assert story.outcome in ("completed", "failed")
+    if policy in ("reconcile", "retry"):
+        assert story.outcome == "completed"
+        for key in KEYS:
+            assert rows[key].status == "completed"
+            assert json.loads(rows[key].result or "null") == f"done {key}"
+            assert rows[key].calls == acts[key] + story.crashes_before_act[key]
+            if policy == "reconcile":
+                assert acts[key] == 1
+            else:
+                assert acts[key] >= 1
+        return
+    assert all(count <= 1 for count in acts.values())
+    if story.outcome == "completed":
+        assert all(acts[key] == 1 for key in KEYS)
+        return
+    assert story.error is not None
+    assert story.error["type"] == "cairn.errors.InDoubtOperation"
+    doubtful = [key for key in KEYS if repr(key) in story.error["message"]]
+    assert len(doubtful) == 1
+    assert rows[doubtful[0]].status == "in_doubt"
