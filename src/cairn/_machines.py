@@ -35,20 +35,21 @@ def entry(
     retry_at: datetime | None = None,
     started_at: datetime,
 ) -> StepRecord:
+    # Positional: this runs once per step, and keywords cost measurably here.
     return StepRecord(
-        task_id=run.task_id,
-        seq=seq,
-        kind=kind,
-        name=name,
-        status=status,
-        output=output,
-        attempts=attempts,
-        task_attempt=run.attempt,
-        run_attempts=run_attempts,
-        error=None if error is None else describe_error(error),
-        retry_at=retry_at,
-        started_at=started_at,
-        finished_at=run.now(),
+        run.task_id,
+        seq,
+        kind,
+        name,
+        status,
+        output,
+        attempts,
+        run.attempt,
+        run_attempts,
+        None if error is None else describe_error(error),
+        retry_at,
+        started_at,
+        run.now(),
     )
 
 

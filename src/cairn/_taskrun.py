@@ -99,7 +99,8 @@ class TaskRun:
 
     def write(self, record: StepRecord) -> None:
         """Record one history entry under the fence."""
-        if not self.store.record_step(record, self.fence):
+        first = record.seq not in self.history
+        if not self.store.record_step(record, self.fence, first=first):
             self.lost()
         self.history[record.seq] = record
 

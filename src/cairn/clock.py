@@ -75,7 +75,12 @@ def to_iso(moment: datetime) -> str:
         if moment.tzinfo is None:
             raise ValueError("cairn records only tz-aware datetimes")
         moment = moment.astimezone(UTC)
-    return moment.isoformat(timespec="microseconds")
+    # isoformat() without timespec is twice as fast; it drops a zero fraction,
+    # which we put back so every stored time has the same width and sorts as text.
+    text = moment.isoformat()
+    if moment.microsecond == 0:
+        return f"{text[:19]}.000000{text[19:]}"
+    return text
 
 
 def from_iso(text: str) -> datetime:

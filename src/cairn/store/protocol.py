@@ -94,8 +94,11 @@ class Store(Protocol):
         """The whole recorded history of a task, in one read, keyed by seq."""
         ...
 
-    def record_step(self, step: StepRecord, fence: int) -> bool:
-        """Insert or update the history entry at (task, seq) if the fence holds."""
+    def record_step(self, step: StepRecord, fence: int, *, first: bool = False) -> bool:
+        """Insert or update the history entry at (task, seq) if the fence holds.
+
+        ``first`` says the caller knows nothing is recorded at that position yet,
+        so a store may use a cheaper plain insert."""
         ...
 
     def start_attempt(

@@ -54,6 +54,14 @@ _STEP_COLUMNS = (
     "error, retry_at, started_at, finished_at"
 )
 
+# The first write at a position is a plain fenced insert; only a position
+# written before (a retried step) pays for the upsert, ~7 us more a step.
+_INSERT_STEP = f"""
+INSERT INTO steps ({_STEP_COLUMNS})
+SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
+WHERE EXISTS (SELECT 1 FROM tasks WHERE id = ? AND fence = ?)
+"""
+
 _RECORD_STEP = f"""
 INSERT INTO steps ({_STEP_COLUMNS})
 SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
@@ -415,31 +423,36 @@ class SQLiteStore:
         return {row[1]: _step(row) for row in rows}
 
     @_serialized
-    def record_step(self, step: StepRecord, fence: int) -> bool:
-        return self._record_step(self._conn(), step, fence)
+    def record_step(self, step: StepRecord, fence: int, *, first: bool = False) -> bool:
+        return self._record_step(self._conn(), step, fence, first=first)
 
     @staticmethod
-    def _record_step(conn: sqlite3.Connection, step: StepRecord, fence: int) -> bool:
-        cursor = conn.execute(
-            _RECORD_STEP,
-            (
-                step.task_id,
-                step.seq,
-                step.kind,
-                step.name,
-                step.status,
-                step.output,
-                step.attempts,
-                step.task_attempt,
-                step.run_attempts,
-                step.error,
-                None if step.retry_at is None else to_iso(step.retry_at),
-                to_iso(step.started_at),
-                to_iso(step.finished_at),
-                step.task_id,
-                fence,
-            ),
+    def _record_step(
+        conn: sqlite3.Connection, step: StepRecord, fence: int, *, first: bool = False
+    ) -> bool:
+        params = (
+            step.task_id,
+            step.seq,
+            step.kind,
+            step.name,
+            step.status,
+            step.output,
+            step.attempts,
+            step.task_attempt,
+            step.run_attempts,
+            step.error,
+            None if step.retry_at is None else to_iso(step.retry_at),
+            to_iso(step.started_at),
+            to_iso(step.finished_at),
+            step.task_id,
+            fence,
         )
+        if first:
+            try:
+                return conn.execute(_INSERT_STEP, params).rowcount == 1
+            except sqlite3.IntegrityError:
+                pass  # the position was written after all: fall back to the upsert
+        cursor = conn.execute(_RECORD_STEP, params)
         return cursor.rowcount == 1
 
     @_serialized
