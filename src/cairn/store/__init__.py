@@ -33,11 +33,11 @@ def open_store(url: str, *, synchronous: Synchronous = "NORMAL") -> Store:
     if scheme == "sqlite":
         return SQLiteStore(sqlite_path(url), synchronous=synchronous)
     if scheme in ("postgres", "postgresql"):
-        raise ConfigurationError(
-            f"store URL {url!r}: the PostgreSQL store is not part of this cairn version "
-            "yet. Use a SQLite store (sqlite:///path/to/cairn.db) for now."
-        )
+        from cairn.store.postgres import PostgresStore
+
+        return PostgresStore(url)
     raise ConfigurationError(
         f"unknown store URL scheme {scheme!r} in {url!r}. cairn understands "
-        "sqlite:///path/to/cairn.db (or a plain file path)."
+        "sqlite:///path/to/cairn.db (or a plain file path) and "
+        "postgresql://user@host:5432/dbname."
     )

@@ -38,7 +38,11 @@ class Store(Protocol):
     """A durable home for batches, tasks and task histories."""
 
     url: str
-    capabilities: Capabilities
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this backend can do."""
+        ...
 
     def close(self) -> None:
         """Release every connection this store opened."""

@@ -1,0 +1,82 @@
+-- cairn schema 1 on PostgreSQL: batches, tasks, their recorded history, and
+-- operations. Same tables and meaning as the SQLite schema; times are timestamptz.
+-- cairn keeps its tables in a schema of their own (default "cairn"), so they
+-- never collide with an application's own "tasks" table.
+
+CREATE TABLE cairn_meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+
+CREATE TABLE batches (
+    name       TEXT PRIMARY KEY,
+    task_name  TEXT NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL
+);
+
+CREATE TABLE tasks (
+    pos              BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id               TEXT NOT NULL UNIQUE,
+    batch            TEXT REFERENCES batches (name),
+    item_key         TEXT,
+    name             TEXT NOT NULL,
+    args             TEXT NOT NULL,
+    codec            TEXT NOT NULL,
+    status           TEXT NOT NULL
+        CHECK (status IN ('pending', 'running', 'completed', 'failed', 'cancelled')),
+    attempts         INTEGER NOT NULL DEFAULT 0,
+    retry_base       INTEGER NOT NULL DEFAULT 0,
+    fence            BIGINT NOT NULL DEFAULT 0,
+    owner            TEXT,
+    lease_expires_at TIMESTAMPTZ,
+    result           TEXT,
+    error            TEXT,
+    created_at       TIMESTAMPTZ NOT NULL,
+    started_at       TIMESTAMPTZ,
+    finished_at      TIMESTAMPTZ,
+    updated_at       TIMESTAMPTZ NOT NULL
+);
+
+CREATE INDEX tasks_by_batch_status ON tasks (batch, status, pos);
+CREATE INDEX tasks_by_status ON tasks (status);
+CREATE INDEX tasks_by_owner ON tasks (owner) WHERE status = 'running';
+
+CREATE TABLE steps (
+    task_id      TEXT NOT NULL,
+    seq          INTEGER NOT NULL,
+    kind         TEXT NOT NULL CHECK (kind IN ('step', 'input', 'sleep', 'op')),
+    name         TEXT NOT NULL,
+    status       TEXT NOT NULL CHECK (status IN ('completed', 'retrying', 'failed')),
+    output       TEXT,
+    attempts     INTEGER NOT NULL,
+    task_attempt INTEGER NOT NULL,
+    run_attempts INTEGER NOT NULL,
+    error        TEXT,
+    retry_at     TIMESTAMPTZ,
+    started_at   TIMESTAMPTZ NOT NULL,
+    finished_at  TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (task_id, seq)
+);
+
+CREATE TABLE operations (
+    scope            TEXT NOT NULL,
+    key              TEXT NOT NULL,
+    status           TEXT NOT NULL
+        CHECK (status IN ('claimed', 'completed', 'failed', 'in_doubt', 'released')),
+    calls            INTEGER NOT NULL,
+    permanent        INTEGER NOT NULL DEFAULT 0,
+    task_id          TEXT NOT NULL,
+    step_seq         INTEGER NOT NULL,
+    claim_fence      BIGINT NOT NULL,
+    result           TEXT,
+    error            TEXT,
+    first_claimed_at TIMESTAMPTZ NOT NULL,
+    claimed_at       TIMESTAMPTZ NOT NULL,
+    completed_at     TIMESTAMPTZ,
+    updated_at       TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (scope, key)
+);
+
+CREATE INDEX operations_by_status ON operations (status);
+CREATE INDEX operations_by_task ON operations (task_id);
+CREATE INDEX operations_by_time ON operations (first_claimed_at);

@@ -1,0 +1,208 @@
+"""The SQL every SQL store shares, and the conversion of its rows to records.
+
+Statements use ``?`` placeholders; a backend that wants another style rewrites
+them once (PostgreSQL uses ``%s``). Times go in through the backend's ``ts``
+hook (ISO text for SQLite, datetimes for PostgreSQL's timestamptz) and come
+back through ``time_of``, which accepts either.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from cairn.clock import from_iso
+from cairn.store.records import OperationRecord, StepRecord, TaskRecord
+
+TASK_COLUMNS = (
+    "id, batch, item_key, name, args, codec, status, attempts, retry_base, fence, owner, "
+    "lease_expires_at, result, error, created_at, started_at, finished_at, updated_at"
+)
+STEP_COLUMNS = (
+    "task_id, seq, kind, name, status, output, attempts, task_attempt, run_attempts, "
+    "error, retry_at, started_at, finished_at"
+)
+OP_COLUMNS = (
+    "scope, key, status, calls, permanent, task_id, step_seq, claim_fence, result, error, "
+    "first_claimed_at, claimed_at, completed_at, updated_at"
+)
+
+# -- tasks and batches -----------------------------------------------------------
+INSERT_BATCH = (
+    "INSERT INTO batches (name, task_name, created_at) VALUES (?, ?, ?) "
+    "ON CONFLICT (name) DO NOTHING"
+)
+INSERT_TASK = (
+    "INSERT INTO tasks (id, batch, item_key, name, args, codec, status, created_at, "
+    "updated_at) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?) ON CONFLICT (id) DO NOTHING"
+)
+CLAIM_SET = (
+    "status = 'running', owner = ?, lease_expires_at = ?, fence = fence + 1, "
+    "started_at = COALESCE(started_at, ?), updated_at = ?"
+)
+# {lock} is where a backend that can adds FOR UPDATE SKIP LOCKED.
+CLAIM_NEXT = (
+    f"UPDATE tasks SET {CLAIM_SET} WHERE pos = ("
+    "SELECT pos FROM tasks WHERE batch = ? AND status = 'pending' ORDER BY pos LIMIT 1{lock}"
+    f") AND status = 'pending' RETURNING {TASK_COLUMNS}"
+)
+CLAIM_TASK = (
+    f"UPDATE tasks SET {CLAIM_SET} WHERE id = ? AND fence = ? "
+    f"AND (status = 'pending' OR status = 'running') RETURNING {TASK_COLUMNS}"
+)
+RUNNING_ALL = f"SELECT {TASK_COLUMNS} FROM tasks WHERE status = 'running' ORDER BY pos"
+RUNNING_OF_BATCH = (
+    f"SELECT {TASK_COLUMNS} FROM tasks WHERE batch = ? AND status = 'running' ORDER BY pos"
+)
+RENEW = "UPDATE tasks SET lease_expires_at = ? WHERE owner = ? AND status = 'running'"
+RELEASE = (
+    "UPDATE tasks SET status = 'pending', owner = NULL, lease_expires_at = NULL, "
+    "updated_at = ? WHERE id = ? AND fence = ? AND status = 'running'"
+)
+START_ATTEMPT = (
+    "UPDATE tasks SET attempts = ?, error = COALESCE(?, error), updated_at = ? "
+    "WHERE id = ? AND fence = ?"
+)
+FINISH = (
+    "UPDATE tasks SET status = ?, result = ?, error = ?, owner = NULL, "
+    "lease_expires_at = NULL, finished_at = ?, updated_at = ? "
+    "WHERE id = ? AND fence = ? AND status = 'running'"
+)
+GET_TASK = f"SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?"
+BATCH_TASK_NAME = "SELECT task_name FROM batches WHERE name = ?"
+BATCH_COUNTS = "SELECT status, COUNT(*) FROM tasks WHERE batch = ? GROUP BY status"
+BATCH_SUMMARIES = (
+    "SELECT b.name, b.task_name, b.created_at, t.status, COUNT(t.id), "
+    "MIN(t.started_at), MAX(t.finished_at) FROM batches b "
+    "LEFT JOIN tasks t ON t.batch = b.name{where} "
+    "GROUP BY b.name, b.task_name, b.created_at, t.status ORDER BY b.created_at, b.name"
+)
+# The fence moves too, so a running owner's next write fails and it stops.
+CANCEL = (
+    "UPDATE tasks SET status = 'cancelled', fence = fence + 1, owner = NULL, "
+    "lease_expires_at = NULL, finished_at = ?, updated_at = ? "
+    "WHERE id = ? AND (status = 'pending' OR status = 'running')"
+)
+RETRY = (
+    "UPDATE tasks SET status = 'pending', retry_base = attempts, result = NULL, "
+    "finished_at = NULL, updated_at = ? "
+    "WHERE id = ? AND (status = 'failed' OR status = 'cancelled')"
+)
+
+# -- history: the per-step write -------------------------------------------------
+_FENCE = "EXISTS (SELECT 1 FROM tasks WHERE id = ? AND fence = ?)"
+# The first write at a position is a plain fenced insert; only a position
+# written before (a retried step) pays for the upsert.
+INSERT_STEP = (
+    f"INSERT INTO steps ({STEP_COLUMNS}) "
+    f"SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {_FENCE}"
+)
+UPSERT_STEP = (
+    f"{INSERT_STEP} ON CONFLICT (task_id, seq) DO UPDATE SET "
+    "status = excluded.status, output = excluded.output, attempts = excluded.attempts, "
+    "task_attempt = excluded.task_attempt, run_attempts = excluded.run_attempts, "
+    "error = excluded.error, retry_at = excluded.retry_at, "
+    "started_at = excluded.started_at, finished_at = excluded.finished_at"
+)
+LOAD_HISTORY = f"SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?"
+
+# -- operations --------------------------------------------------------------------
+CLAIM_OP = (
+    "INSERT INTO operations (scope, key, status, calls, permanent, task_id, step_seq, "
+    "claim_fence, first_claimed_at, claimed_at, updated_at) "
+    f"SELECT ?, ?, 'claimed', 1, 0, ?, ?, ?, ?, ?, ? WHERE {_FENCE} "
+    "ON CONFLICT (scope, key) DO NOTHING"
+)
+RECLAIM_OP = (
+    "UPDATE operations SET status = 'claimed', calls = calls + 1, permanent = 0, "
+    "task_id = ?, step_seq = ?, claim_fence = ?, claimed_at = ?, updated_at = ? "
+    f"WHERE scope = ? AND key = ? AND calls = ? AND status != 'completed' AND {_FENCE}"
+)
+# A key already in doubt may still be settled (a reconcile found the outside world
+# did act), as long as nobody claimed it since: ``calls`` must still match.
+SETTLE_OP = (
+    "UPDATE operations SET status = ?, result = COALESCE(?, result), "
+    "error = COALESCE(?, error), permanent = ?, completed_at = ?, updated_at = ? "
+    "WHERE scope = ? AND key = ? AND calls = ? "
+    "AND (status = 'claimed' OR status = 'in_doubt')"
+)
+RESOLVE_OP = (
+    "UPDATE operations SET status = ?, result = ?, permanent = ?, completed_at = ?, "
+    "updated_at = ? WHERE scope = ? AND key = ? AND status != 'completed'"
+)
+GET_OP = f"SELECT {OP_COLUMNS} FROM operations WHERE scope = ? AND key = ?"
+OP_CALL_COUNTS = (
+    "SELECT COALESCE(SUM(CASE WHEN calls > 1 THEN 1 ELSE 0 END), 0), COUNT(*) FROM operations"
+)
+
+
+# -- rows to records ------------------------------------------------------------------
+def time_of(value: Any) -> datetime:
+    """A stored time as an aware UTC datetime, from ISO text or a datetime."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo is UTC else value.astimezone(UTC)
+    return from_iso(value)
+
+
+def opt_time(value: Any) -> datetime | None:
+    return None if value is None else time_of(value)
+
+
+def task_record(row: tuple[Any, ...]) -> TaskRecord:
+    return TaskRecord(
+        id=row[0],
+        batch=row[1],
+        item_key=row[2],
+        name=row[3],
+        args=row[4],
+        codec=row[5],
+        status=row[6],
+        attempts=row[7],
+        retry_base=row[8],
+        fence=row[9],
+        owner=row[10],
+        lease_expires_at=opt_time(row[11]),
+        result=row[12],
+        error=row[13],
+        created_at=time_of(row[14]),
+        started_at=opt_time(row[15]),
+        finished_at=opt_time(row[16]),
+        updated_at=time_of(row[17]),
+    )
+
+
+def step_record(row: tuple[Any, ...]) -> StepRecord:
+    return StepRecord(
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        row[4],
+        row[5],
+        row[6],
+        row[7],
+        row[8],
+        row[9],
+        opt_time(row[10]),
+        time_of(row[11]),
+        time_of(row[12]),
+    )
+
+
+def op_record(row: tuple[Any, ...]) -> OperationRecord:
+    return OperationRecord(
+        scope=row[0],
+        key=row[1],
+        status=row[2],
+        calls=row[3],
+        permanent=bool(row[4]),
+        task_id=row[5],
+        step_seq=row[6],
+        claim_fence=row[7],
+        result=row[8],
+        error=row[9],
+        first_claimed_at=time_of(row[10]),
+        claimed_at=time_of(row[11]),
+        completed_at=opt_time(row[12]),
+        updated_at=time_of(row[13]),
+    )

@@ -1,0 +1,436 @@
+"""One implementation of the store contract over SQL, for every SQL backend.
+
+A backend supplies a few primitives: run one statement in its own implicit
+transaction (``_exec``), run several in one transaction (``_transaction``),
+turn a time into a parameter (``_ts``), and a context to hold while writing
+(``_writing``: SQLite serialises a process's writers; PostgreSQL needs nothing).
+Everything else, and all of the SQL (``cairn.store.sql``), is shared, so the
+backends cannot drift apart in meaning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import datetime
+from functools import partial
+from itertools import islice
+from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar
+
+from cairn.store import sql
+from cairn.store.protocol import Capabilities
+from cairn.store.records import (
+    BatchSummary,
+    NewTask,
+    OperationClaim,
+    OperationRecord,
+    StepRecord,
+    TaskRecord,
+)
+
+T = TypeVar("T")
+
+ENQUEUE_CHUNK = 500
+PAGE = 500
+
+
+class Result(NamedTuple):
+    """What one statement did: rows changed, and rows returned."""
+
+    rowcount: int
+    rows: list[tuple[Any, ...]]
+
+
+class Tx(Protocol):
+    """Statements inside one transaction."""
+
+    def exec(self, statement: str, params: Sequence[Any] = ()) -> Result: ...
+
+    def exec_many(self, statement: str, rows: Iterable[Sequence[Any]]) -> int:
+        """Run ``statement`` once per row; return the rows it changed."""
+        ...
+
+
+def _write_chunk(
+    batch_rows: list[tuple[Any, ...]], task_rows: list[tuple[Any, ...]], tx: Tx
+) -> int:
+    tx.exec_many(sql.INSERT_BATCH, batch_rows)
+    return tx.exec_many(sql.INSERT_TASK, task_rows)
+
+
+class SQLStore(ABC):
+    """The store contract, implemented once over the primitives below."""
+
+    url: str
+    capabilities: ClassVar[Capabilities]
+    # Appended to the claim query's inner SELECT: FOR UPDATE SKIP LOCKED where
+    # the backend has row locks, so concurrent claimers never wait on each other.
+    claim_lock_clause: ClassVar[str] = ""
+
+    # -- primitives each backend provides ---------------------------------------
+    @abstractmethod
+    def _exec(self, statement: str, params: Sequence[Any] = ()) -> Result:
+        """Run one statement as its own transaction."""
+
+    @abstractmethod
+    def _atomically(self, work: Callable[[Tx], T]) -> T:
+        """Run ``work`` as one transaction (write-locked from the start). A backend
+        may run it again after a lost connection, so ``work`` must be idempotent."""
+
+    @abstractmethod
+    def _ts(self, moment: datetime) -> Any:
+        """A time as a statement parameter."""
+
+    @abstractmethod
+    def _writing(self) -> contextlib.AbstractContextManager[object]:
+        """Held around every write."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def close_thread(self) -> None:  # noqa: B027 - a no-op unless a backend pins connections
+        """Release the calling thread's own connection, where there is one."""
+
+    # -- creating work -------------------------------------------------------------
+    def ensure_batch(self, name: str, task_name: str, now: datetime) -> None:
+        with self._writing():
+            self._exec(sql.INSERT_BATCH, (name, task_name, self._ts(now)))
+
+    def create_task(self, task: NewTask, now: datetime) -> bool:
+        return self.enqueue([task], now) == 1
+
+    def enqueue(self, tasks: Iterable[NewTask], now: datetime) -> int:
+        stamp = self._ts(now)
+        inserted = 0
+        iterator = iter(tasks)
+        # Chunks keep memory flat for huge batches, and each chunk is one commit.
+        while chunk := list(islice(iterator, ENQUEUE_CHUNK)):
+            # A batch row is written with its first tasks, never before them: a
+            # stream that fails in its first chunk leaves no empty batch.
+            batches = sorted({(t.batch, t.name) for t in chunk if t.batch is not None})
+            batch_rows = [(b, n, stamp) for b, n in batches]
+            task_rows = [
+                (t.id, t.batch, t.item_key, t.name, t.args, t.codec, stamp, stamp) for t in chunk
+            ]
+            with self._writing():
+                inserted += self._atomically(partial(_write_chunk, batch_rows, task_rows))
+        return inserted
+
+    # -- ownership -------------------------------------------------------------------
+    def claim_next_pending(
+        self, batch: str, owner: str, lease_until: datetime, now: datetime
+    ) -> TaskRecord | None:
+        stamp = self._ts(now)
+        statement = sql.CLAIM_NEXT.format(lock=self.claim_lock_clause)
+        with self._writing():
+            rows = self._exec(statement, (owner, self._ts(lease_until), stamp, stamp, batch)).rows
+        return sql.task_record(rows[0]) if rows else None
+
+    def claim_task(
+        self, task_id: str, expected_fence: int, owner: str, lease_until: datetime, now: datetime
+    ) -> TaskRecord | None:
+        stamp = self._ts(now)
+        params = (owner, self._ts(lease_until), stamp, stamp, task_id, expected_fence)
+        with self._writing():
+            rows = self._exec(sql.CLAIM_TASK, params).rows
+        return sql.task_record(rows[0]) if rows else None
+
+    def running_tasks(self, batch: str | None) -> list[TaskRecord]:
+        if batch is None:
+            rows = self._exec(sql.RUNNING_ALL).rows
+        else:
+            rows = self._exec(sql.RUNNING_OF_BATCH, (batch,)).rows
+        return [sql.task_record(r) for r in rows]
+
+    def renew_leases(self, owner: str, lease_until: datetime) -> int:
+        with self._writing():
+            return self._exec(sql.RENEW, (self._ts(lease_until), owner)).rowcount
+
+    def release_task(self, task_id: str, fence: int, now: datetime) -> bool:
+        with self._writing():
+            return self._exec(sql.RELEASE, (self._ts(now), task_id, fence)).rowcount == 1
+
+    # -- the fenced write path -----------------------------------------------------------
+    def load_history(self, task_id: str) -> dict[int, StepRecord]:
+        return {
+            row[1]: sql.step_record(row) for row in self._exec(sql.LOAD_HISTORY, (task_id,)).rows
+        }
+
+    def _step_params(self, step: StepRecord, fence: int) -> tuple[Any, ...]:
+        return (
+            step.task_id,
+            step.seq,
+            step.kind,
+            step.name,
+            step.status,
+            step.output,
+            step.attempts,
+            step.task_attempt,
+            step.run_attempts,
+            step.error,
+            None if step.retry_at is None else self._ts(step.retry_at),
+            self._ts(step.started_at),
+            self._ts(step.finished_at),
+            step.task_id,
+            fence,
+        )
+
+    def record_step(self, step: StepRecord, fence: int, *, first: bool = False) -> bool:
+        params = self._step_params(step, fence)
+        with self._writing():
+            if first:
+                try:
+                    return self._exec(sql.INSERT_STEP, params).rowcount == 1
+                except self.integrity_errors:
+                    pass  # the position was written after all: fall back to the upsert
+            return self._exec(sql.UPSERT_STEP, params).rowcount == 1
+
+    # The driver's unique-violation errors (set by each backend).
+    integrity_errors: tuple[type[BaseException], ...] = ()
+
+    def start_attempt(
+        self, task_id: str, fence: int, attempts: int, error: str | None, now: datetime
+    ) -> bool:
+        params = (attempts, error, self._ts(now), task_id, fence)
+        with self._writing():
+            return self._exec(sql.START_ATTEMPT, params).rowcount == 1
+
+    def finish_task(
+        self,
+        task_id: str,
+        fence: int,
+        status: str,
+        result: str | None,
+        error: str | None,
+        now: datetime,
+    ) -> bool:
+        stamp = self._ts(now)
+        params = (status, result, error, stamp, stamp, task_id, fence)
+        with self._writing():
+            return self._exec(sql.FINISH, params).rowcount == 1
+
+    # -- reading and operator actions --------------------------------------------------
+    def get_task(self, task_id: str) -> TaskRecord | None:
+        rows = self._exec(sql.GET_TASK, (task_id,)).rows
+        return sql.task_record(rows[0]) if rows else None
+
+    def list_tasks(
+        self, *, batch: str | None = None, status: str | None = None, limit: int | None = None
+    ) -> Iterator[TaskRecord]:
+        where = ["pos > ?"]
+        params: list[Any] = []
+        if batch is not None:
+            where.append("batch = ?")
+            params.append(batch)
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+        statement = (
+            f"SELECT pos, {sql.TASK_COLUMNS} FROM tasks WHERE {' AND '.join(where)} "
+            "ORDER BY pos LIMIT ?"
+        )
+        # Keyset pages: never a whole table in memory, and no cursor held open
+        # between pages, so a caller may write while iterating.
+        after, left = 0, limit
+        while left is None or left > 0:
+            size = PAGE if left is None else min(PAGE, left)
+            rows = self._exec(statement, (after, *params, size)).rows
+            for row in rows:
+                yield sql.task_record(row[1:])
+            if len(rows) < size:
+                return
+            after = rows[-1][0]
+            left = None if left is None else left - len(rows)
+
+    def batch_summaries(self, name: str | None = None) -> list[BatchSummary]:
+        where, params = ("", ()) if name is None else (" WHERE b.name = ?", (name,))
+        summaries: dict[str, BatchSummary] = {}
+        for row in self._exec(sql.BATCH_SUMMARIES.format(where=where), params).rows:
+            known = summaries.get(row[0])
+            if known is None:
+                known = BatchSummary(row[0], row[1], sql.time_of(row[2]), {}, None, None)
+            started = [t for t in (known.first_started_at, sql.opt_time(row[5])) if t]
+            finished = [t for t in (known.last_finished_at, sql.opt_time(row[6])) if t]
+            counts = dict(known.counts)
+            if row[3] is not None:
+                counts[row[3]] = row[4]
+            summaries[row[0]] = BatchSummary(
+                known.name,
+                known.task_name,
+                known.created_at,
+                counts,
+                min(started, default=None),
+                max(finished, default=None),
+            )
+        return list(summaries.values())
+
+    def batch_task_name(self, batch: str) -> str | None:
+        rows = self._exec(sql.BATCH_TASK_NAME, (batch,)).rows
+        return str(rows[0][0]) if rows else None
+
+    def batch_counts(self, batch: str) -> Mapping[str, int]:
+        return {str(status): int(n) for status, n in self._exec(sql.BATCH_COUNTS, (batch,)).rows}
+
+    def cancel_task(self, task_id: str, now: datetime) -> bool:
+        stamp = self._ts(now)
+        with self._writing():
+            return self._exec(sql.CANCEL, (stamp, stamp, task_id)).rowcount == 1
+
+    def retry_task(self, task_id: str, now: datetime) -> bool:
+        with self._writing():
+            return self._exec(sql.RETRY, (self._ts(now), task_id)).rowcount == 1
+
+    # -- operations ----------------------------------------------------------------------
+    def claim_operation(
+        self, scope: str, key: str, task_id: str, seq: int, fence: int, now: datetime
+    ) -> OperationClaim:
+        stamp = self._ts(now)
+        params = (scope, key, task_id, seq, fence, stamp, stamp, stamp, task_id, fence)
+        with self._writing():
+            if self._exec(sql.CLAIM_OP, params).rowcount == 1:
+                return OperationClaim(claimed=True, record=None)
+            existing = self.get_operation(scope, key)
+        return OperationClaim(claimed=False, record=existing, fenced_out=existing is None)
+
+    def reclaim_operation(
+        self,
+        scope: str,
+        key: str,
+        expected_calls: int,
+        task_id: str,
+        seq: int,
+        fence: int,
+        now: datetime,
+    ) -> OperationClaim:
+        stamp = self._ts(now)
+        params = (task_id, seq, fence, stamp, stamp, scope, key, expected_calls, task_id, fence)
+        with self._writing():
+            if self._exec(sql.RECLAIM_OP, params).rowcount == 1:
+                return OperationClaim(claimed=True, record=None)
+        return OperationClaim(claimed=False, record=self.get_operation(scope, key))
+
+    def _settle_params(
+        self,
+        scope: str,
+        key: str,
+        calls: int,
+        status: str,
+        result: str | None,
+        error: str | None,
+        permanent: bool,
+        now: datetime,
+    ) -> tuple[Any, ...]:
+        stamp = self._ts(now)
+        completed_at = stamp if status == "completed" else None
+        return (status, result, error, int(permanent), completed_at, stamp, scope, key, calls)
+
+    def complete_operation(
+        self, scope: str, key: str, calls: int, result: str, step: StepRecord, fence: int
+    ) -> tuple[bool, bool]:
+        settle = self._settle_params(
+            scope, key, calls, "completed", result, None, False, step.finished_at
+        )
+        step_params = self._step_params(step, fence)
+
+        def record(tx: Tx) -> tuple[bool, bool]:
+            # The outcome is recorded even if the fence moved: the outside world
+            # acted, and the next owner must read that rather than find it in doubt.
+            op_done = tx.exec(sql.SETTLE_OP, settle).rowcount == 1
+            return op_done, op_done and tx.exec(sql.UPSERT_STEP, step_params).rowcount == 1
+
+        with self._writing():
+            op_recorded, step_recorded = self._atomically(record)
+        return op_recorded, step_recorded
+
+    def settle_operation(
+        self,
+        scope: str,
+        key: str,
+        calls: int,
+        status: str,
+        *,
+        error: str | None,
+        permanent: bool,
+        now: datetime,
+        result: str | None = None,
+    ) -> bool:
+        params = self._settle_params(scope, key, calls, status, result, error, permanent, now)
+        with self._writing():
+            return self._exec(sql.SETTLE_OP, params).rowcount == 1
+
+    def resolve_operation(
+        self,
+        scope: str,
+        key: str,
+        status: str,
+        *,
+        result: str | None,
+        permanent: bool,
+        now: datetime,
+    ) -> bool:
+        stamp = self._ts(now)
+        completed_at = stamp if status == "completed" else None
+        params = (status, result, int(permanent), completed_at, stamp, scope, key)
+        with self._writing():
+            return self._exec(sql.RESOLVE_OP, params).rowcount == 1
+
+    def get_operation(self, scope: str, key: str) -> OperationRecord | None:
+        rows = self._exec(sql.GET_OP, (scope, key)).rows
+        return sql.op_record(rows[0]) if rows else None
+
+    def list_operations(
+        self,
+        *,
+        prefix: str | None = None,
+        since: datetime | None = None,
+        task_id: str | None = None,
+        statuses: tuple[str, ...] | None = None,
+        limit: int | None = None,
+    ) -> Iterator[OperationRecord]:
+        where: list[str] = []
+        params: list[Any] = []
+        if prefix:
+            # substr, not LIKE: keys may hold % or _.
+            where.append("substr(key, 1, ?) = ?")
+            params += [len(prefix), prefix]
+        if since is not None:
+            where.append("first_claimed_at >= ?")
+            params.append(self._ts(since))
+        if task_id is not None:
+            where.append("task_id = ?")
+            params.append(task_id)
+        if statuses:
+            where.append("(" + " OR ".join("status = ?" for _ in statuses) + ")")
+            params += list(statuses)
+        yield from self._operation_pages(where, params, limit)
+
+    def _operation_pages(
+        self, where: list[str], params: list[Any], limit: int | None
+    ) -> Iterator[OperationRecord]:
+        order = "first_claimed_at, scope, key"
+        after: tuple[Any, ...] | None = None
+        left = limit
+        while left is None or left > 0:
+            size = PAGE if left is None else min(PAGE, left)
+            clauses = list(where)
+            page_params = list(params)
+            if after is not None:
+                clauses.append("(first_claimed_at, scope, key) > (?, ?, ?)")
+                page_params += list(after)
+            statement = f"SELECT {sql.OP_COLUMNS} FROM operations"
+            if clauses:
+                statement += " WHERE " + " AND ".join(clauses)
+            statement += f" ORDER BY {order} LIMIT ?"
+            rows = self._exec(statement, (*page_params, size)).rows
+            for row in rows:
+                yield sql.op_record(row)
+            if len(rows) < size:
+                return
+            last = rows[-1]
+            after = (last[10], last[0], last[1])
+            left = None if left is None else left - len(rows)
+
+    def operation_call_counts(self) -> tuple[int, int]:
+        row = self._exec(sql.OP_CALL_COUNTS).rows[0]
+        return int(row[0]), int(row[1])
