@@ -112,6 +112,8 @@ def once_machine(
                 continue
             if op.status in ("claimed", "in_doubt"):
                 settled = yield from _settle_doubt(run, seq, key, op, policy, started)
+                if settled is _LOOK_AGAIN:
+                    continue
                 if settled is not _RECLAIM:
                     return settled
             claim = run.store.reclaim_operation(
@@ -162,6 +164,8 @@ def once_machine(
 
 
 _RECLAIM = object()
+# The row moved on while we looked (its claimant recorded after all): read again.
+_LOOK_AGAIN = object()
 
 
 def _settle_doubt(
@@ -172,7 +176,7 @@ def _settle_doubt(
     policy: OncePolicy,
     started: datetime,
 ) -> Machine[Any]:
-    """Decide about a key whose claimant died. Returns a result, or ``_RECLAIM``."""
+    """Decide about a key whose claimant died: a result, ``_RECLAIM`` or ``_LOOK_AGAIN``."""
     if policy.reconcile is not None:
         found = yield Call(policy.reconcile, (key,), {})
         if found is None:
@@ -193,17 +197,19 @@ def _settle_doubt(
     if policy.on_doubt == "retry":
         return _RECLAIM
     doubt = _in_doubt_error(run, op)
-    if op.status == "claimed":
-        # Keep the reason in the audit log, so `cairn ops` can say why.
-        run.store.settle_operation(
-            op.scope,
-            key,
-            op.calls,
-            "in_doubt",
-            error=describe_error(doubt),
-            permanent=False,
-            now=run.now(),
-        )
+    # Keep the reason in the audit log, so `cairn ops` can say why. If the row
+    # is no longer this claim (its claimant recorded the moment we looked), it
+    # was never in doubt: look again.
+    if op.status == "claimed" and not run.store.settle_operation(
+        op.scope,
+        key,
+        op.calls,
+        "in_doubt",
+        error=describe_error(doubt),
+        permanent=False,
+        now=run.now(),
+    ):
+        return _LOOK_AGAIN
     raise doubt
 
 
