@@ -69,11 +69,15 @@ class BatchReport:
 
 
 class Claimer:
-    """Finds the next task this process may run for one batch."""
+    """Finds the next task this process may run: of one batch, or (``batch=None``)
+    of any batch whose task function is one of ``names``."""
 
-    def __init__(self, app: Cairn, batch: str) -> None:
+    def __init__(
+        self, app: Cairn, batch: str | None, names: tuple[str, ...] | None = None
+    ) -> None:
         self._app = app
         self._batch = batch
+        self._names = names
 
     def next(self) -> TaskRecord | Literal["wait"] | None:
         """A claimed task; ``WAIT`` if live workers elsewhere still hold some; or
@@ -88,11 +92,15 @@ class Claimer:
         app = self._app
         now = app.clock.now()
         lease_until = app.leases.lease_until()
-        claimed = app.store.claim_next_pending(self._batch, app.owner, lease_until, now)
+        claimed = app.store.claim_next_pending(
+            self._batch, app.owner, lease_until, now, names=self._names
+        )
         if claimed is not None:
             return claimed
         held_elsewhere = False
         for task in app.store.running_tasks(self._batch):
+            if self._names is not None and task.name not in self._names:
+                continue
             expired = task.lease_expires_at is not None and task.lease_expires_at < now
             if may_take_over(task.id, task.owner, expired, app.owner):
                 claimed = app.store.claim_task(task.id, task.fence, app.owner, lease_until, now)

@@ -19,6 +19,7 @@ from cairn.codec import Codec, codec_for
 from cairn.context import Context
 from cairn.errors import (
     CodecError,
+    ConfigurationError,
     TaskArgumentsError,
     TaskBusy,
     TaskCancelled,
@@ -82,6 +83,20 @@ class Cairn:
         if self._store_arg is not None:
             return self._store_arg.url
         return os.environ.get("CAIRN_STORE") or DEFAULT_URL
+
+    def use_store(self, url: str) -> None:
+        """Point the app at another store before it opens one (``cairn worker
+        --store``); after the store is open this is an error."""
+        with self._store_lock:
+            if self._store is not None:
+                raise ConfigurationError(
+                    "the app's store is already open; call use_store() before running"
+                )
+            self._store_arg = url
+
+    def task_names(self) -> list[str]:
+        """The names of the task functions registered on this app."""
+        return sorted(self._tasks)
 
     @property
     def store(self) -> Store:

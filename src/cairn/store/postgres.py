@@ -117,7 +117,7 @@ class PostgresStore(SQLStore):
         reconnect_timeout: float | None = None,
         connect_timeout: float = 10.0,
     ) -> None:
-        psycopg, psycopg_pool = _driver()
+        driver, pool_driver = _driver()
         conninfo, own = split_url(url)
         self.url = url
         self.schema = schema or own.get("schema", "cairn")
@@ -125,10 +125,10 @@ class PostgresStore(SQLStore):
             raise ConfigurationError(f"schema {self.schema!r} must be a plain SQL identifier")
         self.pool_size = pool_size or int(own.get("pool_size", "10"))
         self.reconnect_timeout = reconnect_timeout or float(own.get("reconnect_timeout", "300"))
-        self.integrity_errors = (psycopg.errors.UniqueViolation,)
-        self._operational = psycopg.OperationalError
-        self._pool_timeout = psycopg_pool.PoolTimeout
-        self._pool: ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+        self.integrity_errors = (driver.errors.UniqueViolation,)
+        self._operational = driver.OperationalError
+        self._pool_timeout = pool_driver.PoolTimeout
+        self._pool: ConnectionPool[Any] = pool_driver.ConnectionPool(
             conninfo,
             min_size=1,
             max_size=self.pool_size,
@@ -141,14 +141,18 @@ class PostgresStore(SQLStore):
         )
         try:
             self._pool.open(wait=True, timeout=connect_timeout)
-        except psycopg_pool.PoolTimeout as exc:
+        except pool_driver.PoolTimeout as exc:
             self._pool.close()
             raise StoreError(
                 f"cannot connect to PostgreSQL at {_redacted(conninfo)} within "
                 f"{connect_timeout:.0f}s. Is the server running, and does the URL name a "
                 "database that exists?"
             ) from exc
-        self._migrate_lock = threading.Lock()
+        self._channel = f"cairn_work_{self.schema}"
+        self.announce_work = f"NOTIFY {self._channel}"
+        self._conninfo = conninfo
+        self._listener: psycopg.Connection[Any] | None = None
+        self._listener_lock = threading.Lock()
         try:
             self._migrate()
         except BaseException:
@@ -241,5 +245,30 @@ class PostgresStore(SQLStore):
     def _writing(self) -> nullcontext[None]:
         return nullcontext()
 
+    def wait_for_work(self, timeout: float) -> None:
+        """LISTEN for the NOTIFY that enqueue sends, up to ``timeout`` seconds.
+
+        Polling stays the fallback: a lost listener only means waiting the
+        full timeout once, then listening again."""
+        with self._listener_lock:
+            try:
+                if self._listener is None or self._listener.closed:
+                    driver, _ = _driver()
+                    self._listener = driver.Connection.connect(
+                        self._conninfo, autocommit=True, connect_timeout=5
+                    )
+                    self._listener.execute(f"LISTEN {self._channel}")
+                for _ in self._listener.notifies(timeout=timeout, stop_after=1):
+                    break
+                return
+            except self._operational as exc:
+                log.warning("cairn: not listening for new work (%s); polling", exc)
+                self._listener = None
+        time.sleep(timeout)
+
     def close(self) -> None:
+        with self._listener_lock:
+            if self._listener is not None:
+                self._listener.close()
+                self._listener = None
         self._pool.close()

@@ -9,7 +9,7 @@ a lost lease from a cancellation and react.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -69,9 +69,20 @@ class Store(Protocol):
 
     # -- ownership -------------------------------------------------------------
     def claim_next_pending(
-        self, batch: str, owner: str, lease_until: datetime, now: datetime
+        self,
+        batch: str | None,
+        owner: str,
+        lease_until: datetime,
+        now: datetime,
+        *,
+        names: Sequence[str] | None = None,
     ) -> TaskRecord | None:
-        """Atomically take the oldest pending task of ``batch``, or None."""
+        """Atomically take the oldest pending task of ``batch`` (or, with None, of
+        any batch whose task is one of ``names``), or None."""
+        ...
+
+    def wait_for_work(self, timeout: float) -> None:
+        """Block until new tasks may have been enqueued, or ``timeout`` passes."""
         ...
 
     def claim_task(
@@ -90,7 +101,8 @@ class Store(Protocol):
         ...
 
     def release_task(self, task_id: str, fence: int, now: datetime) -> bool:
-        """Hand a running task back as pending (clean shutdown)."""
+        """Hand a running task back as pending (clean shutdown). The fence moves,
+        so the process that held it can write nothing more."""
         ...
 
     # -- the fenced write path -----------------------------------------------

@@ -40,10 +40,11 @@ CLAIM_SET = (
     "status = 'running', owner = ?, lease_expires_at = ?, fence = fence + 1, "
     "started_at = COALESCE(started_at, ?), updated_at = ?"
 )
+# {filter} picks the candidates (one batch, or any batch of some task names);
 # {lock} is where a backend that can adds FOR UPDATE SKIP LOCKED.
 CLAIM_NEXT = (
     f"UPDATE tasks SET {CLAIM_SET} WHERE pos = ("
-    "SELECT pos FROM tasks WHERE batch = ? AND status = 'pending' ORDER BY pos LIMIT 1{lock}"
+    "SELECT pos FROM tasks WHERE {filter} AND status = 'pending' ORDER BY pos LIMIT 1{lock}"
     f") AND status = 'pending' RETURNING {TASK_COLUMNS}"
 )
 CLAIM_TASK = (
@@ -55,8 +56,10 @@ RUNNING_OF_BATCH = (
     f"SELECT {TASK_COLUMNS} FROM tasks WHERE batch = ? AND status = 'running' ORDER BY pos"
 )
 RENEW = "UPDATE tasks SET lease_expires_at = ? WHERE owner = ? AND status = 'running'"
+# The fence moves, so the process handing the task back can write nothing more.
 RELEASE = (
     "UPDATE tasks SET status = 'pending', owner = NULL, lease_expires_at = NULL, "
+    "fence = fence + 1, "
     "updated_at = ? WHERE id = ? AND fence = ? AND status = 'running'"
 )
 START_ATTEMPT = (

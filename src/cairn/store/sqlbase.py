@@ -11,6 +11,7 @@ backends cannot drift apart in meaning.
 from __future__ import annotations
 
 import contextlib
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -53,10 +54,16 @@ class Tx(Protocol):
 
 
 def _write_chunk(
-    batch_rows: list[tuple[Any, ...]], task_rows: list[tuple[Any, ...]], tx: Tx
+    batch_rows: list[tuple[Any, ...]],
+    task_rows: list[tuple[Any, ...]],
+    announce: str | None,
+    tx: Tx,
 ) -> int:
     tx.exec_many(sql.INSERT_BATCH, batch_rows)
-    return tx.exec_many(sql.INSERT_TASK, task_rows)
+    inserted = tx.exec_many(sql.INSERT_TASK, task_rows)
+    if inserted and announce:
+        tx.exec(announce)  # idle workers wake at commit instead of at their next poll
+    return inserted
 
 
 class SQLStore(ABC):
@@ -67,6 +74,9 @@ class SQLStore(ABC):
     # Appended to the claim query's inner SELECT: FOR UPDATE SKIP LOCKED where
     # the backend has row locks, so concurrent claimers never wait on each other.
     claim_lock_clause: ClassVar[str] = ""
+    # A statement that wakes idle workers when new tasks are committed, if the
+    # backend can (PostgreSQL's NOTIFY); others are found by polling.
+    announce_work: str | None = None
 
     # -- primitives each backend provides ---------------------------------------
     @abstractmethod
@@ -88,6 +98,10 @@ class SQLStore(ABC):
 
     @abstractmethod
     def close(self) -> None: ...
+
+    def wait_for_work(self, timeout: float) -> None:
+        """Block until new work may have arrived, or ``timeout`` seconds pass."""
+        time.sleep(timeout)
 
     def close_thread(self) -> None:  # noqa: B027 - a no-op unless a backend pins connections
         """Release the calling thread's own connection, where there is one."""
@@ -114,18 +128,36 @@ class SQLStore(ABC):
                 (t.id, t.batch, t.item_key, t.name, t.args, t.codec, stamp, stamp) for t in chunk
             ]
             with self._writing():
-                inserted += self._atomically(partial(_write_chunk, batch_rows, task_rows))
+                write = partial(_write_chunk, batch_rows, task_rows, self.announce_work)
+                inserted += self._atomically(write)
         return inserted
 
     # -- ownership -------------------------------------------------------------------
     def claim_next_pending(
-        self, batch: str, owner: str, lease_until: datetime, now: datetime
+        self,
+        batch: str | None,
+        owner: str,
+        lease_until: datetime,
+        now: datetime,
+        *,
+        names: Sequence[str] | None = None,
     ) -> TaskRecord | None:
         stamp = self._ts(now)
-        statement = sql.CLAIM_NEXT.format(lock=self.claim_lock_clause)
+        params: list[Any] = [owner, self._ts(lease_until), stamp, stamp]
+        if batch is not None:
+            where = "batch = ?"
+            params.append(batch)
+        elif names:
+            where = "(" + " OR ".join("name = ?" for _ in names) + ")"
+            params += list(names)
+        else:
+            where = "1 = 1"
+        statement = sql.CLAIM_NEXT.format(filter=where, lock=self.claim_lock_clause)
         with self._writing():
-            rows = self._exec(statement, (owner, self._ts(lease_until), stamp, stamp, batch)).rows
-        return sql.task_record(rows[0]) if rows else None
+            rows = self._exec(statement, params).rows
+        if rows:
+            return sql.task_record(rows[0])
+        return None
 
     def claim_task(
         self, task_id: str, expected_fence: int, owner: str, lease_until: datetime, now: datetime

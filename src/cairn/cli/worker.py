@@ -1,0 +1,111 @@
+"""``cairn worker MODULE:APP``: claim and run tasks until stopped."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cairn.app import Cairn
+from cairn.errors import CairnError
+
+from ._common import fail
+
+
+def load_app(target: str) -> Cairn:
+    """The ``Cairn`` instance named by ``module:attribute`` (importable from here)."""
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        fail(f"{target!r} is not MODULE:APP, e.g. myproject.batch:app")
+    # Like `python -m`: modules in the current directory are importable.
+    sys.path.insert(0, str(Path.cwd()))
+    try:
+        found: object = importlib.import_module(module_name)
+    except ImportError as exc:
+        fail(f"cannot import {module_name!r}: {exc}")
+    for part in attribute.split("."):
+        found = getattr(found, part, None)
+        if found is None:
+            fail(f"module {module_name!r} has no {attribute!r}")
+    if not isinstance(found, Cairn):
+        fail(f"{target} is a {type(found).__name__}, not a cairn.Cairn app")
+    return found
+
+
+def worker_command(
+    target: Annotated[str, typer.Argument(metavar="MODULE:APP", help="Where the app is.")],
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", "-c", min=1, help="Tasks run at once.")
+    ] = 4,
+    burst: Annotated[
+        bool, typer.Option("--burst", help="Stop once nothing is left to run.")
+    ] = False,
+    idle_wait: Annotated[
+        float,
+        typer.Option("--idle-wait", min=0.01, help="Seconds between looks for work when idle."),
+    ] = 5.0,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            envvar="CAIRN_STORE",
+            show_envvar=True,
+            metavar="URL",
+            help="Override the app's store (default: the app's own).",
+        ),
+    ] = None,
+) -> None:
+    """Claim and run tasks of any batch whose function MODULE:APP registers.
+
+    SIGTERM or Ctrl-C: stop claiming and let running tasks finish; a second one
+    hands them back at once. Run as many workers, on as many machines, as you like.
+    """
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    app = load_app(target)
+    if store is not None:
+        app.use_store(store)
+    from cairn.worker import Worker
+
+    try:
+        worker = Worker(app, concurrency=concurrency, idle_wait=idle_wait, burst=burst)
+        worker.install_signal_handlers()
+        report = worker.run()
+    except (CairnError, ValueError) as exc:
+        fail(str(exc))
+    finally:
+        app.close()
+    logging.getLogger("cairn").info(
+        "cairn worker: ran %d task(s): %d completed, %d failed, %d lost, %d handed back",
+        report.ran,
+        report.completed,
+        report.failed,
+        report.lost,
+        len(report.handed_back),
+    )
+
+
+def migrate_command(
+    store: Annotated[
+        str,
+        typer.Option(
+            "--store",
+            envvar="CAIRN_STORE",
+            show_envvar=True,
+            metavar="URL",
+            help="The store to create or upgrade.",
+        ),
+    ],
+) -> None:
+    """Create the store's tables, or upgrade them to this cairn's schema."""
+    from cairn.store import open_store
+
+    try:
+        opened = open_store(store)
+    except CairnError as exc:
+        fail(str(exc))
+    opened.close()
+    typer.echo(f"{store}: schema is current")

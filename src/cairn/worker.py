@@ -1,0 +1,177 @@
+"""``cairn worker``: a long-running process that claims and runs tasks.
+
+A worker runs any pending task, of any batch, whose task function its app has
+registered, up to ``concurrency`` at once. Start as many as you like, on as many
+machines as share the store: claims never collide (one atomic update; on
+PostgreSQL with ``FOR UPDATE SKIP LOCKED``), and every write is fenced.
+
+Idle workers do not spin: they wait for the store's wake-up (PostgreSQL
+LISTEN/NOTIFY, sent when tasks are enqueued) or a poll interval, whichever
+comes first. SIGTERM (or Ctrl-C) stops claiming and lets running tasks finish;
+a second one hands them back at once (their fence moves, so this process can
+write nothing more for them) and exits. After SIGKILL, the leases expire and
+other workers take the tasks over; on the same host, at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import TYPE_CHECKING
+
+from cairn._batch import WAIT, Claimer
+from cairn._execute import Outcome, aexecute, execute
+from cairn.store.records import TaskRecord
+
+if TYPE_CHECKING:
+    from cairn.app import Cairn
+
+log = logging.getLogger("cairn")
+
+
+@dataclass
+class WorkerReport:
+    """What a worker did before it stopped."""
+
+    ran: int = 0
+    completed: int = 0
+    failed: int = 0
+    lost: int = 0
+    handed_back: list[str] = field(default_factory=list)
+
+
+class Worker:
+    """Claims and runs tasks for one app until stopped (or, in burst mode, until
+    nothing is left that it could run)."""
+
+    def __init__(
+        self,
+        app: Cairn,
+        *,
+        concurrency: int = 4,
+        idle_wait: float = 5.0,
+        burst: bool = False,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, not {concurrency}")
+        self.app = app
+        self.concurrency = concurrency
+        self.idle_wait = idle_wait
+        self.burst = burst
+        self.report = WorkerReport()
+        self._names = tuple(sorted(app.task_names()))
+        self._claimer = Claimer(app, None, self._names)
+        self._stopping = threading.Event()
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self._running: dict[str, int] = {}
+
+    # -- control -----------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop claiming; running tasks finish."""
+        self._stopping.set()
+        self._wake.set()
+
+    def hand_back(self) -> None:
+        """Give every running task back to the store at once."""
+        self.stop()
+        now = self.app.clock.now()
+        with self._lock:
+            running = dict(self._running)
+        for task_id, fence in running.items():
+            if self.app.store.release_task(task_id, fence, now):
+                self.report.handed_back.append(task_id)
+                log.info("cairn worker: handed task %s back", task_id)
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM/SIGINT once: finish and stop. Twice: hand back and stop now."""
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            if self._stopping.is_set():
+                log.warning("cairn worker: handing running tasks back and stopping")
+                self.hand_back()
+                raise SystemExit(1)
+            with self._lock:
+                count = len(self._running)
+            log.warning(
+                "cairn worker: %s received; finishing %d running task(s) "
+                "(send it again to hand them back now)",
+                signal.Signals(signum).name,
+                count,
+            )
+            self.stop()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+
+    # -- running -------------------------------------------------------------------
+    def run(self) -> WorkerReport:
+        """Run until stopped; returns what was done."""
+        if not self._names:
+            raise ValueError("this app registers no task functions: nothing to run")
+        log.info(
+            "cairn worker: %s, %d at a time, tasks: %s",
+            self.app.store_url,
+            self.concurrency,
+            ", ".join(self._names),
+        )
+        threads = [
+            threading.Thread(target=self._loop, name=f"cairn-worker-{i}", daemon=True)
+            for i in range(self.concurrency)
+        ]
+        for thread in threads:
+            thread.start()
+        while any(thread.is_alive() for thread in threads):
+            # The main thread listens for new work and keeps the signal handlers
+            # responsive; the worker threads wait on the event it sets.
+            if self._stopping.is_set():
+                for thread in threads:
+                    thread.join(0.2)
+                continue
+            self.app.store.wait_for_work(min(self.idle_wait, 1.0))
+            self._wake.set()
+        return self.report
+
+    def _loop(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                task = self._claimer.next()
+                if task is None and self.burst:
+                    return
+                if task is None or task == WAIT:
+                    self._wake.wait(self.idle_wait)
+                    self._wake.clear()
+                    continue
+                self._run_one(task)
+        finally:
+            self.app.store.close_thread()
+
+    def _run_one(self, task: TaskRecord) -> None:
+        with self._lock:
+            self._running[task.id] = task.fence
+        self.app.leases.hold()
+        try:
+            if self.app.registered(task.name).is_async:
+                outcome = asyncio.run(aexecute(self.app, task))
+            else:
+                outcome = execute(self.app, task)
+        finally:
+            self.app.leases.drop()
+            with self._lock:
+                self._running.pop(task.id, None)
+        self._count(outcome)
+
+    def _count(self, outcome: Outcome) -> None:
+        with self._lock:
+            self.report.ran += 1
+            if outcome.status == "completed":
+                self.report.completed += 1
+            elif outcome.status == "failed":
+                self.report.failed += 1
+            elif outcome.status == "lost":
+                self.report.lost += 1
+        log.info("cairn worker: task %s %s", outcome.task_id, outcome.status)
