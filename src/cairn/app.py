@@ -278,7 +278,8 @@ class Cairn:
     ) -> TaskRecord:
         """Create the task if new, then claim it; or return it if it finished."""
         args = self._encode_args(task_def, kwargs)
-        tid = task_id or f"{task_def.name}/{item_key(kwargs)}"
+        key = item_key(kwargs)
+        tid = task_id or (f"{task_def.name}/{key}" if key else task_def.name)
         now = self.clock.now()
         self.store.create_task(NewTask(tid, task_def.name, args, self.codec.name), now)
         record = self.store.get_task(tid)

@@ -1,4 +1,5 @@
-"""The ``cairn`` command line: look at batches and tasks, retry, cancel, demo.
+"""The ``cairn`` command line: run workers, look at batches, tasks and operations,
+retry, cancel, and break things on purpose (demo, chaos).
 
 Every command that reads a store takes ``--store URL`` (or ``$CAIRN_STORE``). Bad
 input (an unknown URL scheme, a file that is not a cairn store, one written by a
@@ -13,11 +14,13 @@ from cairn.store import DEFAULT_URL
 
 from .batches import batches_command
 from .cancel import cancel_command
+from .chaos import chaos_command
 from .demo import demo_command
 from .ops import ops_app
 from .retry import retry_command
 from .show import show_command
 from .tasks import tasks_command
+from .worker import migrate_command, worker_command
 
 __all__ = ["app", "main"]
 
@@ -25,8 +28,9 @@ app = typer.Typer(
     name="cairn",
     help=(
         "Run long AI-agent batches durably; look at them, retry and cancel tasks.\n\n"
-        "Every command but demo takes --store URL, or reads it from the environment "
-        f"variable CAIRN_STORE (default: {DEFAULT_URL})."
+        "Commands that read a store take --store URL, or read it from the environment "
+        f"variable CAIRN_STORE (default: {DEFAULT_URL}). demo and chaos make stores of "
+        "their own and never read CAIRN_STORE."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -39,7 +43,10 @@ app.command("show")(show_command)
 app.command("retry")(retry_command)
 app.command("cancel")(cancel_command)
 app.command("demo")(demo_command)
+app.command("chaos")(chaos_command)
 app.add_typer(ops_app, name="ops")
+app.command("worker")(worker_command)
+app.command("migrate")(migrate_command)
 
 
 def main() -> None:

@@ -74,8 +74,9 @@ CREATE TABLE operations (
     key              TEXT NOT NULL,
     status           TEXT NOT NULL CHECK (status = 'claimed' OR status = 'completed'
         OR status = 'failed' OR status = 'in_doubt' OR status = 'released'),
-    -- calls counts the claims that went on to call the function: more than one
-    -- means the outside world may have seen it more than once.
+    -- calls counts claims. Each claim is committed before the function is
+    -- called, so a claim whose process died before calling it counts too: calls
+    -- can over-state, never under-state, how often the outside world was asked.
     calls            INTEGER NOT NULL,
     permanent        INTEGER NOT NULL DEFAULT 0,
     task_id          TEXT NOT NULL,

@@ -1,4 +1,4 @@
-"""Helpers for testing workflows built on cairn.
+"""Helpers for testing workflows built on cairn: fault hooks, fault plans, crash tests.
 
 ``set_fault_hook`` installs a function that cairn calls at every boundary of a
 task with ``(point, task_id, seq, name)``. A test can raise there, or kill the
@@ -19,6 +19,16 @@ Production code carries only the no-op default. The points:
 ``after_record``   the operation's result is committed
 ``after_task``     the task's completion is committed
 =================  ==========================================================
+
+Built on the hook:
+
+- ``FaultPlan`` / ``Fault``: inject a crash at a named point, for a given step,
+  key or position, once or every time, as ``InjectedCrash`` or a process exit.
+- ``crash_at_every_step``: crash a task at each of its boundaries in turn, in
+  fresh processes, resume it, and check its result, its outside effects and
+  how often each function ran. ``CrashReport.table()`` shows every case. The
+  pytest fixture ``cairn_crash_check`` (plugin ``cairn.testing.plugin``, loaded
+  automatically) fails a test with that table.
 """
 
 from __future__ import annotations
@@ -26,8 +36,30 @@ from __future__ import annotations
 from cairn._taskrun import FaultHook, no_fault
 from cairn.app import Cairn
 from cairn.clock import FakeClock
+from cairn.testing.crash import (
+    Boundary,
+    CaseResult,
+    CleanRunFailed,
+    CrashReport,
+    crash_at_every_step,
+)
+from cairn.testing.faults import Fault, FaultPlan, Fired, InjectedCrash
 
-__all__ = ["FakeClock", "FaultHook", "clear_fault_hook", "set_fault_hook"]
+__all__ = [
+    "Boundary",
+    "CaseResult",
+    "CleanRunFailed",
+    "CrashReport",
+    "FakeClock",
+    "Fault",
+    "FaultHook",
+    "FaultPlan",
+    "Fired",
+    "InjectedCrash",
+    "clear_fault_hook",
+    "crash_at_every_step",
+    "set_fault_hook",
+]
 
 
 def set_fault_hook(app: Cairn, hook: FaultHook) -> None:
