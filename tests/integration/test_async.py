@@ -1,10 +1,12 @@
-"""Async tasks: the same engine as sync ones, driven by an event loop."""
+"""Async tasks: the same engine as sync ones, driven by an event loop.
+
+Every test that uses a store runs on SQLite and on PostgreSQL (``store_url``).
+"""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import TypeVar
 
 import pytest
@@ -79,8 +81,9 @@ def _fresh_calls() -> Iterator[None]:
 
 
 @pytest.fixture
-def url(db_path: Path) -> str:
-    return f"sqlite:///{db_path}"
+def url(store_url: str) -> str:
+    """The test's store, once per backend (a SQLite file, a PostgreSQL database)."""
+    return store_url
 
 
 @pytest.fixture

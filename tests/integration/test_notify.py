@@ -3,7 +3,8 @@
 The daily-report case: a report is posted once per key however often the
 pipeline runs, transient webhook errors are retried with the same key, a
 rejected message fails at once, and the webhook URL (a secret) is never written
-to the store.
+to the store. The posting tests run on SQLite and on PostgreSQL; the secret check
+reads the SQLite file's raw bytes, so it is SQLite's alone.
 """
 
 from __future__ import annotations
@@ -46,16 +47,16 @@ def report_task(app: Cairn, url: str) -> TaskDef[..., dict[str, Any]]:
     return daily_report
 
 
-def test_one_post_per_key_across_reruns_and_tasks(app: Cairn, webhook: WebhookServer) -> None:
+def test_one_post_per_key_across_reruns_and_tasks(any_app: Cairn, webhook: WebhookServer) -> None:
     """Running the report task twice, and then another task with the same key,
     posts once: the body is Slack-style ``{"text": ...}``, the operation key goes
     as the ``Idempotency-Key`` header, and every run returns the one recorded
     answer."""
-    daily_report = report_task(app, f"{webhook.url}/hooks/daily")
+    daily_report = report_task(any_app, f"{webhook.url}/hooks/daily")
 
-    first = app.run(daily_report, day=DAY)
-    again = app.run(daily_report, day=DAY)
-    other_task = app.run(daily_report, task_id="pipeline-rerun", day=DAY)
+    first = any_app.run(daily_report, day=DAY)
+    again = any_app.run(daily_report, day=DAY)
+    other_task = any_app.run(daily_report, task_id="pipeline-rerun", day=DAY)
 
     assert len(webhook.posts) == 1
     post = webhook.posts[0]
@@ -64,22 +65,22 @@ def test_one_post_per_key_across_reruns_and_tasks(app: Cairn, webhook: WebhookSe
     assert post.headers["idempotency-key"] == KEY
     assert first == again == other_task
     assert first["status"] == 200
-    op = app.store.get_operation(SCOPE, KEY)
+    op = any_app.store.get_operation(SCOPE, KEY)
     assert op is not None
     assert (op.status, op.calls, op.task_id) == ("completed", 1, f"daily_report/day={DAY}")
 
 
 def test_a_server_error_is_retried_with_the_same_key_until_delivered(
-    app: Cairn, clock: FakeClock, webhook: WebhookServer
+    any_app: Cairn, clock: FakeClock, webhook: WebhookServer
 ) -> None:
     """Two 500 answers are retried after the notify backoff (2 s, then 4 s, on
     the fake clock), with the same Idempotency-Key each time; the third post is
     delivered, and exactly one successful post is recorded, also after a rerun."""
-    daily_report = report_task(app, f"{webhook.url}/hooks/daily")
+    daily_report = report_task(any_app, f"{webhook.url}/hooks/daily")
     webhook.fail_next(2, status=500)
 
-    result = app.run(daily_report, day=DAY)
-    app.run(daily_report, day=DAY)
+    result = any_app.run(daily_report, day=DAY)
+    any_app.run(daily_report, day=DAY)
 
     assert [post.status for post in webhook.posts] == [500, 500, 200]
     assert len(webhook.delivered) == 1
@@ -89,33 +90,33 @@ def test_a_server_error_is_retried_with_the_same_key_until_delivered(
     assert len(clock.slept) == 2
     assert 2.0 <= clock.slept[0] <= 2.0 * jitter
     assert 4.0 <= clock.slept[1] <= 4.0 * jitter
-    op = app.store.get_operation(SCOPE, KEY)
+    op = any_app.store.get_operation(SCOPE, KEY)
     assert op is not None
     assert (op.status, op.calls) == ("completed", 3)
 
 
-def test_a_client_error_fails_at_once_and_for_good(app: Cairn, webhook: WebhookServer) -> None:
+def test_a_client_error_fails_at_once_and_for_good(any_app: Cairn, webhook: WebhookServer) -> None:
     """A 400 answer is not retried: the task fails with the Permanent error
     recorded, the key is ``failed`` and marked permanent, and neither a rerun of
     the task nor another task with the same key posts again."""
-    daily_report = report_task(app, f"{webhook.url}/hooks/daily")
+    daily_report = report_task(any_app, f"{webhook.url}/hooks/daily")
     webhook.fail_next(1, status=400)
 
     with pytest.raises(TaskFailed) as failed:
-        app.run(daily_report, day=DAY)
+        any_app.run(daily_report, day=DAY)
     with pytest.raises(TaskFailed):
-        app.run(daily_report, day=DAY)
+        any_app.run(daily_report, day=DAY)
     with pytest.raises(TaskFailed) as other:
-        app.run(daily_report, task_id="pipeline-rerun", day=DAY)
+        any_app.run(daily_report, task_id="pipeline-rerun", day=DAY)
 
     assert [post.status for post in webhook.posts] == [400]
     assert failed.value.error["type"] == "cairn.errors.Permanent"
     assert "400" in failed.value.error["message"]
     assert other.value.error["type"] == "cairn.errors.OperationFailed"
-    task = app.store.get_task(f"daily_report/day={DAY}")
+    task = any_app.store.get_task(f"daily_report/day={DAY}")
     assert task is not None
     assert (task.status, task.attempts) == ("failed", 1)
-    op = app.store.get_operation(SCOPE, KEY)
+    op = any_app.store.get_operation(SCOPE, KEY)
     assert op is not None
     assert (op.status, op.permanent, op.calls) == ("failed", True, 1)
 

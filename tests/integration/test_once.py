@@ -2,7 +2,8 @@
 
 Covers the ordinary path (claim, act, record), what later calls with the same
 key see, scopes, the ``@cairn.operation`` form, async functions, the audit row,
-waiting on a live claimant, failures and retries, and bad input.
+waiting on a live claimant, failures and retries, and bad input. Every test
+that uses a store runs on SQLite and on PostgreSQL (``store_url``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import json
 import threading
 from collections.abc import Iterator
 from datetime import date
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -52,9 +52,10 @@ def world() -> World:
 
 
 @pytest.fixture
-def strict_app(db_path: Path, clock: FakeClock) -> Iterator[Cairn]:
-    """An app whose tasks are not retried, so a failure ends the task at once."""
-    instance = Cairn(f"sqlite:///{db_path}", clock=clock, task_retry=NO_TASK_RETRY)
+def strict_app(store_url: str, clock: FakeClock) -> Iterator[Cairn]:
+    """An app whose tasks are not retried, so a failure ends the task at once (on
+    each backend)."""
+    instance = Cairn(store_url, clock=clock, task_retry=NO_TASK_RETRY)
     yield instance
     instance.close()
 
@@ -69,67 +70,67 @@ def _error_type(app: Cairn, task_id: str) -> str:
 # -- the ordinary path ------------------------------------------------------------------
 
 
-def test_once_returns_the_result_and_hands_fn_the_key(app: Cairn, world: World) -> None:
+def test_once_returns_the_result_and_hands_fn_the_key(any_app: Cairn, world: World) -> None:
     """fn is called with the key first, then the given arguments; once returns its result."""
 
-    @app.task
+    @any_app.task
     def pay(ctx: Context) -> dict[str, Any]:
         return ctx.once(KEY, world.charge, amount=250)
 
-    assert app.run(pay, task_id="pay-1") == {"charged": KEY, "amount": 250}
+    assert any_app.run(pay, task_id="pay-1") == {"charged": KEY, "amount": 250}
     assert world.acts == [KEY]
 
 
-def test_same_key_twice_in_one_task_calls_fn_once(app: Cairn, world: World) -> None:
+def test_same_key_twice_in_one_task_calls_fn_once(any_app: Cairn, world: World) -> None:
     """A second once with the same key in the same task returns the recorded result
     and does not call fn, even with other arguments."""
 
-    @app.task
+    @any_app.task
     def pay_twice(ctx: Context) -> list[Any]:
         return [ctx.once(KEY, world.charge, 100), ctx.once(KEY, world.charge, 999)]
 
-    first, second = app.run(pay_twice, task_id="twice")
+    first, second = any_app.run(pay_twice, task_id="twice")
     assert first == second == {"charged": KEY, "amount": 100}
     assert world.acts == [KEY]
-    history = app.store.load_history("twice")
+    history = any_app.store.load_history("twice")
     assert [(h.kind, h.name, h.status) for h in history.values()] == [
         ("op", KEY, "completed"),
         ("op", KEY, "completed"),
     ]
 
 
-def test_same_key_in_another_task_returns_the_recorded_result(app: Cairn, world: World) -> None:
+def test_same_key_in_another_task_returns_the_recorded_result(any_app: Cairn, world: World) -> None:
     """Keys are global to the store: another task reaching the key reads its result."""
 
-    @app.task
+    @any_app.task
     def pay(ctx: Context, order: str) -> dict[str, Any]:
         return ctx.once(KEY, world.charge, 100)
 
-    assert app.run(pay, task_id="first", order="7") == {"charged": KEY, "amount": 100}
-    assert app.run(pay, task_id="second", order="7") == {"charged": KEY, "amount": 100}
+    assert any_app.run(pay, task_id="first", order="7") == {"charged": KEY, "amount": 100}
+    assert any_app.run(pay, task_id="second", order="7") == {"charged": KEY, "amount": 100}
     assert world.acts == [KEY]
-    row = app.store.get_operation("", KEY)
+    row = any_app.store.get_operation("", KEY)
     assert row is not None
     assert row.task_id == "first"
     assert row.calls == 1
 
 
-def test_replaying_a_finished_task_does_not_call_fn(app: Cairn, world: World) -> None:
+def test_replaying_a_finished_task_does_not_call_fn(any_app: Cairn, world: World) -> None:
     """Running a finished task again returns its recorded result; fn is not called."""
 
-    @app.task
+    @any_app.task
     def pay(ctx: Context) -> dict[str, Any]:
         return ctx.once(KEY, world.charge)
 
-    first = app.run(pay, task_id="pay-1")
-    assert app.run(pay, task_id="pay-1") == first
+    first = any_app.run(pay, task_id="pay-1")
+    assert any_app.run(pay, task_id="pay-1") == first
     assert world.acts == [KEY]
 
 
-def test_scope_separates_identical_keys(app: Cairn, world: World) -> None:
+def test_scope_separates_identical_keys(any_app: Cairn, world: World) -> None:
     """The same key in two scopes names two operations; each runs once."""
 
-    @app.task
+    @any_app.task
     def pay(ctx: Context) -> list[Any]:
         return [
             ctx.once(KEY, world.charge, 1, scope="tenant-a"),
@@ -137,15 +138,15 @@ def test_scope_separates_identical_keys(app: Cairn, world: World) -> None:
             ctx.once(KEY, world.charge, 3, scope="tenant-a"),
         ]
 
-    assert app.run(pay, task_id="scoped") == [
+    assert any_app.run(pay, task_id="scoped") == [
         {"charged": KEY, "amount": 1},
         {"charged": KEY, "amount": 2},
         {"charged": KEY, "amount": 1},
     ]
     assert world.acts == [KEY, KEY]
-    rows = {(r.scope, r.key): r for r in app.store.list_operations()}
+    rows = {(r.scope, r.key): r for r in any_app.store.list_operations()}
     assert set(rows) == {("tenant-a", KEY), ("tenant-b", KEY)}
-    assert app.store.get_operation("", KEY) is None
+    assert any_app.store.get_operation("", KEY) is None
 
 
 # -- the decorator form ---------------------------------------------------------------
@@ -155,7 +156,7 @@ def _settings_key(app_id: str, day: date) -> str:
     return cairn.op_key("admob", app_id, "apply", day)
 
 
-def test_operation_decorator_builds_the_key_from_arguments(app: Cairn) -> None:
+def test_operation_decorator_builds_the_key_from_arguments(any_app: Cairn) -> None:
     """@cairn.operation runs the function once per key built from its arguments,
     handing it the key first; callers leave the key out."""
     applied: list[tuple[str, str, date]] = []
@@ -165,7 +166,7 @@ def test_operation_decorator_builds_the_key_from_arguments(app: Cairn) -> None:
         applied.append((key, app_id, day))
         return f"applied {app_id}"
 
-    @app.task
+    @any_app.task
     def nightly(ctx: Context) -> list[str]:
         day = date(2026, 5, 24)
         return [
@@ -174,12 +175,12 @@ def test_operation_decorator_builds_the_key_from_arguments(app: Cairn) -> None:
             apply_settings("app456", day),
         ]
 
-    assert app.run(nightly, task_id="nightly") == ["applied app123"] * 2 + ["applied app456"]
+    assert any_app.run(nightly, task_id="nightly") == ["applied app123"] * 2 + ["applied app456"]
     assert applied == [
         ("admob/app123/apply/2026-05-24", "app123", date(2026, 5, 24)),
         ("admob/app456/apply/2026-05-24", "app456", date(2026, 5, 24)),
     ]
-    assert app.store.get_operation("", "admob/app123/apply/2026-05-24") is not None
+    assert any_app.store.get_operation("", "admob/app123/apply/2026-05-24") is not None
 
 
 def test_operation_decorator_outside_a_task_is_a_clear_error() -> None:
@@ -196,7 +197,7 @@ def test_operation_decorator_outside_a_task_is_a_clear_error() -> None:
     assert applied == []
 
 
-def test_async_fn_is_awaited(app: Cairn) -> None:
+def test_async_fn_is_awaited(any_app: Cairn) -> None:
     """An async fn is awaited through ``await ctx.once(...)``, once per key."""
     acts: list[str] = []
 
@@ -204,13 +205,13 @@ def test_async_fn_is_awaited(app: Cairn) -> None:
         acts.append(key)
         return f"sent {text}"
 
-    @app.task
+    @any_app.task
     async def notify(ctx: Context) -> list[str]:
         first = await ctx.once("slack/ops/1", send, "hello")
         second = await ctx.once("slack/ops/1", send, "again")
         return [first, second]
 
-    assert app.run(notify, task_id="notify") == ["sent hello", "sent hello"]
+    assert any_app.run(notify, task_id="notify") == ["sent hello", "sent hello"]
     assert acts == ["slack/ops/1"]
 
 
@@ -218,7 +219,7 @@ def test_async_fn_is_awaited(app: Cairn) -> None:
 
 
 def test_completed_operation_row_is_a_full_audit_record(
-    app: Cairn, clock: FakeClock, world: World
+    any_app: Cairn, clock: FakeClock, world: World
 ) -> None:
     """After completion the row says who ran it, where, with what result, and when:
     completed, one call, the task and its history position, tz-aware times in order."""
@@ -227,13 +228,13 @@ def test_completed_operation_row_is_a_full_audit_record(
         clock.advance(5)
         return world.charge(key, 42)
 
-    @app.task
+    @any_app.task
     def pay(ctx: Context) -> dict[str, Any]:
         ctx.step("quote", lambda: 42)
         return ctx.once(KEY, slow_charge)
 
-    app.run(pay, task_id="audit")
-    row = app.store.get_operation("", KEY)
+    any_app.run(pay, task_id="audit")
+    row = any_app.store.get_operation("", KEY)
     assert row is not None
     assert row.status == "completed"
     assert row.calls == 1
@@ -247,7 +248,7 @@ def test_completed_operation_row_is_a_full_audit_record(
         assert moment.tzinfo is not None
     assert row.first_claimed_at <= row.completed_at
     assert (row.completed_at - row.first_claimed_at).total_seconds() == 5
-    entry = app.store.load_history("audit")[2]
+    entry = any_app.store.load_history("audit")[2]
     assert (entry.kind, entry.name, entry.status) == ("op", KEY, "completed")
 
 
@@ -265,14 +266,14 @@ class SignallingClock(SystemClock):
         super().sleep(seconds)
 
 
-def test_a_second_app_waits_for_the_live_claimant_and_reads_its_result(db_path: Path) -> None:
+def test_a_second_app_waits_for_the_live_claimant_and_reads_its_result(store_url: str) -> None:
     """Two apps (two owners) reach one key: A claims and acts while B's task arrives.
 
     B sees the claim held by a live, leased task, so it polls (real short sleeps
     in cairn, poll_interval=0.01) instead of calling fn or declaring doubt. Once
     A records, B returns A's result. fn ran exactly once.
     """
-    url = f"sqlite:///{db_path}"
+    url = store_url
     acting = threading.Event()
     release = threading.Event()
     acts: list[str] = []
@@ -327,7 +328,7 @@ def test_a_second_app_waits_for_the_live_claimant_and_reads_its_result(db_path: 
 
 
 def test_transient_failures_are_retried_by_the_operation_policy(
-    app: Cairn, clock: FakeClock
+    any_app: Cairn, clock: FakeClock
 ) -> None:
     """fn failing twice then succeeding, with retry=Retry(attempts=3): three calls with
     the same key, the result recorded, and the row counts calls == 3."""
@@ -339,14 +340,14 @@ def test_transient_failures_are_retried_by_the_operation_policy(
             raise ConnectionError("gateway timeout")
         return "charged"
 
-    @app.task
+    @any_app.task
     def pay(ctx: Context) -> str:
         return ctx.once(KEY, flaky, retry=Retry(attempts=3, initial_delay=2, jitter=0))
 
-    assert app.run(pay, task_id="flaky") == "charged"
+    assert any_app.run(pay, task_id="flaky") == "charged"
     assert calls == [KEY, KEY, KEY]
     assert clock.slept == [2, 4]
-    row = app.store.get_operation("", KEY)
+    row = any_app.store.get_operation("", KEY)
     assert row is not None
     assert (row.status, row.calls) == ("completed", 3)
 
@@ -485,7 +486,7 @@ def test_bad_keys_are_refused_before_anything_is_written(
     assert strict_app.store.load_history("bad") == {}
 
 
-def test_a_long_key_is_hashed_not_truncated(app: Cairn) -> None:
+def test_a_long_key_is_hashed_not_truncated(any_app: Cairn) -> None:
     """A 500-character key is stored as a readable prefix plus a hash: within the
     limit, the same on every call, and distinct from a key differing at its end."""
     prefix = "crm/contact/"
@@ -497,14 +498,14 @@ def test_a_long_key_is_hashed_not_truncated(app: Cairn) -> None:
         calls.append(key)
         return key
 
-    @app.task
+    @any_app.task
     def sync(ctx: Context) -> list[str]:
         return [ctx.once(long_a, act), ctx.once(long_a, act), ctx.once(long_b, act)]
 
-    first, again, other = app.run(sync, task_id="long")
+    first, again, other = any_app.run(sync, task_id="long")
     assert first == again != other
     assert calls == [first, other]
-    rows = list(app.store.list_operations())
+    rows = list(any_app.store.list_operations())
     assert sorted(r.key for r in rows) == sorted([first, other])
     for row in rows:
         assert len(row.key) <= 200

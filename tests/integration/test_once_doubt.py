@@ -4,10 +4,12 @@ How a dying attempt is simulated in-process: a fault hook raises ``Crash`` (a
 ``BaseException``, which cairn lets through untouched) at "after_claim" (the claim
 is committed, fn not yet called), "after_act" (fn returned, nothing recorded) or
 "after_record". The task is left 'running' under this process's owner. The run
-that resumes it is a NEW ``Cairn`` on the same file whose owner is on another
+that resumes it is a NEW ``Cairn`` on the same store whose owner is on another
 host (so cairn cannot check whether the old owner lives) with the fake clock
 moved past the dead attempt's lease: it reclaims the task through lease expiry,
 as a restarted worker elsewhere would.
+
+Every test runs once on SQLite and once on PostgreSQL (the ``store_url`` fixture).
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -52,7 +53,7 @@ class World:
 
 @dataclass
 class Runs:
-    """Makes the apps of successive processes on one store file."""
+    """Makes the apps of successive processes on one store."""
 
     url: str
     clock: FakeClock
@@ -115,9 +116,9 @@ def world() -> World:
 
 
 @pytest.fixture
-def runs(db_path: Path, clock: FakeClock, world: World) -> Iterator[Runs]:
-    """Successive processes on one store file; every app is closed at the end."""
-    maker = Runs(f"sqlite:///{db_path}", clock, world)
+def runs(store_url: str, clock: FakeClock, world: World) -> Iterator[Runs]:
+    """Successive processes on one store (of each backend); every app is closed at the end."""
+    maker = Runs(store_url, clock, world)
     yield maker
     for app in maker.apps:
         app.close()

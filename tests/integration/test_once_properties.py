@@ -7,23 +7,34 @@ dying is a ``Crash`` (BaseException) raised by the fault hook; every next attemp
 is a NEW ``Cairn`` whose owner is on another host, started once the fake clock
 has passed the dead attempt's lease, so it reclaims the task by lease expiry.
 After the planned attempts, one clean attempt runs if the task is still
-unfinished. Each example uses a fresh store file in its own temporary directory.
+unfinished.
+
+The test runs once per backend, and every example starts from an empty store:
+a new SQLite file, or, on PostgreSQL, the test's database (cloned from the
+migrated template) with every cairn table emptied. Emptying takes milliseconds,
+where cloning a database per example took ~0.4 s: 30 s for the 60 examples,
+against ~6 s this way.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
-import tempfile
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from hypothesis import event, given, settings
+import pytest
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from cairn import Cairn, Context, Retry, TaskFailed
 from cairn.clock import FakeClock
 from cairn.testing import set_fault_hook
+from tests.conftest import BACKENDS
 
 KEYS = ("ledger/a", "ledger/b", "ledger/c")
 POINTS = ("none", "after_claim", "after_act", "after_record")
@@ -31,6 +42,8 @@ POLICIES = ("reconcile", "retry", "raise")
 LEASE = 10.0
 
 Attempt = tuple[str, int]  # (fault point, index of the key it strikes)
+NewStore = Callable[[], AbstractContextManager[str]]
+_examples = itertools.count()
 
 
 class Crash(BaseException):
@@ -126,7 +139,44 @@ def _rows(url: str) -> dict[str, Any]:
         app.close()
 
 
-@settings(max_examples=60, deadline=None)
+@contextmanager
+def _sqlite_file(folder: Path) -> Iterator[str]:
+    path = folder / f"example-{next(_examples)}" / "cairn.db"
+    path.parent.mkdir()
+    yield f"sqlite:///{path}"
+
+
+@contextmanager
+def _emptied_database(url: str) -> Iterator[str]:
+    """The PostgreSQL store at ``url`` with every cairn table but cairn_meta emptied
+    (the schema and its version stay, as in a newly migrated database)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT table_name FROM information_schema.tables "
+            "WHERE table_schema = 'cairn' AND table_name <> 'cairn_meta'"
+        ).fetchall()
+        # batches last: tasks refer to it. DELETE, not TRUNCATE: faster on tiny tables.
+        tables = sorted((name for (name,) in found), key=lambda name: name == "batches")
+        conn.execute("; ".join(f"DELETE FROM cairn.{name}" for name in tables))
+    yield url
+
+
+@pytest.fixture(params=BACKENDS)
+def new_store(request: pytest.FixtureRequest, tmp_path: Path) -> NewStore:
+    """Hands out an empty store of one backend each time it is called: hypothesis
+    runs many examples in one test call, so a per-test fixture is not enough."""
+    if request.param == "sqlite":
+        return lambda: _sqlite_file(tmp_path)
+    url = str(request.getfixturevalue("pg_url"))
+    return lambda: _emptied_database(url)
+
+
+# new_store is per test, but it hands every example a store of its own.
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     plan=st.lists(
         st.tuples(st.sampled_from(POINTS), st.integers(0, len(KEYS) - 1)),
@@ -135,7 +185,9 @@ def _rows(url: str) -> dict[str, Any]:
     ),
     policy=st.sampled_from(POLICIES),
 )
-def test_once_keeps_its_promises_across_crashes(plan: list[Attempt], policy: str) -> None:
+def test_once_keeps_its_promises_across_crashes(
+    new_store: NewStore, plan: list[Attempt], policy: str
+) -> None:
     """Whatever the crashes:
     - fn is never called for a key whose row is completed;
     - reconcile: every key acted exactly once and the task completes;
@@ -146,8 +198,7 @@ def test_once_keeps_its_promises_across_crashes(plan: list[Attempt], policy: str
       InDoubtOperation and its key is in_doubt; a task that completed acted each
       key exactly once.
     """
-    with tempfile.TemporaryDirectory() as directory:
-        url = f"sqlite:///{directory}/cairn.db"
+    with new_store() as url:
         story = _play(url, plan, policy)
         rows = _rows(url)
     event(f"{policy}: {story.outcome}, {sum(story.crashes_before_act.values())} before act")

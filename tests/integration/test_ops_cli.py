@@ -1,6 +1,9 @@
-"""``cairn ops`` and ``cairn ops resolve`` against real SQLite stores built through
-the public API: completed, failed, in-doubt and dead-claimant keys made by real
-runs (crashes injected with the fault hook), then settled from the command line.
+"""``cairn ops`` and ``cairn ops resolve`` against real stores built through the
+public API: completed, failed, in-doubt and dead-claimant keys made by real runs
+(crashes injected with the fault hook), then settled from the command line.
+
+Every test runs on a SQLite file and on a PostgreSQL database: the CLI is given
+the ``sqlite:///`` or ``postgresql://`` URL of the store as ``--store``.
 """
 
 from __future__ import annotations
@@ -138,9 +141,9 @@ def other_host(url: str, after: FakeClock, **options: Any) -> Charges:
 
 
 @pytest.fixture
-def url(db_path: Path) -> str:
-    """The sqlite URL of the test's store file."""
-    return f"sqlite:///{db_path}"
+def url(store_url: str) -> str:
+    """The test's store, once per backend (a SQLite file, a PostgreSQL database)."""
+    return store_url
 
 
 @pytest.fixture

@@ -1,11 +1,13 @@
-"""Recorded inputs: time, ids, random values, windows and sleeps are the same on replay."""
+"""Recorded inputs: time, ids, random values, windows and sleeps are the same on replay.
+
+Every test that uses a store runs on SQLite and on PostgreSQL (``store_url``).
+"""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import TypeVar
 
 import pytest
@@ -69,8 +71,9 @@ class CrashingClock(FakeClock):
 
 
 @pytest.fixture
-def url(db_path: Path) -> str:
-    return f"sqlite:///{db_path}"
+def url(store_url: str) -> str:
+    """The test's store, once per backend (a SQLite file, a PostgreSQL database)."""
+    return store_url
 
 
 @pytest.fixture

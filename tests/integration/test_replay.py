@@ -1,4 +1,7 @@
-"""Replay: a task runs again from the top, and recorded steps return their recorded values."""
+"""Replay: a task runs again from the top, and recorded steps return their recorded values.
+
+Every test that uses a store runs on SQLite and on PostgreSQL (``store_url``).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,6 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -67,8 +69,9 @@ class Quote:
 
 
 @pytest.fixture
-def url(db_path: Path) -> str:
-    return f"sqlite:///{db_path}"
+def url(store_url: str) -> str:
+    """The test's store, once per backend (a SQLite file, a PostgreSQL database)."""
+    return store_url
 
 
 @pytest.fixture

@@ -1,10 +1,12 @@
-"""Retries: step and task policies, durable attempt counts, and failures that stay failed."""
+"""Retries: step and task policies, durable attempt counts, and failures that stay failed.
+
+Every test that uses a store runs on SQLite and on PostgreSQL (``store_url``).
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import TypeVar
 
 import pytest
@@ -71,8 +73,9 @@ def logged(calls: list[str], name: str, value: T) -> Callable[[], T]:
 
 
 @pytest.fixture
-def url(db_path: Path) -> str:
-    return f"sqlite:///{db_path}"
+def url(store_url: str) -> str:
+    """The test's store, once per backend (a SQLite file, a PostgreSQL database)."""
+    return store_url
 
 
 @pytest.fixture

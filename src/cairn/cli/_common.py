@@ -109,7 +109,7 @@ def opened_store(url: str) -> Iterator[Store]:
         path = _store_file(url)
         if path is not None:
             _check_existing_file(path)
-        store = open_store(url)
+        store = open_store(url, create=False)
         try:
             yield store
         finally:

@@ -25,8 +25,11 @@ def sqlite_path(url: str) -> Path:
     return Path(rest[1:])
 
 
-def open_store(url: str, *, synchronous: Synchronous = "NORMAL") -> Store:
-    """Open the store at ``url``. A bare path means a SQLite file."""
+def open_store(url: str, *, synchronous: Synchronous = "NORMAL", create: bool = True) -> Store:
+    """Open the store at ``url``. A bare path means a SQLite file.
+
+    ``create=False`` refuses to set up a store that does not exist yet (read-only
+    callers such as the CLI); a SQLite caller checks the file itself first."""
     scheme = urlsplit(url).scheme if "://" in url else ""
     if scheme == "":
         return SQLiteStore(Path(url), synchronous=synchronous)
@@ -35,7 +38,7 @@ def open_store(url: str, *, synchronous: Synchronous = "NORMAL") -> Store:
     if scheme in ("postgres", "postgresql"):
         from cairn.store.postgres import PostgresStore
 
-        return PostgresStore(url)
+        return PostgresStore(url, create=create)
     raise ConfigurationError(
         f"unknown store URL scheme {scheme!r} in {url!r}. cairn understands "
         "sqlite:///path/to/cairn.db (or a plain file path) and "

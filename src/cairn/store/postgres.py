@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from cairn.errors import ConfigurationError, SchemaTooNew, StoreError
+from cairn.errors import ConfigurationError, NotACairnStore, SchemaTooNew, StoreError
 from cairn.store.migrate import latest_version, migrations
 from cairn.store.protocol import Capabilities
 from cairn.store.sqlbase import Result, SQLStore, Tx
@@ -116,6 +116,7 @@ class PostgresStore(SQLStore):
         pool_size: int | None = None,
         reconnect_timeout: float | None = None,
         connect_timeout: float = 10.0,
+        create: bool = True,
     ) -> None:
         driver, pool_driver = _driver()
         conninfo, own = split_url(url)
@@ -124,7 +125,13 @@ class PostgresStore(SQLStore):
         if not self.schema.isidentifier():
             raise ConfigurationError(f"schema {self.schema!r} must be a plain SQL identifier")
         self.pool_size = pool_size or int(own.get("pool_size", "10"))
-        self.reconnect_timeout = reconnect_timeout or float(own.get("reconnect_timeout", "300"))
+        self.reconnect_timeout = (
+            float(own.get("reconnect_timeout", "300"))
+            if reconnect_timeout is None
+            else reconnect_timeout
+        )
+        self._conninfo = conninfo
+        self._probe(driver, connect_timeout)
         self.integrity_errors = (driver.errors.UniqueViolation,)
         self._operational = driver.OperationalError
         self._pool_timeout = pool_driver.PoolTimeout
@@ -150,11 +157,10 @@ class PostgresStore(SQLStore):
             ) from exc
         self._channel = f"cairn_work_{self.schema}"
         self.announce_work = f"NOTIFY {self._channel}"
-        self._conninfo = conninfo
         self._listener: psycopg.Connection[Any] | None = None
         self._listener_lock = threading.Lock()
         try:
-            self._migrate()
+            self._migrate(create=create)
         except BaseException:
             self._pool.close()
             raise
@@ -169,10 +175,37 @@ class PostgresStore(SQLStore):
         ).fetchone()
         return int(found[0]) if found else 0
 
-    def _migrate(self) -> None:
+    def _probe(self, driver: Any, timeout: float) -> None:
+        """Connect once, directly, so a wrong URL fails fast with the real cause
+        (refused, no such database, authentication) instead of a pool timeout."""
+        try:
+            driver.connect(self._conninfo, connect_timeout=max(1, int(timeout))).close()
+        except driver.OperationalError as exc:
+            cause = " ".join(str(exc).split())
+            raise StoreError(
+                f"cannot connect to PostgreSQL at {_redacted(self._conninfo)}: {cause}. "
+                "Check that the server is running and that the URL names a database "
+                "that exists and a user that may connect."
+            ) from None
+
+    def _server_reachable(self) -> bool:
+        driver, _ = _driver()
+        try:
+            driver.connect(self._conninfo, connect_timeout=2).close()
+        except driver.OperationalError:
+            return False
+        return True
+
+    def _migrate(self, *, create: bool) -> None:
         latest = latest_version("postgres")
         with self._pool.connection() as conn:
             version = self._version(conn)
+            if version == 0 and not create:
+                raise NotACairnStore(
+                    f"there is no cairn store in schema {self.schema!r} of "
+                    f"{_redacted(self._conninfo)}. Run a batch or `cairn migrate` first, "
+                    "or pass the right ?schema=. Nothing was created."
+                )
             if version > latest:
                 raise SchemaTooNew(
                     f"schema {self.schema!r} of {_redacted(self.url)} was written by a newer "
@@ -201,27 +234,37 @@ class PostgresStore(SQLStore):
             try:
                 with self._pool.connection(timeout=_POOL_WAIT) as conn:
                     return work(conn)
-            except self._pool_timeout:
-                log.warning(
-                    "cairn: all %d PostgreSQL connections are in use; waiting for one "
-                    "(raise pool_size in the store URL if this persists)",
-                    self.pool_size,
-                )
+            except self._pool_timeout as exc:
+                # A pool that cannot hand out a connection is either busy (wait)
+                # or cannot reach the server (the reconnect deadline applies).
+                if self._server_reachable():
+                    log.warning(
+                        "cairn: all %d PostgreSQL connections are in use; waiting for one "
+                        "(raise pool_size in the store URL if this persists)",
+                        self.pool_size,
+                    )
+                    continue
+                deadline = self._lost(exc, deadline, delay)
             except self._operational as exc:
-                now = time.monotonic()
-                deadline = deadline or now + self.reconnect_timeout
-                if now > deadline:
-                    raise StoreError(
-                        f"lost PostgreSQL at {_redacted(self.url)} for more than "
-                        f"{self.reconnect_timeout:.0f}s: {exc}"
-                    ) from exc
-                log.warning(
-                    "cairn: PostgreSQL connection lost (%s); retrying in %.1fs",
-                    str(exc).strip(),
-                    delay,
-                )
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                deadline = self._lost(exc, deadline, delay)
+            delay = min(delay * 2, 5.0)
+
+    def _lost(self, exc: Exception, deadline: float | None, delay: float) -> float:
+        """Log a lost connection and wait ``delay``; give up past the deadline."""
+        now = time.monotonic()
+        deadline = deadline or now + self.reconnect_timeout
+        if now > deadline:
+            raise StoreError(
+                f"lost PostgreSQL at {_redacted(self._conninfo)} for more than "
+                f"{self.reconnect_timeout:.0f}s: {' '.join(str(exc).split())}"
+            ) from None
+        log.warning(
+            "cairn: PostgreSQL connection lost (%s); retrying in %.1fs",
+            " ".join(str(exc).split()) or type(exc).__name__,
+            delay,
+        )
+        time.sleep(delay)
+        return deadline
 
     def _exec(self, statement: str, params: Sequence[Any] = ()) -> Result:
         text = _pg(statement)

@@ -1,0 +1,555 @@
+"""What only the PostgreSQL store has: a schema of its own, migrations under an
+advisory lock, reconnecting, a connection pool, and errors that name the server
+without its password.
+
+Every test here but the SQLite half of the canonical-schema check needs a
+PostgreSQL server (``pg_url``: a migrated database of its own; ``blank_pg``: an
+empty one, for what happens before cairn ever ran). The behaviour both backends
+share is covered by the conformance suite (the ``store_url`` tests).
+
+The canonical schemas (``canonical_schema_postgres.json``,
+``canonical_schema_sqlite.json``) are the reviewable contract of what the
+migrations build. After an intended schema change, regenerate them with
+``CAIRN_WRITE_CANONICAL_SCHEMA=1 pytest tests/integration/test_postgres_store.py``
+and review the diff.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+import pytest
+
+import cairn.store.postgres as postgres_module
+from cairn import Cairn, Context
+from cairn.clock import FakeClock
+from cairn.errors import SchemaTooNew, StoreError
+from cairn.store import Capabilities, open_store
+from cairn.store.migrate import latest_version
+from cairn.store.postgres import PostgresStore
+from tests.conftest import postgres_admin_url, with_database
+
+HERE = Path(__file__).parent
+CANONICAL_POSTGRES = HERE / "canonical_schema_postgres.json"
+CANONICAL_SQLITE = HERE / "canonical_schema_sqlite.json"
+# The tables the migrations build, as the reviewed contract lists them.
+CAIRN_TABLES = set(json.loads(CANONICAL_POSTGRES.read_text(encoding="utf-8")))
+PASSWORD = "pw-Zq81-never-shown"
+# Nothing listens on port 1: connecting is refused at once.
+UNREACHABLE = "postgresql://postgres@127.0.0.1:1/cairn"
+
+
+def with_params(url: str, **params: str) -> str:
+    """``url`` with ``params`` added to its query string."""
+    parts = urlsplit(url)
+    query = urlencode([*parse_qsl(parts.query), *params.items()])
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
+
+
+def with_password(url: str, password: str) -> str:
+    """``url`` with ``password`` for its user (trust authentication ignores it)."""
+    parts = urlsplit(url)
+    user, _, host = parts.netloc.rpartition("@")
+    netloc = f"{user.split(':')[0]}:{password}@{host}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def sql(url: str, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Run one statement on a connection of its own (not the store's); its rows."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        cursor = conn.execute(statement.encode(), params)
+        return cursor.fetchall() if cursor.description else []
+
+
+@pytest.fixture
+def blank_pg(pg_template: str) -> Iterator[str]:
+    """A new, empty PostgreSQL database: cairn never opened it. (``pg_template``
+    is asked for so the test is skipped, like the others, without a server.)"""
+    admin = postgres_admin_url()
+    name = f"cairn_blank_{os.getpid()}_{time.monotonic_ns()}"
+    sql(admin, f"CREATE DATABASE {name} TEMPLATE template0")
+    yield with_database(admin, name)
+    sql(admin, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def one_step_task(app: Cairn, runs: Counter[str]) -> Any:
+    """A task ``work(n)`` with one step that counts its runs in ``runs``."""
+
+    def count(n: int) -> int:
+        runs[f"work {n}"] += 1
+        return n * 10
+
+    @app.task(name="work")
+    def work(ctx: Context, n: int) -> int:
+        return int(ctx.step("count", count, n))
+
+    return work
+
+
+# -- where cairn's tables live ------------------------------------------------------------
+
+
+def tables_of(url: str, schema: str) -> set[str]:
+    rows = sql(
+        url,
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+        (schema,),
+    )
+    return {name for (name,) in rows}
+
+
+def test_cairn_keeps_to_its_schema_and_leaves_an_app_tasks_table_alone(blank_pg: str) -> None:
+    """An application's own ``public.tasks`` table, there before cairn first opens
+    the database, keeps exactly its rows after a batch runs: cairn's tables are all
+    in schema ``cairn`` and none is added to ``public``."""
+    sql(blank_pg, "CREATE TABLE public.tasks (id INTEGER PRIMARY KEY, title TEXT NOT NULL)")
+    sql(blank_pg, "INSERT INTO public.tasks VALUES (1, 'water the plants'), (2, 'call mum')")
+    runs: Counter[str] = Counter()
+    with Cairn(blank_pg, clock=FakeClock()) as app:
+        report = app.run_batch(
+            "b", one_step_task(app, runs), [{"n": n} for n in range(3)], progress=False
+        )
+        assert app.store.capabilities == Capabilities(multi_host=True, multi_process=True)
+    assert report.completed == 3
+    assert sql(blank_pg, "SELECT id, title FROM public.tasks ORDER BY id") == [
+        (1, "water the plants"),
+        (2, "call mum"),
+    ]
+    assert tables_of(blank_pg, "public") == {"tasks"}
+    assert tables_of(blank_pg, "cairn") == CAIRN_TABLES
+    assert sql(blank_pg, "SELECT count(*) FROM cairn.tasks") == [(3,)]
+
+
+def test_a_custom_schema_holds_a_store_apart_from_the_default_one(pg_url: str) -> None:
+    """``?schema=other`` puts a second, complete store in the same database (the
+    same canonical tables): a task run there is not seen by the default store, and
+    the same task id in the default store is a task of its own."""
+    other_url = with_params(pg_url, schema="other")
+    runs: Counter[str] = Counter()
+    with Cairn(other_url, clock=FakeClock()) as other:
+        assert other.run(one_step_task(other, runs), task_id="t", n=1) == 10
+    with Cairn(pg_url, clock=FakeClock()) as default:
+        assert default.store.get_task("t") is None
+        assert default.run(one_step_task(default, runs), task_id="t", n=2) == 20
+    with Cairn(other_url, clock=FakeClock()) as other:
+        task = other.store.get_task("t")
+        assert task is not None
+        assert task.result == "10"
+    assert runs == Counter({"work 1": 1, "work 2": 1})
+    assert tables_of(pg_url, "other") == CAIRN_TABLES
+    assert describe_postgres(pg_url, "other") == describe_postgres(pg_url, "cairn")
+
+
+# -- migrations ---------------------------------------------------------------------------
+
+
+def snapshot(url: str) -> dict[str, Any]:
+    """Everything a refused open must leave alone: the schema, its version, the rows."""
+    return {
+        "schema": describe_postgres(url, "cairn"),
+        "meta": sql(url, "SELECT key, value FROM cairn.cairn_meta ORDER BY key"),
+        "tasks": sql(url, "SELECT id, status, fence FROM cairn.tasks ORDER BY id"),
+    }
+
+
+def test_a_schema_from_a_newer_cairn_is_refused_and_left_unchanged(pg_url: str) -> None:
+    """A database whose ``cairn.cairn_meta`` says schema 999 is refused with
+    SchemaTooNew naming the versions and the upgrade command, and nothing in it
+    changes."""
+    with Cairn(pg_url, clock=FakeClock()) as app:
+        app.run(one_step_task(app, Counter()), task_id="t", n=1)
+    sql(pg_url, "UPDATE cairn.cairn_meta SET value = '999' WHERE key = 'schema_version'")
+    before = snapshot(pg_url)
+    with pytest.raises(SchemaTooNew) as refused:
+        open_store(pg_url)
+    message = str(refused.value)
+    for part in ("999", f"up to {latest_version('postgres')}", "pip install -U cairn"):
+        assert part in message
+    assert "Nothing was changed" in message
+    assert snapshot(pg_url) == before
+
+
+def install_ddl_log(url: str) -> None:
+    """Log every DDL command run in the database, whoever runs it, to public.ddl_log."""
+    sql(url, "CREATE TABLE public.ddl_log (tag TEXT NOT NULL)")
+    sql(
+        url,
+        "CREATE FUNCTION public.log_ddl() RETURNS event_trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN INSERT INTO public.ddl_log (tag) VALUES (tg_tag); END $$",
+    )
+    sql(url, "CREATE EVENT TRIGGER log_ddl ON ddl_command_start EXECUTE FUNCTION public.log_ddl()")
+
+
+def test_opening_a_migrated_database_again_runs_no_migration(blank_pg: str) -> None:
+    """The first open of a blank database runs the migrations (an event trigger sees
+    the DDL); opening it again, as a store and as an app, runs no DDL at all."""
+    install_ddl_log(blank_pg)
+    PostgresStore(blank_pg).close()
+    first = sql(blank_pg, "SELECT tag FROM public.ddl_log")
+    assert ("CREATE SCHEMA",) in first
+    assert ("CREATE TABLE",) in first
+    PostgresStore(blank_pg).close()
+    with Cairn(blank_pg) as app:
+        assert app.store.get_task("none") is None
+    assert sql(blank_pg, "SELECT tag FROM public.ddl_log") == first
+    version = sql(blank_pg, "SELECT value FROM cairn.cairn_meta WHERE key = 'schema_version'")
+    assert version == [(str(latest_version("postgres")),)]
+
+
+_OPENER = """
+import sys, time
+from pathlib import Path
+from cairn.store.postgres import PostgresStore
+
+url, ready, go = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+ready.touch()
+while not go.exists():
+    time.sleep(0.002)  # real-sleep-ok: the openers start on the test's signal
+store = PostgresStore(url)
+print(store.get_task("none"), flush=True)
+store.close()
+"""
+
+
+def start_openers(url: str, tmp: Path, count: int) -> list[subprocess.Popen[str]]:
+    """``count`` processes that each open the store at ``url`` on one signal."""
+    go = tmp / "go"
+    openers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _OPENER, url, str(tmp / f"ready{i}"), str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(count)
+    ]
+    deadline = time.monotonic() + 60
+    while not all((tmp / f"ready{i}").exists() for i in range(count)):
+        assert time.monotonic() < deadline, "the openers did not start"
+        assert all(p.poll() is None for p in openers), "an opener died while starting"
+        time.sleep(0.01)  # real-sleep-ok: waiting on real subprocesses
+    go.touch()
+    return openers
+
+
+def test_processes_opening_a_blank_database_at_once_all_succeed(
+    blank_pg: str, tmp_path: Path
+) -> None:
+    """Two processes open a database cairn never saw at the same moment: the advisory
+    lock lets one migrate while the other waits, so both open it, and the schema is
+    there once, at the latest version."""
+    openers = start_openers(blank_pg, tmp_path, 2)
+    results = []
+    try:
+        for opener in openers:
+            out, err = opener.communicate(timeout=60)
+            results.append((opener.returncode, out.strip(), err))
+    finally:
+        for opener in openers:
+            if opener.poll() is None:
+                opener.kill()
+                opener.communicate()
+    assert [(code, out) for code, out, _ in results] == [(0, "None"), (0, "None")], results
+    assert tables_of(blank_pg, "cairn") == CAIRN_TABLES
+    version = sql(blank_pg, "SELECT value FROM cairn.cairn_meta WHERE key = 'schema_version'")
+    assert version == [(str(latest_version("postgres")),)]
+
+
+# -- the canonical schemas ----------------------------------------------------------------
+
+
+def describe_postgres(url: str, schema: str) -> dict[str, Any]:
+    """Each table of ``schema``: its columns (name, type, nullability) in order, and
+    its indexes as PostgreSQL prints them, without the schema name."""
+    described: dict[str, Any] = {}
+    columns = sql(
+        url,
+        "SELECT table_name, column_name, data_type, is_nullable "
+        "FROM information_schema.columns WHERE table_schema = %s "
+        "ORDER BY table_name, ordinal_position",
+        (schema,),
+    )
+    for table, column, data_type, nullable in columns:
+        entry = described.setdefault(table, {"columns": [], "indexes": []})
+        entry["columns"].append(
+            f"{column} {data_type}" + ("" if nullable == "YES" else " NOT NULL")
+        )
+    indexes = sql(
+        url,
+        "SELECT tablename, indexdef FROM pg_indexes WHERE schemaname = %s "
+        "ORDER BY tablename, indexname",
+        (schema,),
+    )
+    for table, definition in indexes:
+        described[table]["indexes"].append(definition.replace(f" {schema}.", " "))
+    return described
+
+
+def describe_sqlite(path: Path) -> dict[str, Any]:
+    """Each table of the file: its columns from PRAGMA table_info in order, and its
+    indexes from PRAGMA index_list / index_info."""
+    conn = sqlite3.connect(path)
+    try:
+        tables = [
+            name
+            for (name,) in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' "
+                "AND name NOT LIKE 'sqlite_%' ORDER BY name"
+            )
+        ]
+        return {table: _sqlite_table(conn, table) for table in tables}
+    finally:
+        conn.close()
+
+
+def _sqlite_table(conn: sqlite3.Connection, table: str) -> dict[str, list[str]]:
+    columns = [
+        f"{name} {kind}" + (" NOT NULL" if notnull else "") + (f" PRIMARY KEY {pk}" if pk else "")
+        for _, name, kind, notnull, _, pk in conn.execute(f"PRAGMA table_info({table})")
+    ]
+    indexes = []
+    for _, name, unique, origin, partial in sorted(
+        conn.execute(f"PRAGMA index_list({table})"), key=lambda row: row[1]
+    ):
+        keys = ", ".join(row[2] for row in conn.execute(f"PRAGMA index_info({name})"))
+        flags = ("UNIQUE " if unique else "") + ("PARTIAL " if partial else "")
+        indexes.append(f"{flags}{name} ({keys}) origin={origin}")
+    return {"columns": columns, "indexes": indexes}
+
+
+def check_canonical(actual: dict[str, Any], canonical: Path) -> None:
+    """Fail with a unified diff unless ``actual`` is what ``canonical`` describes
+    (or write ``canonical`` when CAIRN_WRITE_CANONICAL_SCHEMA=1)."""
+    text = json.dumps(actual, indent=2, sort_keys=True) + "\n"
+    if os.environ.get("CAIRN_WRITE_CANONICAL_SCHEMA") == "1":
+        canonical.write_text(text, encoding="utf-8")
+    expected = canonical.read_text(encoding="utf-8")
+    if text == expected:
+        return
+    diff = "".join(
+        difflib.unified_diff(
+            expected.splitlines(keepends=True),
+            text.splitlines(keepends=True),
+            fromfile=f"{canonical.name} (checked in)",
+            tofile="built by the migrations",
+        )
+    )
+    pytest.fail(
+        f"the migrations no longer build the schema in {canonical.name}:\n{diff}\n"
+        "If the change is intended, regenerate it with CAIRN_WRITE_CANONICAL_SCHEMA=1 "
+        "and review the diff.",
+        pytrace=False,
+    )
+
+
+def test_postgres_migrations_build_the_canonical_schema(pg_url: str) -> None:
+    """A migrated database's tables, columns (type, nullability) and indexes are
+    exactly those in canonical_schema_postgres.json."""
+    check_canonical(describe_postgres(pg_url, "cairn"), CANONICAL_POSTGRES)
+
+
+def test_sqlite_migrations_build_the_canonical_schema(tmp_path: Path) -> None:
+    """A migrated SQLite file's tables, columns (type, nullability, primary key) and
+    indexes are exactly those in canonical_schema_sqlite.json. (SQLite only: it
+    needs no server.)"""
+    path = tmp_path / "cairn.db"
+    open_store(f"sqlite:///{path}").close()
+    check_canonical(describe_sqlite(path), CANONICAL_SQLITE)
+
+
+def test_a_schema_mismatch_is_reported_as_a_diff(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the schema differs from the checked-in description, the failure shows a
+    unified diff naming the changed column and says how to regenerate the file."""
+    monkeypatch.delenv("CAIRN_WRITE_CANONICAL_SCHEMA", raising=False)
+    canonical = tmp_path / "canonical.json"
+    canonical.write_text(json.dumps({"t": {"columns": ["a text NOT NULL"]}}, indent=2) + "\n")
+    with pytest.raises(pytest.fail.Exception) as failed:
+        check_canonical({"t": {"columns": ["a text"]}}, canonical)
+    message = str(failed.value)
+    changed = [line.split() for line in message.splitlines() if line[:1] in "+-"]
+    assert ["-", '"a', "text", "NOT", 'NULL"'] in changed
+    assert ["+", '"a', 'text"'] in changed
+    assert "CAIRN_WRITE_CANONICAL_SCHEMA=1" in message
+
+
+# -- connections: lost, exhausted, unreachable ---------------------------------------------
+
+
+def terminate_connections(url: str) -> int:
+    """End every server connection to the database of ``url`` (not this one's own),
+    as a server restart would; how many were ended."""
+    database = urlsplit(url).path.lstrip("/")
+    rows = sql(
+        postgres_admin_url(),
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE datname = %s AND pid <> pg_backend_pid()",
+        (database,),
+    )
+    return len(rows)
+
+
+def test_connections_lost_mid_batch_are_reopened_and_every_step_runs_once(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server ends all of the store's connections from inside a step of the 3rd
+    task: cairn logs "PostgreSQL connection lost", reconnects, records that step's
+    result, and the batch completes with every step run exactly once."""
+    runs: Counter[str] = Counter()
+    ended: list[int] = []
+
+    def step(n: int) -> int:
+        runs[f"step {n}"] += 1
+        if n == 2 and not ended:
+            ended.append(terminate_connections(pg_url))
+        return n
+
+    with Cairn(pg_url, clock=FakeClock()) as app:
+
+        @app.task(name="item")
+        def item(ctx: Context, n: int) -> int:
+            return int(ctx.step("step", step, n)) + int(ctx.step("after", lambda: 1))
+
+        with caplog.at_level(logging.WARNING, logger="cairn"):
+            report = app.run_batch(
+                "b", item, [{"n": n} for n in range(5)], concurrency=1, progress=False
+            )
+        histories = [app.store.load_history(f"b/n={n}") for n in range(5)]
+    assert ended[0] >= 1, "the store had no connection to end"
+    assert (report.completed, report.failures) == (5, [])
+    assert runs == Counter({f"step {n}": 1 for n in range(5)})
+    assert all(len(h) == 2 for h in histories)
+    assert any("PostgreSQL connection lost" in r.getMessage() for r in caplog.records)
+
+
+def test_an_exhausted_pool_makes_a_call_wait_then_succeed(
+    pg_url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``?pool_size=1`` and its one connection held elsewhere for a second, a
+    store call waits (logging that all connections are in use) and then succeeds.
+
+    cairn waits 5 s for a connection before it logs and waits again; the test
+    shortens that to 0.2 s so that the log line shows up within its one second."""
+    monkeypatch.setattr(postgres_module, "_POOL_WAIT", 0.2)
+    store = PostgresStore(with_params(pg_url, pool_size="1"))
+    held = threading.Event()
+
+    def hold_the_only_connection() -> None:
+        with store._pool.connection():
+            held.set()
+            time.sleep(1.0)  # real-sleep-ok: the pool really is exhausted for a second
+
+    holder = threading.Thread(target=hold_the_only_connection)
+    try:
+        holder.start()
+        assert held.wait(timeout=10)
+        started = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="cairn"):
+            assert store.get_task("none") is None
+        waited = time.monotonic() - started
+    finally:
+        holder.join(timeout=10)
+        store.close()
+    assert waited >= 0.5
+    assert any("connections are in use" in r.getMessage() for r in caplog.records)
+
+
+def test_an_unreachable_server_is_reported_within_the_connect_timeout() -> None:
+    """Nothing listening at the URL's host and port: a StoreError, within about the
+    connect timeout, that names the host and port and asks whether the server is
+    running."""
+    started = time.monotonic()
+    with pytest.raises(StoreError) as refused:
+        PostgresStore(UNREACHABLE, connect_timeout=1)
+    assert time.monotonic() - started < 3
+    message = str(refused.value)
+    assert "127.0.0.1:1" in message
+    assert "server running" in message
+
+
+# -- passwords stay secret ---------------------------------------------------------------
+
+
+def messages_of(error: BaseException) -> str:
+    """The error's message and those of every error it was raised from."""
+    parts: list[str] = []
+    seen: BaseException | None = error
+    while seen is not None:
+        parts.append(f"{type(seen).__name__}: {seen}")
+        seen = seen.__cause__ or seen.__context__
+    return "\n".join(parts)
+
+
+def test_the_password_of_an_unreachable_server_is_not_shown(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The error for a server that cannot be reached, the errors it came from and
+    every log line show the URL with its password masked."""
+    with caplog.at_level(logging.DEBUG), pytest.raises(StoreError) as refused:
+        PostgresStore(with_password(UNREACHABLE, PASSWORD), connect_timeout=1)
+    assert PASSWORD not in messages_of(refused.value)
+    assert ":***@127.0.0.1:1" in str(refused.value)
+    assert all(PASSWORD not in record.getMessage() for record in caplog.records)
+
+
+def test_the_password_is_not_shown_when_the_schema_is_too_new(pg_url: str) -> None:
+    """SchemaTooNew names the database by its URL with the password masked."""
+    sql(pg_url, "UPDATE cairn.cairn_meta SET value = '999' WHERE key = 'schema_version'")
+    with pytest.raises(SchemaTooNew) as refused:
+        PostgresStore(with_password(pg_url, PASSWORD))
+    assert PASSWORD not in messages_of(refused.value)
+    assert ":***@" in str(refused.value)
+
+
+def test_a_server_gone_past_reconnect_timeout_gives_a_store_error_without_password(
+    pg_url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the database stays unreachable for longer than ``reconnect_timeout``, a
+    store call stops retrying with a StoreError saying the connection was lost, its
+    URL's password masked, instead of waiting for ever. (The pool wait is shortened
+    to 0.2 s so that the test takes seconds.)"""
+    monkeypatch.setattr(postgres_module, "_POOL_WAIT", 0.2)
+    url = with_params(with_password(pg_url, PASSWORD), reconnect_timeout="1")
+    database = urlsplit(pg_url).path.lstrip("/")
+    store = PostgresStore(url)
+    outcome: list[BaseException | None] = []
+
+    def call() -> None:
+        try:
+            store.get_task("none")
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertions below
+            outcome.append(exc)
+
+    caller = threading.Thread(target=call, daemon=True)
+    sql(postgres_admin_url(), f"ALTER DATABASE {database} ALLOW_CONNECTIONS false")
+    try:
+        terminate_connections(pg_url)
+        with caplog.at_level(logging.WARNING):
+            caller.start()
+            caller.join(timeout=6)
+            gave_up = not caller.is_alive()
+    finally:
+        store.close()  # a caller still retrying gets PoolClosed and ends
+        caller.join(timeout=10)
+        sql(postgres_admin_url(), f"ALTER DATABASE {database} ALLOW_CONNECTIONS true")
+    assert gave_up, "the store kept retrying for 6 s with reconnect_timeout=1"
+    assert isinstance(outcome[0], StoreError), outcome
+    assert "lost PostgreSQL" in str(outcome[0])
+    assert PASSWORD not in messages_of(outcome[0])
+    assert all(PASSWORD not in record.getMessage() for record in caplog.records)
