@@ -399,7 +399,8 @@ def test_resolve_retry_calls_the_function_again(in_doubt: Charges, url: str, sto
 def test_resolve_fail_makes_the_next_run_raise_operation_failed(
     in_doubt: Charges, url: str, store: Store
 ) -> None:
-    """--fail marks the key failed for good: the next run raises OperationFailed and
+    """--fail marks the key failed for good and leaves its task failed (requeueing it
+    would only fail it again); retried by hand, the task raises OperationFailed and
     the function is not called."""
     result = cli("ops", "resolve", KEY, "--fail", "--store", url)
     assert result.exit_code == 0, result.output
@@ -407,6 +408,11 @@ def test_resolve_fail_makes_the_next_run_raise_operation_failed(
     op = store.get_operation("", KEY)
     assert op is not None
     assert (op.status, op.permanent) == ("failed", True)
+    assert "operator" in (op.error or "")
+    task = store.get_task(op.task_id)
+    assert task is not None
+    assert task.status == "failed"
+    assert cli("retry", op.task_id, "--store", url).exit_code == 0
     with pytest.raises(TaskFailed) as failed:
         in_doubt.run()
     assert isinstance(failed.value.__cause__, OperationFailed)

@@ -47,8 +47,8 @@ StoreOption = Annotated[
         envvar="CAIRN_STORE",
         show_envvar=True,
         metavar="URL",
-        help="The cairn store: sqlite:///relative/path.db, sqlite:////absolute/path.db "
-        "or a plain file path.",
+        help="The cairn store: sqlite:///relative/path.db, sqlite:////absolute/path.db, "
+        "a plain file path, or postgresql://user@host:5432/dbname.",
     ),
 ]
 

@@ -395,7 +395,8 @@ def resolve_command(
         _say(
             f"operation {_label(op)}: {op.status} -> {decision.status} ({_effect(decision, text)})"
         )
-        if task is not None:
+        # A key settled as failed would only fail the task again at once.
+        if task is not None and decision.status != "failed":
             _run_task_again(opened, task)
 
 
