@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from cairn._effects import Call, Machine, Wait, adrive, drive
 from cairn._taskrun import TaskRun, describe_error
 from cairn.context import Context, _current
-from cairn.errors import Cancelled, CodecError, LeaseLost
+from cairn.errors import Cancelled, CodecError, LeaseLost, StoreError
 from cairn.ownership import mark_inactive
 from cairn.retry import Retry
 from cairn.store.records import TaskRecord
@@ -50,6 +50,8 @@ def _task_machine(
             if run.diverged is not None:
                 raise run.diverged  # swallowed by the task's code; still fatal
             output = run.encode(result, f"task {task.name!r} result")
+        except StoreError:
+            raise  # the store is unreachable: not the task's failure, spend no attempt
         except Exception as exc:
             used = run.attempt - retry_base
             if not retry.should_retry(exc, used):
@@ -141,6 +143,8 @@ def execute(app: Cairn, record: TaskRecord) -> Outcome:
     token = _current.set(prepared.ctx)
     try:
         result = drive(prepared.machine, app.clock)
+    except StoreError:
+        raise  # the worker or batch stops as a whole; the task stays claimed
     except (LeaseLost, Cancelled, Exception) as exc:  # noqa: BLE001 - becomes the outcome
         return _ended(record, exc, prepared.resumed)
     finally:
@@ -157,6 +161,8 @@ async def aexecute(app: Cairn, record: TaskRecord) -> Outcome:
     token = _current.set(prepared.ctx)
     try:
         result = await adrive(prepared.machine, app.clock)
+    except StoreError:
+        raise  # the worker or batch stops as a whole; the task stays claimed
     except (LeaseLost, Cancelled, Exception) as exc:  # noqa: BLE001 - becomes the outcome
         return _ended(record, exc, prepared.resumed)
     finally:

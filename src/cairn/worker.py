@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from cairn._batch import WAIT, Claimer
 from cairn._execute import Outcome, aexecute, execute
+from cairn.store.postgres import redacted
 from cairn.store.records import TaskRecord
 
 if TYPE_CHECKING:
@@ -69,6 +70,7 @@ class Worker:
         self._wake = threading.Event()
         self._lock = threading.Lock()
         self._running: dict[str, int] = {}
+        self._errors: list[BaseException] = []
 
     # -- control -----------------------------------------------------------------
     def stop(self) -> None:
@@ -115,7 +117,7 @@ class Worker:
             raise ValueError("this app registers no task functions: nothing to run")
         log.info(
             "cairn worker: %s, %d at a time, tasks: %s",
-            self.app.store_url,
+            redacted(self.app.store_url),
             self.concurrency,
             ", ".join(self._names),
         )
@@ -127,28 +129,40 @@ class Worker:
             thread.start()
         while any(thread.is_alive() for thread in threads):
             # The main thread listens for new work and keeps the signal handlers
-            # responsive; the worker threads wait on the event it sets.
+            # responsive; idle worker threads wake when it hears of some, and
+            # otherwise look again every idle_wait seconds on their own.
             if self._stopping.is_set():
                 for thread in threads:
                     thread.join(0.2)
                 continue
-            self.app.store.wait_for_work(min(self.idle_wait, 1.0))
-            self._wake.set()
+            if self.app.store.wait_for_work(min(self.idle_wait, 1.0)):
+                self._wake.set()
+        if self._errors:
+            raise self._errors[0]
         return self.report
 
     def _loop(self) -> None:
         try:
-            while not self._stopping.is_set():
-                task = self._claimer.next()
-                if task is None and self.burst:
-                    return
-                if task is None or task == WAIT:
-                    self._wake.wait(self.idle_wait)
-                    self._wake.clear()
-                    continue
-                self._run_one(task)
+            self._claim_and_run()
+        except BaseException as exc:  # noqa: BLE001 - re-raised by run() in the main thread
+            # A worker that cannot reach its store stops as a whole, loudly: the
+            # process exits non-zero instead of idling on with fewer threads.
+            with self._lock:
+                self._errors.append(exc)
+            self.stop()
         finally:
             self.app.store.close_thread()
+
+    def _claim_and_run(self) -> None:
+        while not self._stopping.is_set():
+            task = self._claimer.next()
+            if task is None and self.burst:
+                return
+            if task is None or task == WAIT:
+                self._wake.wait(self.idle_wait)
+                self._wake.clear()
+                continue
+            self._run_one(task)
 
     def _run_one(self, task: TaskRecord) -> None:
         with self._lock:

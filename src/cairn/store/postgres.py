@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from cairn.errors import ConfigurationError, NotACairnStore, SchemaTooNew, StoreError
 from cairn.store.migrate import latest_version, migrations
@@ -61,9 +61,20 @@ def split_url(url: str) -> tuple[str, dict[str, str]]:
     parts = urlsplit(url)
     query = parse_qsl(parts.query, keep_blank_values=True)
     own = {k: v for k, v in query if k in _OWN_PARAMS}
-    rest = urlencode([(k, v) for k, v in query if k not in _OWN_PARAMS])
+    # quote, not quote_plus: libpq reads "+" literally (options=-c%20x=1 must stay).
+    rest = urlencode([(k, v) for k, v in query if k not in _OWN_PARAMS], quote_via=quote)
     scheme = "postgresql" if parts.scheme in ("postgres", "postgresql") else parts.scheme
     return urlunsplit((scheme, parts.netloc, parts.path, rest, parts.fragment)), own
+
+
+def redacted(url: str) -> str:
+    """``url`` with its password, if any, replaced by ``***``."""
+    return _redacted(url)
+
+
+def own_options(conninfo: str) -> str:
+    """The ``options=`` the user's URL passes to the server, if any."""
+    return dict(parse_qsl(urlsplit(conninfo).query)).get("options", "")
 
 
 def _redacted(url: str) -> str:
@@ -141,7 +152,13 @@ class PostgresStore(SQLStore):
             max_size=self.pool_size,
             kwargs={
                 "autocommit": True,
-                "options": f"-c search_path={self.schema} -c timezone=UTC",
+                # Added to any options= the user's URL gives, not instead of them.
+                "options": " ".join(
+                    filter(
+                        None,
+                        [own_options(conninfo), f"-c search_path={self.schema}", "-c timezone=UTC"],
+                    )
+                ),
             },
             open=False,
             name="cairn",
@@ -288,7 +305,7 @@ class PostgresStore(SQLStore):
     def _writing(self) -> nullcontext[None]:
         return nullcontext()
 
-    def wait_for_work(self, timeout: float) -> None:
+    def wait_for_work(self, timeout: float) -> bool:
         """LISTEN for the NOTIFY that enqueue sends, up to ``timeout`` seconds.
 
         Polling stays the fallback: a lost listener only means waiting the
@@ -302,12 +319,13 @@ class PostgresStore(SQLStore):
                     )
                     self._listener.execute(f"LISTEN {self._channel}")
                 for _ in self._listener.notifies(timeout=timeout, stop_after=1):
-                    break
-                return
+                    return True
+                return False
             except self._operational as exc:
                 log.warning("cairn: not listening for new work (%s); polling", exc)
                 self._listener = None
         time.sleep(timeout)
+        return False
 
     def close(self) -> None:
         with self._listener_lock:
