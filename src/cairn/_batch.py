@@ -72,9 +72,7 @@ class Claimer:
     """Finds the next task this process may run: of one batch, or (``batch=None``)
     of any batch whose task function is one of ``names``."""
 
-    def __init__(
-        self, app: Cairn, batch: str | None, names: tuple[str, ...] | None = None
-    ) -> None:
+    def __init__(self, app: Cairn, batch: str | None, names: tuple[str, ...] | None = None) -> None:
         self._app = app
         self._batch = batch
         self._names = names

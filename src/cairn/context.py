@@ -14,10 +14,10 @@ from __future__ import annotations
 import inspect
 import random as _random
 import uuid as _uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextvars import ContextVar
 from datetime import datetime
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from cairn._effects import adrive, drive
 from cairn._machines import sleep_machine, step_machine
@@ -25,6 +25,9 @@ from cairn._once import OncePolicy, OnDoubt, Reconcile, once_machine
 from cairn._taskrun import TaskRun
 from cairn.keys import bounded_key
 from cairn.retry import NO_RETRY, Retry
+
+if TYPE_CHECKING:
+    from cairn.agent.conversation import Conversation
 
 T = TypeVar("T")
 
@@ -218,3 +221,35 @@ class Context:
     async def asleep(self, seconds: float) -> None:
         """``sleep`` for async tasks."""
         await adrive(sleep_machine(self._run, seconds), self._run.clock)
+
+    # -- agent context (cairn.agent) -----------------------------------------------------
+    def conversation(self, name: str = "main", **options: Any) -> Conversation:
+        """Open (or create) the durable conversation ``name`` of this task.
+
+        Options: ``system``, ``threshold`` (8000 tokens), ``keep_tail`` (2000),
+        ``summarizer``, ``counter``, ``prices``, ``client``, ``start_from`` (a
+        handoff document) and ``summary_tokens``; see ``cairn.agent.conversation``.
+        """
+        from cairn.agent.conversation import open_conversation
+
+        return open_conversation(self, name, **options)
+
+    def llm(self, conv: Conversation, /, *, model: str, **options: Any) -> Any:
+        """Send ``conv``'s active context to ``model`` as a recorded call (compacting
+        first if it is due), append the reply and return it; on replay the recorded
+        reply comes back and nothing is sent. An awaitable with an async client.
+
+        Options: ``tools``, ``client``, ``prices``, ``retry``, and any request
+        parameter (``temperature``, ``max_tokens``, ...); see ``cairn.agent.llm``.
+        """
+        from cairn.agent.llm import llm
+
+        return llm(self, conv, model=model, **options)
+
+    def llm_call(
+        self, messages: Sequence[Mapping[str, Any]], /, *, model: str, **options: Any
+    ) -> Any:
+        """One recorded model call on ``messages``, outside any conversation."""
+        from cairn.agent.llm import llm_call
+
+        return llm_call(self, messages, model=model, **options)

@@ -15,11 +15,19 @@ from cairn.store import DEFAULT_URL
 from .batches import batches_command
 from .cancel import cancel_command
 from .chaos import chaos_command
+from .conversation import conversation_command
+from .cost import cost_command
 from .demo import demo_command
+from .fidelity import fidelity_command
+from .metrics import metrics_command
 from .ops import ops_app
+from .otel import otel_command
+from .report import report_command
 from .retry import retry_command
 from .show import show_command
 from .tasks import tasks_command
+from .ui import ui_command
+from .watch import watch_command
 from .worker import migrate_command, worker_command
 
 __all__ = ["app", "main"]
@@ -47,6 +55,14 @@ app.command("chaos")(chaos_command)
 app.add_typer(ops_app, name="ops")
 app.command("worker")(worker_command)
 app.command("migrate")(migrate_command)
+app.command("conversation")(conversation_command)
+app.command("cost")(cost_command)
+app.command("fidelity")(fidelity_command)
+app.command("metrics")(metrics_command)
+app.command("watch")(watch_command)
+app.command("report")(report_command)
+app.command("otel-export")(otel_command)
+app.command("ui")(ui_command)
 
 
 def main() -> None:

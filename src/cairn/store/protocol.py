@@ -16,9 +16,12 @@ from typing import Protocol
 
 from cairn.store.records import (
     BatchSummary,
+    ConversationSummary,
+    MessageRecord,
     NewTask,
     OperationClaim,
     OperationRecord,
+    RecordedCall,
     StepRecord,
     TaskRecord,
 )
@@ -81,8 +84,9 @@ class Store(Protocol):
         any batch whose task is one of ``names``), or None."""
         ...
 
-    def wait_for_work(self, timeout: float) -> None:
-        """Block until new tasks may have been enqueued, or ``timeout`` passes."""
+    def wait_for_work(self, timeout: float) -> bool:
+        """Block until new tasks may have been enqueued (True), or ``timeout``
+        passes (False)."""
         ...
 
     def claim_task(
@@ -242,4 +246,32 @@ class Store(Protocol):
 
     def operation_call_counts(self) -> tuple[int, int]:
         """(keys whose function ran more than once, all keys)."""
+        ...
+
+    # -- conversations (cairn.agent) -------------------------------------------------
+    def append_message(self, message: MessageRecord, fence: int) -> bool:
+        """Insert one conversation row if the fence holds (one statement, one commit)."""
+        ...
+
+    def append_messages(self, messages: Sequence[MessageRecord], fence: int) -> bool:
+        """Insert several rows in one transaction, all or none, if the fence holds."""
+        ...
+
+    def load_active_messages(self, task_id: str, conv: str) -> list[MessageRecord]:
+        """Row 0 and every row after the latest summary's ``covers_until``, by idx:
+        the rows of the active context, read in time proportional to their number."""
+        ...
+
+    def load_messages(self, task_id: str, conv: str, start: int, limit: int) -> list[MessageRecord]:
+        """Up to ``limit`` rows from position ``start`` on, by idx (archive and replay)."""
+        ...
+
+    def conversation_summaries(self, task_id: str) -> list[ConversationSummary]:
+        """Every conversation of a task, with its row counts."""
+        ...
+
+    def recorded_calls(
+        self, *, batch: str | None = None, task_id: str | None = None
+    ) -> Iterator[RecordedCall]:
+        """Completed history entries of kind ``llm`` or ``conv``, in task then seq order."""
         ...

@@ -14,7 +14,8 @@ TaskStatus = Literal["pending", "running", "completed", "failed", "cancelled"]
 TASK_STATUSES: tuple[TaskStatus, ...] = ("pending", "running", "completed", "failed", "cancelled")
 FINISHED_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 
-StepKind = Literal["step", "input", "sleep", "op"]
+# "llm": a recorded model call; "conv": a conversation's compaction (cairn.agent).
+StepKind = Literal["step", "input", "sleep", "op", "llm", "conv"]
 StepStatus = Literal["completed", "retrying", "failed"]
 
 
@@ -52,6 +53,8 @@ class TaskRecord:
     started_at: datetime | None
     finished_at: datetime | None
     updated_at: datetime
+    # Times it was taken over while running (owner died, lease ran out).
+    interruptions: int = 0
 
 
 class StepRecord(NamedTuple):
@@ -124,3 +127,53 @@ class OperationClaim:
     claimed: bool
     record: OperationRecord | None
     fenced_out: bool = False
+
+
+MessageKind = Literal["message", "summary"]
+
+
+class MessageRecord(NamedTuple):
+    """One row of an agent's conversation, at position ``idx`` within it.
+
+    ``content`` is the whole message in the OpenAI chat shape, as JSON text; a
+    ``summary`` row summarizes every message up to ``covers_until``. ``meta`` is
+    JSON text about how the row came to be (usage of the model call that wrote
+    it, token counts of a compaction), or None.
+    """
+
+    task_id: str
+    conv: str
+    idx: int
+    role: str
+    content: str
+    tokens: int
+    kind: MessageKind
+    covers_until: int | None
+    meta: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationSummary:
+    """One conversation of a task, counted: rows, summaries, message tokens."""
+
+    task_id: str
+    conv: str
+    rows: int
+    summaries: int
+    next_idx: int
+    message_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedCall:
+    """A history entry of kind ``llm`` or ``conv`` (a model call or a compaction),
+    with its task's batch and codec, for cost reports."""
+
+    task_id: str
+    batch: str | None
+    codec: str
+    seq: int
+    kind: StepKind
+    name: str
+    output: str | None

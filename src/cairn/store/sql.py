@@ -12,11 +12,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cairn.clock import from_iso
-from cairn.store.records import OperationRecord, StepRecord, TaskRecord
+from cairn.store.records import MessageRecord, OperationRecord, StepRecord, TaskRecord
 
 TASK_COLUMNS = (
     "id, batch, item_key, name, args, codec, status, attempts, retry_base, fence, owner, "
-    "lease_expires_at, result, error, created_at, started_at, finished_at, updated_at"
+    "lease_expires_at, result, error, created_at, started_at, finished_at, updated_at, "
+    "interruptions"
 )
 STEP_COLUMNS = (
     "task_id, seq, kind, name, status, output, attempts, task_attempt, run_attempts, "
@@ -36,7 +37,9 @@ INSERT_TASK = (
     "INSERT INTO tasks (id, batch, item_key, name, args, codec, status, created_at, "
     "updated_at) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?) ON CONFLICT (id) DO NOTHING"
 )
+# Taking over a task that was still running counts as an interruption.
 CLAIM_SET = (
+    "interruptions = interruptions + CASE WHEN status = 'running' THEN 1 ELSE 0 END, "
     "status = 'running', owner = ?, lease_expires_at = ?, fence = fence + 1, "
     "started_at = COALESCE(started_at, ?), updated_at = ?"
 )
@@ -131,7 +134,8 @@ SETTLE_OP = (
 )
 RESOLVE_OP = (
     "UPDATE operations SET status = ?, result = ?, permanent = ?, completed_at = ?, "
-    "updated_at = ? WHERE scope = ? AND key = ? AND status != 'completed'"
+    "updated_at = ?, error = COALESCE(?, error) "
+    "WHERE scope = ? AND key = ? AND status != 'completed'"
 )
 GET_OP = f"SELECT {OP_COLUMNS} FROM operations WHERE scope = ? AND key = ?"
 OP_CALL_COUNTS = (
@@ -171,6 +175,7 @@ def task_record(row: tuple[Any, ...]) -> TaskRecord:
         started_at=opt_time(row[15]),
         finished_at=opt_time(row[16]),
         updated_at=time_of(row[17]),
+        interruptions=row[18],
     )
 
 
@@ -208,4 +213,48 @@ def op_record(row: tuple[Any, ...]) -> OperationRecord:
         claimed_at=time_of(row[11]),
         completed_at=opt_time(row[12]),
         updated_at=time_of(row[13]),
+    )
+
+
+# -- conversations (cairn.agent) ---------------------------------------------------------
+MESSAGE_COLUMNS = "task_id, conv, idx, role, content, tokens, kind, covers_until, meta, created_at"
+# An append is one fenced insert: one statement, one commit, and a row count of 0
+# means the fence moved.
+INSERT_MESSAGE = (
+    f"INSERT INTO messages ({MESSAGE_COLUMNS}) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {_FENCE}"
+)
+# The active context: row 0 (the system prompt) and every row after the latest
+# summary's covers_until (the summary itself among them). The latest summary is
+# one probe of the partial index, and the rest is a range of the primary key, so
+# the read costs O(active rows) however long the conversation has grown.
+LOAD_ACTIVE_MESSAGES = (
+    f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE task_id = ? AND conv = ? AND idx = 0 "
+    "UNION ALL "
+    f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE task_id = ? AND conv = ? AND idx > "
+    "COALESCE((SELECT covers_until FROM messages WHERE task_id = ? AND conv = ? "
+    "AND kind = 'summary' ORDER BY idx DESC LIMIT 1), 0) "
+    "ORDER BY idx"
+)
+LOAD_MESSAGES = (
+    f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE task_id = ? AND conv = ? AND idx >= ? "
+    "ORDER BY idx LIMIT ?"
+)
+CONVERSATION_SUMMARIES = (
+    "SELECT task_id, conv, COUNT(*), "
+    "COALESCE(SUM(CASE WHEN kind = 'summary' THEN 1 ELSE 0 END), 0), MAX(idx) + 1, "
+    "COALESCE(SUM(CASE WHEN kind = 'message' THEN tokens ELSE 0 END), 0) "
+    "FROM messages WHERE task_id = ? GROUP BY task_id, conv ORDER BY conv"
+)
+# {filter} is one of: every task, one batch, one task.
+RECORDED_CALLS = (
+    "SELECT t.id, t.batch, t.codec, s.seq, s.kind, s.name, s.output "
+    "FROM tasks t JOIN steps s ON s.task_id = t.id "
+    "WHERE {filter} AND (s.kind = 'llm' OR s.kind = 'conv') AND s.status = 'completed' "
+    "ORDER BY t.pos, s.seq"
+)
+
+
+def message_record(row: tuple[Any, ...]) -> MessageRecord:
+    return MessageRecord(
+        row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], time_of(row[9])
     )

@@ -23,9 +23,12 @@ from cairn.store import sql
 from cairn.store.protocol import Capabilities
 from cairn.store.records import (
     BatchSummary,
+    ConversationSummary,
+    MessageRecord,
     NewTask,
     OperationClaim,
     OperationRecord,
+    RecordedCall,
     StepRecord,
     TaskRecord,
 )
@@ -99,9 +102,11 @@ class SQLStore(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
-    def wait_for_work(self, timeout: float) -> None:
-        """Block until new work may have arrived, or ``timeout`` seconds pass."""
+    def wait_for_work(self, timeout: float) -> bool:
+        """Block until new work may have arrived (True), or ``timeout`` seconds
+        pass (False). Without a wake-up channel, this only waits."""
         time.sleep(timeout)
+        return False
 
     def close_thread(self) -> None:  # noqa: B027 - a no-op unless a backend pins connections
         """Release the calling thread's own connection, where there is one."""
@@ -403,7 +408,14 @@ class SQLStore(ABC):
     ) -> bool:
         stamp = self._ts(now)
         completed_at = stamp if status == "completed" else None
-        params = (status, result, int(permanent), completed_at, stamp, scope, key)
+        # A key settled as failed says so in the audit, instead of keeping the
+        # error that left it in doubt.
+        error = (
+            '{"type": "resolved", "message": "settled as failed by an operator"}'
+            if status == "failed"
+            else None
+        )
+        params = (status, result, int(permanent), completed_at, stamp, error, scope, key)
         with self._writing():
             return self._exec(sql.RESOLVE_OP, params).rowcount == 1
 
@@ -466,3 +478,80 @@ class SQLStore(ABC):
     def operation_call_counts(self) -> tuple[int, int]:
         row = self._exec(sql.OP_CALL_COUNTS).rows[0]
         return int(row[0]), int(row[1])
+
+    # -- conversations (cairn.agent) -------------------------------------------------------
+    def _message_params(self, message: MessageRecord, fence: int) -> tuple[Any, ...]:
+        return (
+            message.task_id,
+            message.conv,
+            message.idx,
+            message.role,
+            message.content,
+            message.tokens,
+            message.kind,
+            message.covers_until,
+            message.meta,
+            self._ts(message.created_at),
+            message.task_id,
+            fence,
+        )
+
+    def append_message(self, message: MessageRecord, fence: int) -> bool:
+        params = self._message_params(message, fence)
+        with self._writing():
+            try:
+                return self._exec(sql.INSERT_MESSAGE, params).rowcount == 1
+            except self.integrity_errors:
+                # Only a retried write (its first try committed, then the
+                # connection dropped) finds its own row here.
+                found = self.load_messages(message.task_id, message.conv, message.idx, 1)
+                if found and found[0].idx == message.idx and found[0].content == message.content:
+                    return True
+                raise
+
+    def append_messages(self, messages: Sequence[MessageRecord], fence: int) -> bool:
+        rows = [self._message_params(m, fence) for m in messages]
+
+        def write(tx: Tx) -> bool:
+            for params in rows:
+                if tx.exec(sql.INSERT_MESSAGE, params).rowcount != 1:
+                    raise _FencedOut  # roll back the rows written so far
+            return True
+
+        with self._writing():
+            try:
+                return self._atomically(write)
+            except _FencedOut:
+                return False
+
+    def load_active_messages(self, task_id: str, conv: str) -> list[MessageRecord]:
+        params = (task_id, conv, task_id, conv, task_id, conv)
+        return [sql.message_record(r) for r in self._exec(sql.LOAD_ACTIVE_MESSAGES, params).rows]
+
+    def load_messages(self, task_id: str, conv: str, start: int, limit: int) -> list[MessageRecord]:
+        params = (task_id, conv, start, limit)
+        return [sql.message_record(r) for r in self._exec(sql.LOAD_MESSAGES, params).rows]
+
+    def conversation_summaries(self, task_id: str) -> list[ConversationSummary]:
+        rows = self._exec(sql.CONVERSATION_SUMMARIES, (task_id,)).rows
+        return [
+            ConversationSummary(r[0], r[1], int(r[2]), int(r[3]), int(r[4]), int(r[5]))
+            for r in rows
+        ]
+
+    def recorded_calls(
+        self, *, batch: str | None = None, task_id: str | None = None
+    ) -> Iterator[RecordedCall]:
+        params: tuple[str, ...]
+        if task_id is not None:
+            where, params = "t.id = ?", (task_id,)
+        elif batch is not None:
+            where, params = "t.batch = ?", (batch,)
+        else:
+            where, params = "1 = 1", ()
+        for r in self._exec(sql.RECORDED_CALLS.format(filter=where), params).rows:
+            yield RecordedCall(r[0], r[1], r[2], r[3], r[4], r[5], r[6])
+
+
+class _FencedOut(Exception):
+    """Raised inside a transaction to roll it back when the fence moved."""

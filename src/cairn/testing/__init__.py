@@ -17,6 +17,12 @@ Production code carries only the no-op default. The points:
                    has not been called (``name`` is the key)
 ``after_act``      the operation's function returned; nothing is recorded yet
 ``after_record``   the operation's result is committed
+``before_llm``,    the same three for a recorded model call (``ctx.llm``,
+``llm_returned``,  ``ctx.llm_call``)
+``after_llm``
+``before_conv``,   the same three for a conversation compaction (its
+``conv_returned``, summarizer call)
+``after_conv``
 ``after_task``     the task's completion is committed
 =================  ==========================================================
 

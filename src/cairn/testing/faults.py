@@ -32,8 +32,18 @@ ACTIONS: tuple[Action, ...] = ("raise", "exit", "sigkill")
 STEP_POINTS = ("before_step", "step_returned", "after_step")
 INPUT_POINTS = ("before_input", "input_returned", "after_input")
 OPERATION_POINTS = ("after_claim", "after_act", "after_record")
+# A recorded model call (ctx.llm / ctx.llm_call) and a conversation compaction.
+LLM_POINTS = ("before_llm", "llm_returned", "after_llm")
+CONVERSATION_POINTS = ("before_conv", "conv_returned", "after_conv")
 TASK_POINTS = ("after_task",)
-POINTS: tuple[str, ...] = (*STEP_POINTS, *INPUT_POINTS, *OPERATION_POINTS, *TASK_POINTS)
+POINTS: tuple[str, ...] = (
+    *STEP_POINTS,
+    *INPUT_POINTS,
+    *OPERATION_POINTS,
+    *LLM_POINTS,
+    *CONVERSATION_POINTS,
+    *TASK_POINTS,
+)
 
 # The exit status of a process ended by an "exit" fault: what a shell reports
 # for a process killed by SIGKILL (128 + 9), so both read the same in logs.

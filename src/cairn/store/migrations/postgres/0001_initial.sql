@@ -34,7 +34,8 @@ CREATE TABLE tasks (
     created_at       TIMESTAMPTZ NOT NULL,
     started_at       TIMESTAMPTZ,
     finished_at      TIMESTAMPTZ,
-    updated_at       TIMESTAMPTZ NOT NULL
+    updated_at       TIMESTAMPTZ NOT NULL,
+    interruptions    INTEGER NOT NULL DEFAULT 0
 );
 
 CREATE INDEX tasks_by_batch_status ON tasks (batch, status, pos);
@@ -44,7 +45,8 @@ CREATE INDEX tasks_by_owner ON tasks (owner) WHERE status = 'running';
 CREATE TABLE steps (
     task_id      TEXT NOT NULL,
     seq          INTEGER NOT NULL,
-    kind         TEXT NOT NULL CHECK (kind IN ('step', 'input', 'sleep', 'op')),
+    kind         TEXT NOT NULL
+        CHECK (kind IN ('step', 'input', 'sleep', 'op', 'llm', 'conv')),
     name         TEXT NOT NULL,
     status       TEXT NOT NULL CHECK (status IN ('completed', 'retrying', 'failed')),
     output       TEXT,
@@ -80,3 +82,21 @@ CREATE TABLE operations (
 CREATE INDEX operations_by_status ON operations (status);
 CREATE INDEX operations_by_task ON operations (task_id);
 CREATE INDEX operations_by_time ON operations (first_claimed_at);
+
+-- An agent's conversations: one row per message, appended, never rewritten (see
+-- the SQLite schema for the meaning of each column).
+CREATE TABLE messages (
+    task_id      TEXT NOT NULL,
+    conv         TEXT NOT NULL,
+    idx          INTEGER NOT NULL,
+    role         TEXT NOT NULL,
+    content      TEXT NOT NULL,
+    tokens       INTEGER NOT NULL,
+    kind         TEXT NOT NULL CHECK (kind IN ('message', 'summary')),
+    covers_until INTEGER,
+    meta         TEXT,
+    created_at   TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (task_id, conv, idx)
+);
+
+CREATE INDEX messages_summaries ON messages (task_id, conv, idx) WHERE kind = 'summary';

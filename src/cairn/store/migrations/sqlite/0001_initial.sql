@@ -38,7 +38,10 @@ CREATE TABLE tasks (
     created_at       TEXT NOT NULL,
     started_at       TEXT,
     finished_at      TEXT,
-    updated_at       TEXT NOT NULL
+    updated_at       TEXT NOT NULL,
+    -- Times the task was taken over while running (its owner died, its lease
+    -- ran out, or its call was interrupted): the basis of the restart metrics.
+    interruptions    INTEGER NOT NULL DEFAULT 0
 );
 
 -- Claiming the next pending task of a batch, and finding a batch's running tasks,
@@ -50,7 +53,8 @@ CREATE TABLE steps (
     task_id      TEXT NOT NULL,
     seq          INTEGER NOT NULL,
     kind         TEXT NOT NULL
-        CHECK (kind = 'step' OR kind = 'input' OR kind = 'sleep' OR kind = 'op'),
+        CHECK (kind = 'step' OR kind = 'input' OR kind = 'sleep' OR kind = 'op'
+            OR kind = 'llm' OR kind = 'conv'),
     name         TEXT NOT NULL,
     status       TEXT NOT NULL
         CHECK (status = 'completed' OR status = 'retrying' OR status = 'failed'),
@@ -94,3 +98,30 @@ CREATE TABLE operations (
 CREATE INDEX operations_by_status ON operations (status);
 CREATE INDEX operations_by_task ON operations (task_id);
 CREATE INDEX operations_by_time ON operations (first_claimed_at);
+
+-- An agent's conversations: one row per message, keyed by its position (idx) in
+-- the conversation. Rows are only ever appended, never rewritten. A 'summary' row
+-- is a running summary of every message up to covers_until; the active context
+-- is row 0 (the system prompt), the latest summary and the messages after
+-- covers_until. A rowid table, not WITHOUT ROWID: messages are often longer than
+-- the ~1 KB an index b-tree keeps in a page, and spilling each one into a mostly
+-- empty overflow page would cost more than the primary-key index does.
+CREATE TABLE messages (
+    task_id      TEXT NOT NULL,
+    conv         TEXT NOT NULL,
+    idx          INTEGER NOT NULL,
+    role         TEXT NOT NULL,
+    -- The whole message in the OpenAI chat shape, as compact JSON.
+    content      TEXT NOT NULL,
+    tokens       INTEGER NOT NULL,
+    kind         TEXT NOT NULL CHECK (kind = 'message' OR kind = 'summary'),
+    covers_until INTEGER,
+    -- JSON about how the row came to be (a model reply's usage, a compaction's
+    -- token counts); NULL for a plain append.
+    meta         TEXT,
+    created_at   TEXT NOT NULL,
+    PRIMARY KEY (task_id, conv, idx)
+);
+
+-- Finding a conversation's latest summary is one index probe, whatever its length.
+CREATE INDEX messages_summaries ON messages (task_id, conv, idx) WHERE kind = 'summary';

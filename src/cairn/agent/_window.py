@@ -1,0 +1,128 @@
+"""The active context as rows, and where compaction may cut it (pure logic).
+
+The active context is the system prompt (row 0), the latest summary, and the
+messages after the summary's ``covers_until``: the *tail*. Compaction folds a
+head of the tail into a new summary and keeps the rest, so the cut must leave at
+least ``keep_tail`` tokens after it, and must never fall between an assistant
+message that calls tools and the tool results that answer it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from cairn.agent.messages import SYSTEM_ROLES, Message
+from cairn.store.records import MessageRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One conversation row in memory: its position, message and token count."""
+
+    idx: int
+    message: Message
+    tokens: int
+    kind: str = "message"
+    covers_until: int | None = None
+    meta: dict[str, Any] | None = None
+
+    @property
+    def role(self) -> str:
+        return str(self.message["role"])
+
+    @classmethod
+    def of(cls, record: MessageRecord) -> Row:
+        meta = None if record.meta is None else json.loads(record.meta)
+        return cls(
+            record.idx,
+            json.loads(record.content),
+            record.tokens,
+            record.kind,
+            record.covers_until,
+            meta,
+        )
+
+
+@dataclass
+class Window:
+    """The active context, as it stands at one point of the conversation."""
+
+    system: Row | None = None
+    summary: Row | None = None
+    tail: list[Row] = field(default_factory=list)
+
+    @property
+    def covers_until(self) -> int:
+        """The last position the summary stands in for (0: nothing summarized)."""
+        if self.summary is None or self.summary.covers_until is None:
+            return 0
+        return self.summary.covers_until
+
+    def rows(self) -> list[Row]:
+        head = [r for r in (self.system, self.summary) if r is not None]
+        return head + self.tail
+
+    def messages(self) -> list[Message]:
+        return [row.message for row in self.rows()]
+
+    def tokens(self) -> int:
+        return sum(row.tokens for row in self.rows())
+
+    def add(self, row: Row) -> None:
+        """Take in the row at the next position, as the conversation did."""
+        if row.kind == "summary":
+            self.summary = row
+            cut = self.covers_until
+            self.tail = [r for r in self.tail if r.idx > cut]
+        elif row.idx == 0 and row.role in SYSTEM_ROLES:
+            self.system = row
+        else:
+            self.tail.append(row)
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[Row]) -> Window:
+        """The window from the rows of the active context, in idx order."""
+        ordered = list(rows)
+        window = cls()
+        summaries = [r for r in ordered if r.kind == "summary"]
+        latest = summaries[-1] if summaries else None
+        cut = 0 if latest is None or latest.covers_until is None else latest.covers_until
+        for row in ordered:
+            if row.kind == "summary":
+                continue
+            if row.idx == 0 and row.role in SYSTEM_ROLES:
+                window.system = row
+            elif row.idx > cut:
+                window.tail.append(row)
+        window.summary = latest
+        return window
+
+
+def split_point(tail: Sequence[Row], keep_tail: int) -> int:
+    """Where to cut ``tail``: the index of the first row kept. 0 means nothing can be
+    folded away. The kept part holds at least ``keep_tail`` tokens and starts
+    neither with a tool result nor right after unanswered tool calls."""
+    kept, cut = 0, len(tail)
+    while cut > 0 and kept < keep_tail:
+        cut -= 1
+        kept += tail[cut].tokens
+    # A tool result must stay with the assistant message that called it.
+    while 0 < cut < len(tail) and tail[cut].role == "tool":
+        cut -= 1
+    return cut
+
+
+def tool_pairs_intact(messages: Sequence[Message]) -> bool:
+    """True if every tool result follows the assistant message that called it
+    (with only other results of the same message in between)."""
+    open_calls: set[str] = set()
+    for message in messages:
+        if message["role"] == "tool":
+            if message.get("tool_call_id") not in open_calls:
+                return False
+            continue
+        open_calls = {str(c.get("id")) for c in message.get("tool_calls") or ()}
+    return True

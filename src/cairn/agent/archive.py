@@ -1,0 +1,139 @@
+"""Reading conversations outside a task: the active context, the archive, JSONL.
+
+``load_conversation(store, task_id)`` reads the active context in time
+proportional to it (as ``ctx.conversation`` does when it opens);
+``iter_history`` streams every row, the compacted head included, in pages.
+Archived heads stay in the ``messages`` table; moving them to a blob store is
+for when cairn has one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import IO, TYPE_CHECKING, Any
+
+from cairn.agent._window import Row, Window
+from cairn.agent.messages import Message
+from cairn.agent.summarize import summary_text
+from cairn.clock import to_iso
+from cairn.store.protocol import Store
+from cairn.store.records import MessageRecord
+
+if TYPE_CHECKING:
+    from cairn.agent.conversation import ConversationStats
+
+PAGE = 500
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """One stored row of a conversation, as the archive shows it."""
+
+    idx: int
+    kind: str
+    message: Message
+    tokens: int
+    covers_until: int | None
+    meta: dict[str, Any] | None
+    created_at: datetime
+
+    @classmethod
+    def of(cls, record: MessageRecord) -> StoredMessage:
+        return cls(
+            record.idx,
+            record.kind,
+            json.loads(record.content),
+            record.tokens,
+            record.covers_until,
+            None if record.meta is None else json.loads(record.meta),
+            record.created_at,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "idx": self.idx,
+            "kind": self.kind,
+            "tokens": self.tokens,
+            "created_at": to_iso(self.created_at),
+            "message": self.message,
+        }
+        if self.covers_until is not None:
+            data["covers_until"] = self.covers_until
+        if self.meta is not None:
+            data["meta"] = self.meta
+        return data
+
+
+def iter_history(
+    store: Store, task_id: str, name: str, *, start: int = 0
+) -> Iterator[StoredMessage]:
+    """Every row of conversation ``name``, oldest first, read ``PAGE`` rows at a time."""
+    position = start
+    while True:
+        page = store.load_messages(task_id, name, position, PAGE)
+        for record in page:
+            yield StoredMessage.of(record)
+        if len(page) < PAGE:
+            return
+        position = page[-1].idx + 1
+
+
+def export_jsonl(rows: Iterator[StoredMessage], out: IO[str]) -> int:
+    """Write ``rows`` as JSON Lines (one row per line); returns how many."""
+    count = 0
+    for row in rows:
+        out.write(json.dumps(row.to_json(), ensure_ascii=False) + "\n")
+        count += 1
+    return count
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationView:
+    """A conversation's active context as stored, read outside any task."""
+
+    task_id: str
+    name: str
+    window: Window
+    rows: int
+    stored: tuple[StoredMessage, ...] = ()
+
+    @property
+    def messages(self) -> list[Message]:
+        return self.window.messages()
+
+    @property
+    def summary(self) -> str | None:
+        row = self.window.summary
+        return None if row is None else summary_text(row.message)
+
+    @property
+    def stats(self) -> ConversationStats:
+        from cairn.agent.conversation import stats_of
+
+        return stats_of(self.window, self.rows)
+
+    def active_rows(self) -> list[StoredMessage]:
+        """The stored rows of the active context, in the order the model sees them."""
+        by_idx = {stored.idx: stored for stored in self.stored}
+        return [by_idx[row.idx] for row in self.window.rows()]
+
+    def handoff(
+        self, metadata: Mapping[str, Any] | None = None, *, now: datetime
+    ) -> dict[str, Any]:
+        from cairn.agent.handoff import build_handoff
+
+        return build_handoff(self.task_id, self.name, self.window, self.stats, metadata, now)
+
+
+def load_conversation(store: Store, task_id: str, name: str = "main") -> ConversationView | None:
+    """The stored active context of conversation ``name``, or None if it has no rows.
+    Reads only the active rows, however long the conversation has grown."""
+    records = store.load_active_messages(task_id, name)
+    if not records:
+        return None
+    rows = [Row.of(record) for record in records]
+    stored = tuple(StoredMessage.of(record) for record in records)
+    return ConversationView(task_id, name, Window.from_rows(rows), rows[-1].idx + 1, stored)

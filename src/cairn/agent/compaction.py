@@ -1,0 +1,217 @@
+"""Compaction: fold the head of the active context into the running summary.
+
+When the active context is over ``threshold`` tokens, everything but the last
+``keep_tail`` tokens or more (never splitting a tool call from its results, and
+never the system prompt) goes to the summarizer together with the previous
+summary. The new summary is appended as a row of kind ``summary``; the messages
+it covers stay stored, as the archive.
+
+The summarizer call is a history entry of kind ``conv`` made by the step
+machine, so on replay its outcome is read back and the summarizer is not called.
+A summarizer that fails, or answers with nothing, replaces nothing: the outcome
+is recorded as failed, the conversation stays whole, and compaction is tried
+again at the next call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from cairn._effects import Machine
+from cairn._machines import step_machine
+from cairn.agent._window import Row, split_point
+from cairn.agent.pricing import Usage
+from cairn.agent.summarize import (
+    SummaryRequest,
+    SummaryResult,
+    as_summary,
+    is_async_summarizer,
+    summary_message,
+)
+from cairn.agent.tokens import count_message
+from cairn.retry import NO_RETRY
+
+if TYPE_CHECKING:
+    from cairn.agent.conversation import Conversation
+
+Outcome = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    """What one compaction did. On failure ``error`` says why and nothing changed."""
+
+    ok: bool
+    tokens_before: int
+    tokens_after: int | None = None
+    covers_until: int | None = None
+    idx: int | None = None
+    error: str | None = None
+
+    @classmethod
+    def of(cls, outcome: Outcome) -> Compaction:
+        return cls(
+            bool(outcome.get("ok")),
+            int(outcome.get("tokens_before", 0)),
+            outcome.get("tokens_after"),
+            outcome.get("covers_until"),
+            outcome.get("idx"),
+            outcome.get("error"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    head: list[Row]
+    kept: list[Row]
+    tokens_before: int
+
+
+def _plan(conv: Conversation) -> _Plan | None:
+    tail = conv._window.tail
+    cut = split_point(tail, conv.keep_tail)
+    if cut == 0:
+        return None
+    return _Plan(tail[:cut], tail[cut:], conv.tokens)
+
+
+def _entry_name(conv: Conversation) -> str:
+    return f"compact {conv.name}"
+
+
+def _due(conv: Conversation, force: bool) -> bool:
+    """Whether this point of the code compacts: read from the record while
+    replaying, decided by the token count once past it."""
+    run = conv._run
+    upcoming = run.history.get(run.seq + 1)
+    if upcoming is not None and (upcoming.kind, upcoming.name) == ("conv", _entry_name(conv)):
+        return True
+    if conv.replaying:
+        # A summary row the entry did not get to record (a crash between the two
+        # commits) still means a compaction happened here.
+        return conv.row_at(conv.position).kind == "summary"
+    if not force and (conv.tokens <= conv.threshold or conv._failed_at == conv.position):
+        return False
+    return _plan(conv) is not None
+
+
+def compaction_machine(conv: Conversation, *, force: bool = False) -> Machine[Compaction | None]:
+    """Compact ``conv`` here if it is due (see ``_due``)."""
+    if conv._run.diverged is not None:
+        raise conv._run.diverged
+    if not _due(conv, force):
+        return None
+    fn = _async_compact(conv) if is_async_summarizer(conv.summarizer) else _sync_compact(conv)
+    outcome: Outcome = yield from step_machine(
+        conv._run,
+        "conv",
+        _entry_name(conv),
+        fn,
+        (),
+        {},
+        NO_RETRY,
+    )
+    if outcome.get("ok"):
+        row = conv.row_at(int(outcome["idx"]))
+        if row.idx != conv.position or row.kind != "summary":
+            conv.diverge(row, f"the summary of compaction {outcome['idx']}")
+        conv.take(row)
+    else:
+        conv._failed_at = conv.position
+    return Compaction.of(outcome)
+
+
+def _adopted(conv: Conversation) -> Outcome | None:
+    """The outcome of a compaction whose summary row is stored but whose entry
+    is not: read back from the row, without calling the summarizer again."""
+    if not conv.replaying:
+        return None
+    row = conv.row_at(conv.position)
+    if row.kind != "summary":
+        return None
+    return {"ok": True, "idx": row.idx, **(row.meta or {})}
+
+
+def _request(conv: Conversation, plan: _Plan) -> SummaryRequest:
+    messages = [row.message for row in plan.head]
+    return SummaryRequest(conv.summary, messages, conv.summary_tokens, conv.counter)
+
+
+def _sync_compact(conv: Conversation) -> Callable[[], Outcome]:
+    def compact() -> Outcome:
+        adopted = _adopted(conv)
+        plan = _plan(conv)
+        if adopted is not None or plan is None:
+            return adopted or _failed(conv, None, "nothing to fold: the tail is all there is")
+        try:
+            result = conv.summarizer(_request(conv, plan))
+        except Exception as exc:  # noqa: BLE001 - a failed summary replaces nothing
+            return _failed(conv, plan, f"{type(exc).__name__}: {exc}")
+        return _finish(conv, plan, result)  # type: ignore[arg-type]
+
+    return compact
+
+
+def _async_compact(conv: Conversation) -> Callable[[], Awaitable[Outcome]]:
+    async def compact() -> Outcome:
+        adopted = _adopted(conv)
+        plan = _plan(conv)
+        if adopted is not None or plan is None:
+            return adopted or _failed(conv, None, "nothing to fold: the tail is all there is")
+        try:
+            result = await conv.summarizer(_request(conv, plan))  # type: ignore[misc]
+        except Exception as exc:  # noqa: BLE001 - a failed summary replaces nothing
+            return _failed(conv, plan, f"{type(exc).__name__}: {exc}")
+        return _finish(conv, plan, result)
+
+    return compact
+
+
+def _failed(conv: Conversation, plan: _Plan | None, error: str) -> Outcome:
+    return {
+        "ok": False,
+        "error": error,
+        "tokens_before": conv.tokens if plan is None else plan.tokens_before,
+        "summarizer": _summarizer_name(conv),
+    }
+
+
+def _summarizer_name(conv: Conversation) -> str:
+    return str(getattr(conv.summarizer, "name", type(conv.summarizer).__name__))
+
+
+def _finish(conv: Conversation, plan: _Plan, result: SummaryResult) -> Outcome:
+    summary = as_summary(result)
+    text = summary.text.strip()
+    if not text:
+        outcome = _failed(conv, plan, "the summarizer returned an empty summary")
+        return {**outcome, **_usage_fields(conv, summary.usage, summary.model)}
+    message = summary_message(text)
+    tokens = count_message(message, conv.counter)
+    window = conv._window
+    system_tokens = 0 if window.system is None else window.system.tokens
+    before = conv.stats
+    head_tokens = sum(row.tokens for row in plan.head)
+    meta: dict[str, Any] = {
+        "covers_until": plan.head[-1].idx,
+        "tokens_before": plan.tokens_before,
+        "tokens_after": system_tokens + tokens + sum(row.tokens for row in plan.kept),
+        "head_messages": len(plan.head),
+        "head_tokens": head_tokens,
+        "archived_messages": before.archived_messages + len(plan.head),
+        "archived_tokens": before.archived_tokens + head_tokens,
+        "compactions": before.compactions + 1,
+        "summarizer": _summarizer_name(conv),
+        **_usage_fields(conv, summary.usage, summary.model),
+    }
+    row = Row(conv.position, message, tokens, "summary", plan.head[-1].idx, meta)
+    conv.write(row)
+    return {"ok": True, "idx": row.idx, **meta}
+
+
+def _usage_fields(conv: Conversation, usage: Usage | None, model: str | None) -> dict[str, Any]:
+    if usage is None:
+        return {}
+    return {"model": model, "usage": usage.to_dict(), "cost": conv.prices.cost(model, usage)}

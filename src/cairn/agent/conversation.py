@@ -1,0 +1,394 @@
+"""A durable conversation: an agent's messages, one row each, compacted as it grows.
+
+    conv = ctx.conversation("main", system="You are ...", threshold=8000,
+                            keep_tail=2000, summarizer=ExtractiveSummarizer())
+    conv.append(user("Review the report"))
+    reply = ctx.llm(conv, model="gpt-4o-mini", tools=TOOLS)
+
+Storage, and why
+----------------
+Each message is one row of the ``messages`` table, keyed by (task, conversation,
+idx), where idx is its position in the conversation. An append is one fenced
+``INSERT … SELECT … WHERE EXISTS`` (the task row with our fence): one statement,
+one commit, nothing else written. Rows are never updated or rewritten, so
+storage grows linearly with the conversation. A compaction appends one more
+row, of kind ``summary``, whose ``covers_until`` says which messages it stands
+in for; nothing is deleted, so the compacted head stays in the table as the
+archive.
+
+The rows themselves are the record that replay reads, keyed by their position
+in the conversation; appends take no position in the task's history (no
+``steps`` row per message, which would double the rows and the bytes). This
+works because a task's code runs again from the top on resume and appends to a
+conversation in the same order: the Nth append of a run is the row at idx N.
+So an append at a position the store already holds is *re-read* (and checked
+against the stored message: a different one raises ``NonDeterminismError``)
+instead of written again. Model calls (``ctx.llm``) and compactions are
+history entries (kinds ``llm`` and ``conv``) made by the ordinary step machine,
+so their replay is the step's replay; their outputs hold only the usage, cost
+and the idx of the row they wrote, never the message text a second time.
+
+Active context and restore
+--------------------------
+The active context is the system prompt, the latest summary, and the messages
+after what it covers. Opening a conversation reads exactly those rows (one
+probe of an index for the latest summary, then a primary-key range), so the
+cost is proportional to the active part, never to the whole history:
+``conv.restored`` is that context, as the agent had it when it stopped. While
+the task's code replays its earlier turns, ``conv.messages`` is the context as
+it stood at that point of the code (archived rows are re-read in pages of
+500, no model is called, nothing is written); when replay reaches the end of
+the record it is ``conv.restored`` again, and the agent goes on from there.
+"""
+
+from __future__ import annotations
+
+import json
+import weakref
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from cairn._effects import adrive, drive
+from cairn.agent._window import Row, Window
+from cairn.agent.archive import StoredMessage, iter_history
+from cairn.agent.handoff import build_handoff, seed_rows
+from cairn.agent.messages import Message, dumps, normalize, text_of
+from cairn.agent.pricing import DEFAULT_PRICES, PriceTable
+from cairn.agent.summarize import (
+    ExtractiveSummarizer,
+    Summarizer,
+    is_async_summarizer,
+    summary_text,
+)
+from cairn.agent.tokens import DEFAULT_COUNTER, TokenCounter, count_message
+from cairn.errors import NonDeterminismError, StoreError
+from cairn.store.records import MessageRecord
+
+if TYPE_CHECKING:
+    from cairn._taskrun import TaskRun
+    from cairn.context import Context
+
+PAGE = 500
+DEFAULT_THRESHOLD = 8000
+DEFAULT_KEEP_TAIL = 2000
+DEFAULT_SUMMARY_TOKENS = 800
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationStats:
+    """Counts of one conversation. ``full_tokens`` is what the context would hold
+    without compaction: every message ever appended (an estimate)."""
+
+    rows: int
+    compactions: int
+    archived_messages: int
+    archived_tokens: int
+    active_tokens: int
+    full_tokens: int
+
+
+class Conversation:
+    """An agent's message history inside a task (see the module doc)."""
+
+    def __init__(
+        self,
+        run: TaskRun,
+        name: str,
+        *,
+        threshold: int,
+        keep_tail: int,
+        summarizer: Summarizer,
+        counter: TokenCounter,
+        prices: PriceTable,
+        client: Any,
+        summary_tokens: int,
+    ) -> None:
+        if not 0 < keep_tail < threshold:
+            raise ValueError(
+                f"conversation {name!r}: keep_tail ({keep_tail}) must be above 0 and below "
+                f"threshold ({threshold}), or every call would compact again"
+            )
+        self._run = run
+        self.name = name
+        self.threshold = threshold
+        self.keep_tail = keep_tail
+        self.summarizer = summarizer
+        self.counter = counter
+        self.prices = prices
+        self.client = client
+        self.summary_tokens = summary_tokens
+        self._window = Window()
+        self._restored = Window()
+        self._pos = 0  # the next position the task's code reaches
+        self._end = 0  # the next position the store does not hold yet
+        self._cache: dict[int, Row] = {}  # rows read but not reached yet
+        # (prompt tokens the provider counted, first idx it did not count)
+        self._anchor: tuple[int, int] | None = None
+        self._failed_at = -1  # a failed compaction is not retried at the same position
+        self.handed_off: dict[str, Any] | None = None
+
+    # -- what the agent reads --------------------------------------------------------
+    @property
+    def task_id(self) -> str:
+        return self._run.task_id
+
+    @property
+    def messages(self) -> list[Message]:
+        """The active context at this point of the task's code: system prompt, the
+        latest summary, then the messages after it. What ``ctx.llm`` sends."""
+        return self._window.messages()
+
+    @property
+    def restored(self) -> list[Message]:
+        """The active context as the store held it when this conversation was
+        opened: after a crash, what the agent had when it stopped."""
+        return self._restored.messages()
+
+    @property
+    def summary(self) -> str | None:
+        """The running summary, or None before the first compaction."""
+        row = self._window.summary
+        return None if row is None else summary_text(row.message)
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of the active context: the provider's count at the last call plus
+        an estimate of what came after, or an estimate of all of it."""
+        if self._anchor is None:
+            return self._window.tokens()
+        counted, first = self._anchor
+        return counted + sum(row.tokens for row in self._window.tail if row.idx >= first)
+
+    @property
+    def position(self) -> int:
+        """How many rows the conversation holds at this point of the code."""
+        return self._pos
+
+    @property
+    def replaying(self) -> bool:
+        """True while the task's code is re-reading what is already recorded."""
+        return self._pos < self._end
+
+    @property
+    def stats(self) -> ConversationStats:
+        return stats_of(self._window, self._pos)
+
+    def __len__(self) -> int:
+        return len(self._window.rows())
+
+    def __repr__(self) -> str:
+        return (
+            f"<Conversation {self.name!r} of task {self.task_id!r}: {self._pos} rows, "
+            f"{len(self)} active, ~{self.tokens} tokens>"
+        )
+
+    # -- appending ---------------------------------------------------------------------
+    def append(self, message: Mapping[str, Any] | Any) -> None:
+        """Add one message (OpenAI chat shape). Written at once, in one commit; on
+        replay the stored message is re-read instead."""
+        self._check_live_task()
+        plain = normalize(message)
+        if self._pos < self._end:
+            row = self.row_at(self._pos)
+            if row.kind != "message" or row.message != plain:
+                self.diverge(row, f"message {describe(plain)}")
+            self.take(row)
+            return
+        row = Row(self._pos, plain, count_message(plain, self.counter))
+        self.write(row)
+        self.take(row)
+
+    def extend(self, messages: Iterable[Mapping[str, Any] | Any]) -> None:
+        """``append`` each message in turn."""
+        for message in messages:
+            self.append(message)
+
+    # -- compaction -----------------------------------------------------------------------
+    def compact(self, *, force: bool = False) -> Any:
+        """Compact now if the active context is over ``threshold`` (or at once with
+        ``force``). ``ctx.llm`` does this by itself before each call. Returns the
+        ``Compaction`` (None if nothing was due), or an awaitable of it when the
+        summarizer is async."""
+        from cairn.agent.compaction import compaction_machine
+
+        machine = compaction_machine(self, force=force)
+        if is_async_summarizer(self.summarizer):
+            return adrive(machine, self._run.clock)
+        return drive(machine, self._run.clock)
+
+    # -- the archive and handoff -------------------------------------------------------------
+    def history(self, *, include_summaries: bool = True) -> Iterator[StoredMessage]:
+        """Every stored row up to this point, archived ones included, oldest first."""
+        for stored in iter_history(self._run.store, self.task_id, self.name):
+            if stored.idx >= self._pos:
+                return
+            if include_summaries or stored.kind == "message":
+                yield stored
+
+    def handoff(self, metadata: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The compressed state as a portable JSON document: system prompt, summary,
+        tail, counts and ``metadata``. Start a new task from it with
+        ``ctx.conversation(name, start_from=doc)``."""
+        return build_handoff(
+            self.task_id, self.name, self._window, self.stats, metadata, self._run.now()
+        )
+
+    # -- the machinery (used by cairn.agent's own modules) ----------------------------------
+    def open(self, system: str | Mapping[str, Any] | None, start_from: Any) -> None:
+        records = self._run.store.load_active_messages(self.task_id, self.name)
+        rows = [Row.of(record) for record in records]
+        self._cache = {row.idx: row for row in rows}
+        self._end = rows[-1].idx + 1 if rows else 0
+        self._restored = Window.from_rows(rows)
+        seed = seed_rows(system, start_from, self.counter)
+        if self._end == 0 and seed:
+            if not self._run.store.append_messages([self.record(r) for r in seed], self._run.fence):
+                self._run.lost()
+            self._end = len(seed)
+            self._restored = Window.from_rows(seed)
+        for row in seed:
+            if self._end > row.idx:
+                stored = self.row_at(row.idx)
+                if (stored.kind, stored.message) != (row.kind, row.message):
+                    self.diverge(stored, f"{row.kind} {describe(row.message)} (from the opening)")
+                row = stored
+            self.take(row)
+        if seed and seed[0].meta is not None:
+            self.handed_off = seed[0].meta.get("handoff")
+
+    def row_at(self, idx: int) -> Row:
+        """The stored row at ``idx`` (read in pages while replaying)."""
+        row = self._cache.get(idx)
+        if row is None:
+            page = self._run.store.load_messages(self.task_id, self.name, idx, PAGE)
+            self._cache.update((record.idx, Row.of(record)) for record in page)
+            row = self._cache.get(idx)
+            if row is None:
+                raise StoreError(
+                    f"conversation {self.name!r} of task {self.task_id!r} has no row {idx} "
+                    f"though it ends at {self._end}; the store was changed under it"
+                )
+        return row
+
+    def take(self, row: Row) -> None:
+        """The code has reached ``row``: it becomes part of the window."""
+        self._cache.pop(row.idx, None)
+        self._window.add(row)
+        self._pos = row.idx + 1
+        if row.kind == "summary":
+            self._anchor = None
+        elif row.meta is not None and "usage" in row.meta:
+            usage = row.meta["usage"]
+            if not usage.get("estimated"):
+                # The provider counted the whole prompt up to this reply.
+                self._anchor = (int(usage["input_tokens"]), row.idx)
+
+    def record(self, row: Row) -> MessageRecord:
+        meta = None if row.meta is None else json.dumps(row.meta, separators=(",", ":"))
+        return MessageRecord(
+            self.task_id,
+            self.name,
+            row.idx,
+            row.role,
+            dumps(row.message),
+            row.tokens,
+            "summary" if row.kind == "summary" else "message",
+            row.covers_until,
+            meta,
+            self._run.now(),
+        )
+
+    def write(self, row: Row) -> None:
+        """Append ``row`` to the store under the task's fence."""
+        if not self._run.store.append_message(self.record(row), self._run.fence):
+            self._run.lost()
+        self._end = max(self._end, row.idx + 1)
+        self._cache[row.idx] = row
+
+    def diverge(self, row: Row, current: str) -> NoReturn:
+        """The code asks for something else than the record holds at this position."""
+        recorded = f"{row.kind} {describe(row.message)}"
+        error = NonDeterminismError(
+            task_id=self.task_id,
+            seq=row.idx,
+            recorded=f"conversation {self.name!r} row {row.idx}: {recorded}",
+            current=current,
+        )
+        self._run.diverged = error
+        raise error
+
+    def _check_live_task(self) -> None:
+        if self._run.diverged is not None:
+            raise self._run.diverged
+
+
+def describe(message: Mapping[str, Any]) -> str:
+    text = " ".join(text_of(message).split())
+    return f"{message.get('role')} {text[:60]!r}"
+
+
+def stats_of(window: Window, rows: int) -> ConversationStats:
+    meta = (window.summary.meta if window.summary is not None else None) or {}
+    active = window.tokens()
+    message_tokens = sum(r.tokens for r in window.rows() if r.kind == "message")
+    archived = int(meta.get("archived_tokens", 0))
+    return ConversationStats(
+        rows=rows,
+        compactions=int(meta.get("compactions", 0)),
+        archived_messages=int(meta.get("archived_messages", 0)),
+        archived_tokens=archived,
+        active_tokens=active,
+        full_tokens=archived + message_tokens,
+    )
+
+
+# -- opening, once per task attempt ----------------------------------------------------------
+_open: dict[int, tuple[int, dict[str, Conversation]]] = {}
+
+
+def _forget(key: int) -> None:
+    _open.pop(key, None)
+
+
+def open_conversation(
+    ctx: Context,
+    name: str = "main",
+    *,
+    system: str | Mapping[str, Any] | None = None,
+    threshold: int = DEFAULT_THRESHOLD,
+    keep_tail: int = DEFAULT_KEEP_TAIL,
+    summarizer: Summarizer | None = None,
+    counter: TokenCounter | None = None,
+    prices: PriceTable | None = None,
+    client: Any = None,
+    start_from: Mapping[str, Any] | str | None = None,
+    summary_tokens: int = DEFAULT_SUMMARY_TOKENS,
+) -> Conversation:
+    """``ctx.conversation``: open (or create) conversation ``name`` of the task.
+
+    Asked again in the same task attempt, it returns the same object."""
+    run: TaskRun = ctx._run
+    key = id(run)
+    attempt, known = _open.get(key, (run.attempt, {}))
+    if attempt != run.attempt:  # a new attempt replays from the top: start over
+        known = {}
+    if key not in _open:
+        weakref.finalize(run, _forget, key)
+    _open[key] = (run.attempt, known)
+    if name in known:
+        return known[name]
+    conv = Conversation(
+        run,
+        name,
+        threshold=threshold,
+        keep_tail=keep_tail,
+        summarizer=summarizer or ExtractiveSummarizer(max_tokens=summary_tokens),
+        counter=counter or DEFAULT_COUNTER,
+        prices=prices or DEFAULT_PRICES,
+        client=client,
+        summary_tokens=summary_tokens,
+    )
+    conv.open(system, start_from)
+    known[name] = conv
+    return conv

@@ -1,0 +1,217 @@
+"""Recorded model calls: ``ctx.llm(conv, ...)`` and ``ctx.llm_call(messages, ...)``.
+
+Each call is a history entry of kind ``llm``, made by the step machine: the
+first run sends the request and records the answer's usage and estimated cost;
+a replay returns the recorded reply and sends nothing. Keys, headers and the
+client itself are never recorded.
+
+``ctx.llm(conv)`` first compacts the conversation if it is over its threshold,
+then sends its active context, appends the reply to it (one row, with the
+usage beside it) and returns it. Its entry records the usage, the cost, and
+how many tokens the uncompacted history would have held at that call (what
+``cairn cost`` reports as saved), but not the reply text, which lives in the
+conversation row alone.
+
+``ctx.llm_call(messages)`` is the lower level: one request, no conversation;
+its entry records the reply message with the usage.
+
+Both return the reply, or an awaitable of it when the client (or the
+conversation's summarizer) is async, as ``ctx.step`` does for async functions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from cairn._effects import Machine, adrive, drive
+from cairn._machines import step_machine
+from cairn.agent._window import Row
+from cairn.agent.compaction import compaction_machine
+from cairn.agent.messages import Message, normalize
+from cairn.agent.pricing import DEFAULT_PRICES, PriceTable
+from cairn.agent.providers import Completion, Provider, default_client, provider_for
+from cairn.agent.reply import Reply
+from cairn.agent.summarize import is_async_summarizer
+from cairn.agent.tokens import count_message
+from cairn.retry import Retry
+
+if TYPE_CHECKING:
+    from cairn._taskrun import TaskRun
+    from cairn.agent.conversation import Conversation
+    from cairn.context import Context
+
+Tools = Sequence[Mapping[str, Any]] | None
+
+
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _provider(client: Any) -> Provider:
+    return provider_for(client if client is not None else default_client(is_async=_in_event_loop()))
+
+
+def _completion_meta(
+    provider: Provider, completion: Completion, prices: PriceTable
+) -> dict[str, Any]:
+    return {
+        "provider": provider.name,
+        "model": completion.model,
+        "usage": completion.usage.to_dict(),
+        "cost": prices.cost(completion.model, completion.usage),
+        "finish_reason": completion.finish_reason,
+    }
+
+
+def _sender(
+    provider: Provider,
+    prepare: Callable[[], tuple[dict[str, Any] | None, list[Message]]],
+    finish: Callable[[Completion], dict[str, Any]],
+    model: str,
+    tools: Tools,
+    params: Mapping[str, Any],
+) -> Callable[[], Any]:
+    """The function the step machine calls: send (unless ``prepare`` found the
+    answer already stored) and record. Async when the provider is."""
+    if provider.is_async:
+
+        async def send_async() -> dict[str, Any]:
+            found, messages = prepare()
+            if found is not None:
+                return found
+            pending = provider.complete(messages, model=model, tools=tools, params=params)
+            return finish(await pending)  # type: ignore[misc]
+
+        return send_async
+
+    def send() -> dict[str, Any]:
+        found, messages = prepare()
+        if found is not None:
+            return found
+        completion = provider.complete(messages, model=model, tools=tools, params=params)
+        return finish(completion)  # type: ignore[arg-type]
+
+    return send
+
+
+# -- ctx.llm ---------------------------------------------------------------------------------
+def _conversation_call(
+    conv: Conversation,
+    provider: Provider,
+    model: str,
+    tools: Tools,
+    params: Mapping[str, Any],
+    retry: Retry,
+    prices: PriceTable,
+) -> Machine[Reply]:
+    yield from compaction_machine(conv)
+
+    def prepare() -> tuple[dict[str, Any] | None, list[Message]]:
+        if conv.replaying:
+            # The reply row is stored, its entry is not (a crash between the two
+            # commits): take the stored reply; the request is not sent again.
+            row = conv.row_at(conv.position)
+            if row.role != "assistant" or row.meta is None:
+                conv.diverge(row, f"the reply of a call to {model!r}")
+            return {"idx": row.idx, **row.meta}, []
+        return None, conv.messages
+
+    def finish(completion: Completion) -> dict[str, Any]:
+        stats = conv.stats
+        meta = _completion_meta(provider, completion, prices)
+        meta["context_tokens"] = stats.active_tokens
+        meta["full_tokens"] = stats.full_tokens
+        message = normalize(completion.message)
+        usage = completion.usage
+        tokens = count_message(message, conv.counter) if usage.estimated else usage.output_tokens
+        row = Row(conv.position, message, tokens, meta=meta)
+        conv.write(row)
+        return {"idx": row.idx, **meta}
+
+    send = _sender(provider, prepare, finish, model, tools, params)
+    outcome = yield from step_machine(
+        conv._run,
+        "llm",
+        f"llm {conv.name}",
+        send,
+        (),
+        {},
+        retry,
+    )
+    row = conv.row_at(int(outcome["idx"]))
+    if row.idx != conv.position or row.role != "assistant":
+        conv.diverge(row, f"the reply of a call to {model!r}")
+    conv.take(row)
+    return Reply.from_record(row.message, outcome)
+
+
+def llm(
+    ctx: Context,
+    conv: Conversation,
+    *,
+    model: str,
+    tools: Tools = None,
+    client: Any = None,
+    prices: PriceTable | None = None,
+    retry: Retry | None = None,
+    **params: Any,
+) -> Reply | Awaitable[Reply]:
+    """``ctx.llm``: compact if due, send ``conv``'s active context, append the reply."""
+    provider = _provider(client if client is not None else conv.client)
+    machine = _conversation_call(
+        conv,
+        provider,
+        model,
+        tools,
+        params,
+        retry or ctx._default_step_retry,
+        prices or conv.prices,
+    )
+    run: TaskRun = ctx._run
+    if provider.is_async or is_async_summarizer(conv.summarizer):
+        return adrive(machine, run.clock)
+    return drive(machine, run.clock)
+
+
+# -- ctx.llm_call -------------------------------------------------------------------------
+def llm_call(
+    ctx: Context,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    model: str,
+    tools: Tools = None,
+    client: Any = None,
+    prices: PriceTable | None = None,
+    retry: Retry | None = None,
+    name: str = "llm",
+    **params: Any,
+) -> Reply | Awaitable[Reply]:
+    """``ctx.llm_call``: one recorded request, outside any conversation."""
+    provider = _provider(client)
+    table = prices or DEFAULT_PRICES
+    request = [normalize(m) for m in messages]
+
+    def prepare() -> tuple[dict[str, Any] | None, list[Message]]:
+        return None, request
+
+    def finish(completion: Completion) -> dict[str, Any]:
+        meta = _completion_meta(provider, completion, table)
+        return {"message": normalize(completion.message), **meta}
+
+    send = _sender(provider, prepare, finish, model, tools, params)
+    run: TaskRun = ctx._run
+    machine = _single_call(run, name, send, retry or ctx._default_step_retry)
+    if provider.is_async:
+        return adrive(machine, run.clock)
+    return drive(machine, run.clock)
+
+
+def _single_call(run: TaskRun, name: str, send: Callable[[], Any], retry: Retry) -> Machine[Reply]:
+    outcome = yield from step_machine(run, "llm", name, send, (), {}, retry)
+    return Reply.from_record(outcome["message"], outcome)

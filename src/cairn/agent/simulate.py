@@ -1,0 +1,300 @@
+"""A simulated model server: OpenAI- and Anthropic-compatible, on 127.0.0.1.
+
+For running agents offline, in tests and examples. It speaks just enough of
+both APIs for their official SDKs: ``POST /v1/chat/completions`` (OpenAI shape,
+tool calls, usage) and ``POST /v1/messages`` (Anthropic shape). What the
+"model" says is up to ``respond``: a function from the request, in the OpenAI
+shape, to the assistant message::
+
+    def respond(request: dict) -> dict:
+        return {"role": "assistant", "content": "Done."}
+
+    with SimulatedModelServer(respond) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="unused")
+
+It counts every request, and every repeat of an identical request, so a test
+can prove that a resumed agent sent nothing twice. Usage is estimated with
+cairn's token estimator. Request headers are never kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import sys
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Self
+
+from cairn.agent.messages import Message, text_of
+from cairn.agent.pricing import Usage
+from cairn.agent.providers import Completion
+from cairn.agent.tokens import count_message, count_messages
+
+Respond = Callable[[dict[str, Any]], Mapping[str, Any]]
+_POLL = 0.02
+
+
+def echo(request: Mapping[str, Any]) -> Message:
+    """The default model: repeats the last message's text."""
+    messages = request.get("messages") or [{}]
+    return {"role": "assistant", "content": f"echo: {text_of(messages[-1])}"}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.0"
+    server: _Server
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        status, body = self.server.owner.answer(self.path, raw)
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib's name
+        """Quiet."""
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, owner: SimulatedModelServer) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.owner = owner
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # a killed client
+            super().handle_error(request, client_address)
+
+
+class SimulatedModelServer:
+    """A model endpoint on a free local port; use it as a context manager."""
+
+    def __init__(self, respond: Respond = echo, *, cached_tokens: int = 0) -> None:
+        self.respond = respond
+        self.cached_tokens = cached_tokens
+        self._lock = threading.Lock()
+        self._bodies: list[dict[str, Any]] = []
+        self._fingerprints: Counter[str] = Counter()
+        self._failures: list[int] = []
+        self._ids = itertools.count(1)
+        self._httpd: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- where to point clients ------------------------------------------------------
+    @property
+    def url(self) -> str:
+        if self._httpd is None:
+            raise RuntimeError("the server is not started; use it as a context manager")
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    @property
+    def base_url(self) -> str:
+        """For ``openai.OpenAI(base_url=...)``."""
+        return f"{self.url}/v1"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        """For ``anthropic.Anthropic(base_url=...)``."""
+        return self.url
+
+    # -- what tests read ---------------------------------------------------------------
+    @property
+    def requests(self) -> int:
+        """Requests answered so far (errors included)."""
+        with self._lock:
+            return len(self._bodies)
+
+    @property
+    def bodies(self) -> list[dict[str, Any]]:
+        """Every request body received, in order."""
+        with self._lock:
+            return list(self._bodies)
+
+    @property
+    def repeats(self) -> int:
+        """Requests that were identical to an earlier one."""
+        with self._lock:
+            return sum(n - 1 for n in self._fingerprints.values())
+
+    def fail_next(self, count: int, status: int = HTTPStatus.INTERNAL_SERVER_ERROR) -> None:
+        """Answer the next ``count`` requests with ``status``."""
+        with self._lock:
+            self._failures += [status] * count
+
+    # -- running -------------------------------------------------------------------------
+    def start(self) -> Self:
+        self._httpd = _Server(self)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": _POLL}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # -- answering -------------------------------------------------------------------------
+    def answer(self, path: str, raw: bytes) -> tuple[int, dict[str, Any]]:
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            return HTTPStatus.BAD_REQUEST, {"error": {"message": "bad JSON"}}
+        with self._lock:
+            self._bodies.append(body)
+            self._fingerprints[hashlib.sha256(raw).hexdigest()] += 1
+            failure = self._failures.pop(0) if self._failures else None
+        if failure is not None:
+            return failure, {"error": {"message": "simulated failure", "type": "server_error"}}
+        if path.rstrip("/").endswith("/chat/completions"):
+            return HTTPStatus.OK, self._openai(body)
+        if path.rstrip("/").endswith("/messages"):
+            return HTTPStatus.OK, self._anthropic(body)
+        return HTTPStatus.NOT_FOUND, {"error": {"message": f"no route {path}"}}
+
+    def _reply(self, request: dict[str, Any]) -> tuple[Message, int, int]:
+        reply = dict(self.respond(request))
+        prompt = count_messages(request.get("messages") or [])
+        prompt += sum(len(json.dumps(t)) // 4 for t in request.get("tools") or [])
+        return reply, prompt, count_message(reply)
+
+    def _openai(self, body: dict[str, Any]) -> dict[str, Any]:
+        reply, prompt, completion = self._reply(body)
+        calls = reply.get("tool_calls") or None
+        return {
+            "id": f"chatcmpl-{next(self._ids)}",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body.get("model", "simulated"),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": reply.get("content"),
+                        "tool_calls": calls,
+                    },
+                    "finish_reason": "tool_calls" if calls else "stop",
+                    "logprobs": None,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+                "prompt_tokens_details": {"cached_tokens": min(self.cached_tokens, prompt)},
+            },
+        }
+
+    def _anthropic(self, body: dict[str, Any]) -> dict[str, Any]:
+        request = {**body, "messages": from_anthropic_request(body)}
+        reply, prompt, completion = self._reply(request)
+        content: list[dict[str, Any]] = []
+        if reply.get("content"):
+            content.append({"type": "text", "text": reply["content"]})
+        for call in reply.get("tool_calls") or ():
+            function = call["function"]
+            content.append(
+                {
+                    "type": "tool_use",
+                    "id": call["id"],
+                    "name": function["name"],
+                    "input": json.loads(function.get("arguments") or "{}"),
+                }
+            )
+        cached = min(self.cached_tokens, prompt)
+        return {
+            "id": f"msg_{next(self._ids)}",
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model", "simulated"),
+            "content": content,
+            "stop_reason": "tool_use" if reply.get("tool_calls") else "end_turn",
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": prompt - cached,
+                "output_tokens": completion,
+                "cache_read_input_tokens": cached,
+                "cache_creation_input_tokens": 0,
+            },
+        }
+
+
+def from_anthropic_request(body: Mapping[str, Any]) -> list[Message]:
+    """An Anthropic request's system and messages in the OpenAI chat shape."""
+    messages: list[Message] = []
+    if body.get("system"):
+        messages.append({"role": "system", "content": str(body["system"])})
+    for turn in body.get("messages") or ():
+        content = turn["content"]
+        if isinstance(content, str):
+            messages.append({"role": turn["role"], "content": content})
+            continue
+        texts = [b["text"] for b in content if b.get("type") == "text"]
+        uses = [b for b in content if b.get("type") == "tool_use"]
+        for block in (b for b in content if b.get("type") == "tool_result"):
+            messages.append(
+                {"role": "tool", "tool_call_id": block["tool_use_id"], "content": block["content"]}
+            )
+        if texts or uses:
+            message: Message = {"role": turn["role"], "content": "".join(texts) or None}
+            if uses:
+                message["tool_calls"] = [
+                    {
+                        "id": u["id"],
+                        "type": "function",
+                        "function": {"name": u["name"], "arguments": json.dumps(u["input"])},
+                    }
+                    for u in uses
+                ]
+            messages.append(message)
+    return messages
+
+
+class SimulatedProvider:
+    """The same simulated model without HTTP: a ``Provider`` that answers in this
+    process (for crash tests that fork a process per case)."""
+
+    name = "simulated"
+    is_async = False
+
+    def __init__(self, respond: Respond = echo) -> None:
+        self.respond = respond
+
+    def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        model: str,
+        tools: Sequence[Mapping[str, Any]] | None,
+        params: Mapping[str, Any],
+    ) -> Completion:
+        request = {"model": model, "messages": list(messages), "tools": list(tools or [])}
+        reply = dict(self.respond(request))
+        usage = Usage(count_messages(messages), count_message(reply))
+        return Completion(reply, usage, model, "tool_calls" if reply.get("tool_calls") else "stop")

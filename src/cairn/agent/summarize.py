@@ -1,0 +1,286 @@
+"""Summarizers: fold the head of a conversation into its running summary.
+
+A summarizer is any callable taking a ``SummaryRequest`` (the previous summary,
+if any, and the messages being folded in) and returning the new summary, as a
+``Summary`` or a plain string, or an awaitable of either for async code. The
+previous summary is always part of the request, so what was summarized before
+is carried on rather than lost.
+
+Two come with cairn:
+
+* ``LLMSummarizer``: asks a model for a length-bounded summary with the goal,
+  the decisions taken and why, open items, artifacts produced and the next step.
+* ``ExtractiveSummarizer``: needs no model. It keeps the same sections, filled
+  from the messages by simple rules (the first request is the goal; tool calls
+  and sentences that decide are decisions; paths and URLs are artifacts; the
+  last thing the assistant said is the next step), and trims the oldest entries
+  to stay within its token budget. A fallback, and what tests and offline runs use.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from cairn.agent.messages import SYSTEM_ROLES, Message, system, text_of, user
+from cairn.agent.pricing import Usage
+from cairn.agent.providers import Completion, default_client, provider_for
+from cairn.agent.tokens import DEFAULT_COUNTER, TokenCounter
+
+SUMMARY_HEADER = (
+    "[Summary of the earlier part of this conversation, which was compacted. "
+    "It stands in for those messages.]"
+)
+
+SUMMARY_PROMPT = """\
+You keep the running summary of a long-running agent's conversation. You are given
+the previous summary (if there is one) and the messages that came after it. Write
+one updated summary that replaces both. Everything in the previous summary that
+still matters must stay in it: nothing summarized before may be lost.
+
+Use exactly these sections:
+Goal: what the agent is trying to achieve, and for whom.
+Decisions: each decision taken and why, one per line starting with "- ".
+Open items: questions, failures and work not done yet, one per line starting with "- ".
+Artifacts: files, ids, URLs and results produced, one per line starting with "- ".
+Next step: what the agent was about to do next.
+
+Be factual and terse. Keep exact names, ids, numbers and paths. Write at most
+{max_words} words."""
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryRequest:
+    """What a summarizer is asked: fold ``messages`` into ``previous``, within
+    about ``max_tokens`` tokens (as ``counter`` counts them)."""
+
+    previous: str | None
+    messages: Sequence[Message]
+    max_tokens: int = 800
+    counter: TokenCounter = field(default=DEFAULT_COUNTER)
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """A summarizer's answer, with the usage of the model call if it made one."""
+
+    text: str
+    usage: Usage | None = None
+    model: str | None = None
+
+
+SummaryResult = Summary | str
+
+
+class Summarizer(Protocol):
+    """``summarizer(request)`` → the new running summary (or an awaitable of it)."""
+
+    def __call__(self, request: SummaryRequest) -> SummaryResult | Awaitable[SummaryResult]: ...
+
+
+def is_async_summarizer(summarizer: Any) -> bool:
+    """True when calling ``summarizer`` gives an awaitable."""
+    flag = getattr(summarizer, "is_async", None)
+    if isinstance(flag, bool):
+        return flag
+    call = getattr(type(summarizer), "__call__", None)  # noqa: B004 - async callables count
+    return inspect.iscoroutinefunction(summarizer) or inspect.iscoroutinefunction(call)
+
+
+def as_summary(result: SummaryResult) -> Summary:
+    return Summary(result) if isinstance(result, str) else result
+
+
+# -- the summary as a message --------------------------------------------------------------
+def summary_message(text: str) -> Message:
+    """How a summary sits in the active context: a user turn, marked as a summary
+    (a user turn, not a second system prompt, so every provider accepts it)."""
+    return {"role": "user", "content": f"{SUMMARY_HEADER}\n{text}"}
+
+
+def summary_text(message: Mapping[str, Any]) -> str:
+    """The summary a summary message carries, without its header."""
+    content = str(message.get("content") or "")
+    return content.removeprefix(SUMMARY_HEADER).lstrip("\n")
+
+
+def transcript(messages: Sequence[Message]) -> str:
+    """Messages as plain text, one block per message, for a model to read."""
+    lines: list[str] = []
+    for message in messages:
+        role = message["role"]
+        if role == "tool":
+            lines.append(f"[tool result {message.get('tool_call_id', '')}] {text_of(message)}")
+            continue
+        content = message.get("content")
+        if isinstance(content, str) and content:
+            lines.append(f"[{role}] {content}")
+        for call in message.get("tool_calls") or ():
+            function = call.get("function") or {}
+            lines.append(
+                f"[{role} calls {function.get('name')} as {call.get('id')}] "
+                f"{function.get('arguments', '')}"
+            )
+    return "\n".join(lines)
+
+
+# -- the model summarizer -------------------------------------------------------------------
+class LLMSummarizer:
+    """Asks a model for the running summary (see ``SUMMARY_PROMPT``).
+
+    ``client`` is an openai or anthropic SDK client (default: one built from the
+    environment). The answer is bounded twice: the prompt asks for at most
+    ``max_words`` words, and ``max_tokens`` caps the reply.
+    """
+
+    name = "llm"
+
+    def __init__(
+        self,
+        client: Any = None,
+        *,
+        model: str,
+        max_words: int = 400,
+        max_tokens: int = 800,
+        prompt: str = SUMMARY_PROMPT,
+        params: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._provider = provider_for(client if client is not None else default_client())
+        self.model = model
+        self.max_words = max_words
+        self.max_tokens = max_tokens
+        self.prompt = prompt
+        self.params = dict(params) if params is not None else {"max_tokens": max_tokens}
+
+    @property
+    def is_async(self) -> bool:
+        return self._provider.is_async
+
+    def request_messages(self, request: SummaryRequest) -> list[Message]:
+        previous = request.previous or "(none yet)"
+        body = f"Previous summary:\n{previous}\n\nNew messages:\n{transcript(request.messages)}"
+        return [system(self.prompt.format(max_words=self.max_words)), user(body)]
+
+    def __call__(self, request: SummaryRequest) -> Summary | Awaitable[Summary]:
+        result = self._provider.complete(
+            self.request_messages(request), model=self.model, tools=None, params=self.params
+        )
+        if inspect.isawaitable(result):
+            return self._finish(result)
+        assert isinstance(result, Completion)
+        return self._summary(result)
+
+    async def _finish(self, pending: Awaitable[Completion]) -> Summary:
+        return self._summary(await pending)
+
+    def _summary(self, completion: Completion) -> Summary:
+        return Summary(text_of(completion.message).strip(), completion.usage, completion.model)
+
+
+# -- the offline summarizer ------------------------------------------------------------------
+SECTIONS = ("Goal", "Decisions", "Open items", "Artifacts", "Next step")
+_LISTS = ("Decisions", "Open items", "Artifacts")
+_DECIDES = re.compile(
+    r"\b(decid|chose|choos|will\b|because|so that|plan|conclud|found|therefore)", re.I
+)
+_OPEN = re.compile(r"(\btodo\b|\bopen\b|pending|unresolved|need to|not yet|remaining|\?$)", re.I)
+_ARTIFACT = re.compile(r"(https?://\S+|(?:[\w.-]+/)*[\w.-]+\.[A-Za-z][\w]{0,5}\b|#\d+)")
+_SENTENCE = re.compile("(?<=[.!?\u3002\uff01\uff1f])\\s*")
+_ITEM_WIDTH = 160
+
+
+def _clip(text: str, width: int = _ITEM_WIDTH) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def parse_sections(text: str | None) -> dict[str, list[str]]:
+    """A summary in the sections format, back into its parts."""
+    parts: dict[str, list[str]] = {name: [] for name in SECTIONS}
+    current: str | None = None
+    for raw in (text or "").splitlines():
+        line = raw.strip()
+        head, _, rest = line.partition(":")
+        if head in parts and not line.startswith("-"):
+            current = head
+            if rest.strip():
+                parts[head].append(rest.strip())
+        elif current is not None and line:
+            parts[current].append(line.removeprefix("- ").strip())
+    return parts
+
+
+def render_sections(parts: Mapping[str, Sequence[str]]) -> str:
+    lines: list[str] = []
+    for name in SECTIONS:
+        items = list(parts.get(name, ()))
+        if name in _LISTS:
+            lines.append(f"{name}:")
+            lines += [f"- {item}" for item in items] or ["- (none)"]
+        else:
+            lines.append(f"{name}: {' '.join(items) or '(unknown)'}")
+    return "\n".join(lines)
+
+
+def _add(items: list[str], item: str) -> None:
+    if item and item != "(none)" and item not in items:
+        items.append(item)
+
+
+class ExtractiveSummarizer:
+    """A running summary without a model (see the module doc)."""
+
+    name = "extractive"
+    is_async = False
+
+    def __init__(self, *, max_tokens: int = 600) -> None:
+        self.max_tokens = max_tokens
+
+    def __call__(self, request: SummaryRequest) -> Summary:
+        parts = parse_sections(request.previous)
+        for message in request.messages:
+            self._fold(parts, message)
+        budget = min(self.max_tokens, request.max_tokens)
+        return Summary(self._within(parts, budget, request.counter))
+
+    def _fold(self, parts: dict[str, list[str]], message: Message) -> None:
+        role, text = message["role"], text_of(message)
+        if role in SYSTEM_ROLES:
+            return
+        if role == "user" and not [g for g in parts["Goal"] if g != "(unknown)"]:
+            parts["Goal"] = [_clip(text, 300)]
+        elif role == "user":
+            _add(parts["Open items"], _clip(f"user asked: {text}"))
+        for artifact in _ARTIFACT.findall(text):
+            _add(parts["Artifacts"], artifact.rstrip(".,;:)"))
+        if role != "assistant":
+            return
+        for call in message.get("tool_calls") or ():
+            function = call.get("function") or {}
+            _add(
+                parts["Decisions"],
+                _clip(f"called {function.get('name')}({function.get('arguments', '')})", 100),
+            )
+        sentences = [s for s in _SENTENCE.split(str(message.get("content") or "")) if s.strip()]
+        for sentence in sentences:
+            if _DECIDES.search(sentence):
+                _add(parts["Decisions"], _clip(sentence))
+            elif _OPEN.search(sentence):
+                _add(parts["Open items"], _clip(sentence))
+        if sentences:
+            parts["Next step"] = [_clip(sentences[-1])]
+
+    def _within(self, parts: dict[str, list[str]], budget: int, counter: TokenCounter) -> str:
+        text = render_sections(parts)
+        # Drop the oldest entry of the longest list until it fits: the newest
+        # decisions and artifacts matter most to what the agent does next.
+        while counter.count(text) > budget:
+            longest = max(_LISTS, key=lambda name: len(parts[name]))
+            if not parts[longest]:
+                return text[: budget * 2]
+            parts[longest].pop(0)
+            text = render_sections(parts)
+        return text

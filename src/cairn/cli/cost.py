@@ -1,0 +1,102 @@
+"""``cairn cost``: tokens and estimated cost per task and per batch, and what
+compaction saved (the tokens that would have been sent without it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cairn.agent.costs import CostLine, cost_report
+from cairn.agent.pricing import PriceTable
+
+from ._common import DEFAULT_URL, JsonOption, StoreOption, fail, note, opened_store, require_batch
+from ._json import print_json
+from ._render import RowTable, stdout_console
+
+_COLUMNS = (
+    "",
+    "calls",
+    "compactions",
+    "tokens in",
+    "cached",
+    "tokens out",
+    "est. cost $",
+    "saved tokens",
+    "est. saved $",
+    "in without compaction",
+)
+
+
+def _prices(path: Path | None) -> PriceTable | None:
+    if path is None:
+        return None
+    try:
+        return PriceTable.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        fail(
+            f"cannot read prices from {path} ({exc}); write JSON like "
+            '{"gpt-4o": {"input": 2.5, "output": 10, "cached_input": 1.25}} (dollars per '
+            "million tokens)"
+        )
+
+
+def cost_command(
+    batch: Annotated[
+        str | None, typer.Option("--batch", "-b", help="One line per task of this batch.")
+    ] = None,
+    task_id: Annotated[str | None, typer.Option("--task", "-t", help="Only this task.")] = None,
+    prices: Annotated[
+        Path | None,
+        typer.Option(
+            "--prices",
+            metavar="FILE",
+            help="Re-price every call with this JSON price table "
+            '({"model": {"input": $/Mtok, "output": $/Mtok, "cached_input": $/Mtok}}).',
+        ),
+    ] = None,
+    store: StoreOption = DEFAULT_URL,
+    as_json: JsonOption = False,
+) -> None:
+    """Tokens in and out and the estimated cost of recorded model calls, per batch (or
+    with --batch, per task), with what compaction saved. Costs are estimates."""
+    table = _prices(prices)
+    with opened_store(store) as opened:
+        if batch is not None:
+            require_batch(opened, batch)
+        by_batch = batch is None and task_id is None
+        report = cost_report(opened, batch=batch, task_id=task_id, by_batch=by_batch, prices=table)
+    if as_json:
+        print_json(
+            {"lines": [line.to_json() for line in report.lines], "total": report.total.to_json()}
+        )
+        return
+    if not report.lines:
+        note("no recorded model calls")
+        return
+    view = RowTable(stdout_console(), _COLUMNS, right=_COLUMNS[1:])
+    for line in [*report.lines, report.total]:
+        view.add_row(*_cells(line))
+    view.print()
+    if report.total.unpriced_calls:
+        note(
+            f"{report.total.unpriced_calls} call(s) used a model with no known price; "
+            "give one with --prices"
+        )
+
+
+def _cells(line: CostLine) -> list[str]:
+    return [
+        line.label,
+        str(line.calls),
+        str(line.compactions),
+        str(line.usage.input_tokens),
+        str(line.usage.cached_tokens),
+        str(line.usage.output_tokens),
+        f"{line.cost:.4f}",
+        str(line.saved_tokens),
+        f"{line.saved_cost:.4f}",
+        str(line.tokens_without_compaction),
+    ]

@@ -1,0 +1,81 @@
+"""``cairn report``: what ran in a window; ``--post`` sends a day's report once."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+from typing import Annotated
+
+import typer
+
+from cairn.app import Cairn
+from cairn.errors import CairnError
+from cairn.observe._time import day_bounds, parse_moment
+from cairn.observe.notifiers import notifiers_for
+from cairn.observe.report import DailyReporter, day_report, report_for
+
+from ._common import DEFAULT_URL, StoreOption, fail, now, opened_store
+
+
+def _day(text: str | None) -> date:
+    if text is None:
+        return (now() - timedelta(days=1)).date()  # yesterday (UTC): a whole day
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        fail(f"--day {text!r} is not a date like 2026-05-24")
+
+
+def report_command(
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since", metavar="T", help="Report tasks created since T (24h, 2026-05-24)."
+        ),
+    ] = None,
+    day: Annotated[
+        str | None,
+        typer.Option(
+            "--day", metavar="YYYY-MM-DD", help="Report one UTC day (default: yesterday)."
+        ),
+    ] = None,
+    post: Annotated[
+        bool, typer.Option("--post", help="Post the day's report, at most once per day.")
+    ] = False,
+    webhook: Annotated[
+        list[str] | None,
+        typer.Option("--webhook", metavar="URL", help="With --post: a chat webhook (repeatable)."),
+    ] = None,
+    store: StoreOption = DEFAULT_URL,
+) -> None:
+    """Batches, completed and failed tasks, and the durability metrics of a window.
+    With --post, the day's report goes to each --webhook once (a rerun posts nothing)."""
+    if since is not None and (day is not None or post):
+        fail("--since reports any window but cannot be posted; use --day with --post")
+    if post and not webhook:
+        fail("--post needs at least one --webhook URL")
+    if post:
+        _post(store, _day(day), webhook or [])
+        return
+    with opened_store(store) as opened:
+        if since is not None:
+            try:
+                start = parse_moment(since, now())
+            except ValueError as exc:
+                fail(str(exc))
+            typer.echo(report_for(opened, start, None))
+        else:
+            typer.echo(day_report(opened, _day(day)))
+
+
+def _post(store: str, day: date, urls: list[str]) -> None:
+    with opened_store(store):
+        pass  # refuse a store that does not exist, before writing anything
+    with Cairn(store) as app:
+        reporter = DailyReporter(app, notifiers_for(slack=urls, log_too=False))
+        try:
+            text = reporter.post(day)
+        except CairnError as exc:
+            fail(f"the report of {day} was not posted: {exc}")
+    start, _ = day_bounds(day)
+    typer.echo(text)
+    typer.echo(f"posted the report of {start.date()} (once: a rerun posts nothing)", err=True)

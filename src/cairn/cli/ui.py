@@ -1,0 +1,51 @@
+"""``cairn ui``: a small web dashboard of the store (standard library only)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from cairn.clock import SystemClock
+from cairn.errors import ConfigurationError
+from cairn.observe._time import parse_duration
+from cairn.ui.server import DashboardServer, UIConfig
+
+from ._common import DEFAULT_URL, StoreOption, fail, opened_store
+
+
+def ui_command(
+    host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port (0: any).")] = 8484,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            envvar="CAIRN_UI_TOKEN",
+            help="Required on every request; needed to bind beyond 127.0.0.1.",
+        ),
+    ] = None,
+    stall_after: Annotated[
+        str, typer.Option("--stall-after", metavar="DURATION", help="Stall threshold.")
+    ] = "15m",
+    store: StoreOption = DEFAULT_URL,
+) -> None:
+    """Serve a dashboard: batches with progress, tasks by status, a task's steps,
+    operations, stalls and metrics; retry and cancel buttons. Read-only otherwise."""
+    try:
+        threshold = parse_duration(stall_after)
+    except ValueError as exc:
+        fail(str(exc))
+    with opened_store(store) as opened:
+        config = UIConfig(opened, SystemClock().now, token=token, stall_after=threshold)
+        try:
+            server = DashboardServer((host, port), config)
+        except (ConfigurationError, OSError) as exc:
+            fail(f"cannot serve the dashboard at {host}:{port}: {exc}")
+        typer.echo(f"cairn dashboard at {server.url}/", err=True)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.server_close()

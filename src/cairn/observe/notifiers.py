@@ -1,0 +1,84 @@
+"""Where alerts go: a Slack-compatible chat webhook, a generic JSON webhook, a log.
+
+A notifier sends inside a cairn task, through ``ctx.once`` with the key it is
+given, so each message is posted at most once per key even if the sender is
+killed and started again. HTTP notifiers need httpx (``cairn[notify]``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from cairn.context import Context
+from cairn.notify import post_once
+
+log = logging.getLogger("cairn.observe")
+
+
+@dataclass(frozen=True)
+class Message:
+    """One alert: ``kind`` is "stall", "recovered" or "report"; ``text`` is for
+    people, ``fields`` for machines."""
+
+    kind: str
+    text: str
+    fields: dict[str, Any]
+
+
+class Notifier(Protocol):
+    """Sends a message at most once per ``key`` (inside a cairn task)."""
+
+    @property
+    def name(self) -> str:
+        """Distinguishes this notifier's keys from the others'."""
+        ...
+
+    def send(self, ctx: Context, key: str, message: Message) -> None: ...
+
+
+@dataclass(frozen=True)
+class SlackNotifier:
+    """A chat webhook that takes ``{"text": ...}`` (Slack, Mattermost, Rocket.Chat)."""
+
+    url: str
+    name: str = "slack"
+
+    def send(self, ctx: Context, key: str, message: Message) -> None:
+        post_once(ctx, key, self.url, message.text)
+
+
+@dataclass(frozen=True)
+class WebhookNotifier:
+    """Any HTTP endpoint: POSTs ``{"kind", "text", **fields}`` as JSON."""
+
+    url: str
+    name: str = "webhook"
+
+    def send(self, ctx: Context, key: str, message: Message) -> None:
+        payload = {"kind": message.kind, "text": message.text, **message.fields}
+        post_once(ctx, key, self.url, payload=payload)
+
+
+@dataclass(frozen=True)
+class LogNotifier:
+    """Writes the message to the ``cairn.observe`` logger (once per key too)."""
+
+    name: str = "log"
+
+    def send(self, ctx: Context, key: str, message: Message) -> None:
+        def write(_key: str) -> None:
+            log.warning("%s", message.text)
+
+        ctx.once(key, write, scope="notify")
+
+
+def notifiers_for(
+    *, slack: list[str] | None = None, webhook: list[str] | None = None, log_too: bool = True
+) -> list[Notifier]:
+    """Notifiers from command-line URLs; each URL gets its own name (and keys)."""
+    found: list[Notifier] = [LogNotifier()] if log_too else []
+    found += [SlackNotifier(url, f"slack{i}") for i, url in enumerate(slack or [])]
+    found += [WebhookNotifier(url, f"webhook{i}") for i, url in enumerate(webhook or [])]
+    return found

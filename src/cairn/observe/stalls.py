@@ -1,0 +1,160 @@
+"""Stall detection: alert once per stall, and once when it clears.
+
+A running task is *stalled* when its last checkpoint (the latest of: a step of
+it finishing, it being claimed or taken over, a task attempt starting) is older
+than ``stall_after``. A stall is identified by (task, checkpoint): the same
+stall seen again is the same alert; progress followed by a new stall is a new one.
+
+Each alert is a small cairn task with a deterministic id,
+``stall/{task_id}/{checkpoint}``, whose notifiers post through ``ctx.once``:
+running it again (the next check, or a watcher restarted after SIGKILL) returns
+its recorded result instead of posting again. Recovery works the same way with
+``recovered/{task_id}/{checkpoint}``; the alerts still open are read back from
+the store, so a recovery is announced even if the watcher was down meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from cairn.clock import to_iso
+from cairn.context import Context
+from cairn.errors import CairnError
+from cairn.keys import op_key
+from cairn.observe.metrics import sql_store
+from cairn.observe.notifiers import Message, Notifier
+from cairn.store.sqlmetrics import RunningTask, open_alerts, running_tasks
+
+if TYPE_CHECKING:
+    from cairn.app import Cairn
+    from cairn.task import TaskDef
+
+log = logging.getLogger("cairn.observe")
+
+ALERT_TASK = "cairn.observe.alert"
+RAISED = "stall/"
+CLEARED = "recovered/"
+DEFAULT_STALL_AFTER = 15 * 60.0
+
+
+@dataclass(frozen=True)
+class Stall:
+    """A running task with no checkpoint for ``seconds``."""
+
+    task: RunningTask
+    seconds: float
+
+
+@dataclass
+class CheckResult:
+    """What one check found and did."""
+
+    stalls: list[Stall] = field(default_factory=list)
+    raised: list[str] = field(default_factory=list)
+    cleared: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def find_stalls(app: Cairn, stall_after: float) -> list[Stall]:
+    """Running tasks whose last checkpoint is older than ``stall_after`` seconds."""
+    now = app.clock.now()
+    found = []
+    for task in running_tasks(sql_store(app.store)):
+        idle = (now - task.checkpoint).total_seconds()
+        if idle > stall_after:
+            found.append(Stall(task, idle))
+    return found
+
+
+def _stall_text(task: RunningTask, checkpoint: str, stall_after: float) -> str:
+    where = f" of batch {task.batch}" if task.batch else ""
+    return (
+        f"cairn: task {task.task_id}{where} ({task.name}) has made no progress since "
+        f"{checkpoint} (stall threshold {stall_after:g}s); owner {task.owner or '-'}"
+    )
+
+
+class StallWatcher:
+    """Checks for stalls and sends alerts through ``notifiers`` (on ``app``'s store)."""
+
+    def __init__(
+        self,
+        app: Cairn,
+        notifiers: Sequence[Notifier],
+        *,
+        stall_after: float = DEFAULT_STALL_AFTER,
+    ) -> None:
+        self.app = app
+        self.notifiers = list(notifiers)
+        self.stall_after = stall_after
+        self._alert: TaskDef[..., None] = app.task(name=ALERT_TASK)(self._send)
+        self._stop = threading.Event()
+
+    def _send(self, ctx: Context, kind: str, subject: str, checkpoint: str, text: str) -> None:
+        # subject, not task_id: app.run takes task_id= for the alert task itself.
+        message = Message(kind, text, {"task_id": subject, "checkpoint": checkpoint})
+        for notifier in self.notifiers:
+            notifier.send(ctx, op_key(kind, subject, checkpoint, notifier.name), message)
+
+    # -- one check ----------------------------------------------------------------
+    def check(self) -> CheckResult:
+        """Raise an alert for every new stall, clear those that moved on."""
+        result = CheckResult(stalls=find_stalls(self.app, self.stall_after))
+        stalled = {s.task.task_id: to_iso(s.task.checkpoint) for s in result.stalls}
+        for stall in result.stalls:
+            checkpoint = stalled[stall.task.task_id]
+            text = _stall_text(stall.task, checkpoint, self.stall_after)
+            self._deliver(result, "stall", stall.task.task_id, checkpoint, text)
+        for opened in open_alerts(sql_store(self.app.store), ALERT_TASK, RAISED, CLEARED):
+            task_id, checkpoint = opened.rsplit("/", 1)
+            if stalled.get(task_id) == checkpoint:
+                continue  # the same stall, still there
+            text = (
+                f"cairn: task {task_id} is moving again (or finished) after a stall "
+                f"since {checkpoint}"
+            )
+            self._deliver(result, "recovered", task_id, checkpoint, text)
+        return result
+
+    def _deliver(
+        self, result: CheckResult, kind: str, task_id: str, checkpoint: str, text: str
+    ) -> None:
+        prefix = RAISED if kind == "stall" else CLEARED
+        alert_id = f"{prefix}{task_id}/{checkpoint}"
+        record = self.app.store.get_task(alert_id)
+        if record is not None and record.status == "completed":
+            return  # sent before, by this watcher or an earlier one
+        if record is not None and record.status == "failed":
+            # The last try gave up (a webhook down): try again at this check.
+            self.app.store.retry_task(alert_id, self.app.clock.now())
+        try:
+            self.app.run(
+                self._alert,
+                task_id=alert_id,
+                kind=kind,
+                subject=task_id,
+                checkpoint=checkpoint,
+                text=text,
+            )
+        except CairnError as exc:
+            log.warning("could not send %s alert for %s: %s", kind, task_id, exc)
+            result.errors.append(f"{alert_id}: {exc}")
+            return
+        (result.raised if kind == "stall" else result.cleared).append(task_id)
+
+    # -- the loop -----------------------------------------------------------------
+    def run_forever(self, interval: float) -> None:
+        """Check every ``interval`` seconds until ``stop()``."""
+        while not self._stop.is_set():
+            try:
+                self.check()
+            except CairnError as exc:
+                log.warning("stall check failed: %s", exc)
+            self._stop.wait(interval)
+
+    def stop(self) -> None:
+        self._stop.set()

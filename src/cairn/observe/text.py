@@ -1,0 +1,62 @@
+"""Metrics as short plain text: for the terminal, chat messages and the daily report."""
+
+from __future__ import annotations
+
+from cairn.observe.metrics import BatchTime, Metrics
+
+
+def pct(rate: float | None) -> str:
+    return "-" if rate is None else f"{rate * 100:.1f}%"
+
+
+def secs(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value < 60:
+        return f"{value:.2f}s"
+    minutes, seconds = divmod(int(value), 60)
+    return f"{minutes}m{seconds:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def metrics_lines(m: Metrics) -> list[str]:
+    """Every metric, one fact per line."""
+    r, o, t = m.restarts, m.redundancy, m.retries
+    counts = ", ".join(f"{s} {n}" for s, n in sorted(m.tasks_by_status.items())) or "no tasks"
+    lines = [
+        f"tasks: {counts}",
+        f"restart success: {pct(r.restart_success_rate)} "
+        f"({r.completed_after_interruption} of {r.interrupted_tasks} interrupted tasks "
+        f"completed; {r.interruptions} interruptions)",
+        f"suspect re-runs of completed steps: {r.suspect_reruns} "
+        f"(in {r.suspect_rerun_tasks} interrupted tasks)",
+        f"redundant execution: {pct(o.redundant_execution_rate)} "
+        f"({o.redundant_keys} of {o.operation_keys} operation keys called more than once)",
+        f"retries: {t.task_retries} task, {t.step_retries} step "
+        f"({t.step_calls} step calls, {t.failed_steps} steps failed)",
+    ]
+    if m.failures_by_type:
+        failures = ", ".join(f"{k} {v}" for k, v in sorted(m.failures_by_type.items()))
+        lines.append(f"failed tasks by error: {failures}")
+    lines += [_batch_line(b) for b in m.batches]
+    lines += [
+        f"step {s.name}: n={s.count} p50 {secs(s.p50)} p90 {secs(s.p90)} p99 {secs(s.p99)}"
+        for s in m.steps
+    ]
+    if m.usage is not None:
+        u = m.usage
+        lines.append(
+            f"model calls: {u.calls}, tokens in {u.input_tokens} out {u.output_tokens}, "
+            f"est. ${u.estimated_cost:.4f}, context kept {pct(u.context_compression_ratio)} "
+            f"of {u.tokens_without_compaction} tokens"
+        )
+    return lines + [f"note: {note}" for note in m.notes]
+
+
+def _batch_line(b: BatchTime) -> str:
+    if b.wall_clock_seconds is None:
+        return f"batch {b.name}: {b.tasks} tasks, {b.unfinished} unfinished"
+    ratio = "" if b.vs_family_median is None else f", {b.vs_family_median:.2f}x"
+    return (
+        f"batch {b.name}: {b.tasks} tasks in {secs(b.wall_clock_seconds)} "
+        f"(median of {b.family}: {secs(b.family_median_seconds)}{ratio})"
+    )

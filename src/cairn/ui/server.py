@@ -1,0 +1,226 @@
+"""The dashboard server: the standard library's threaded HTTP server, no dependencies.
+
+Read-only except two POST actions, retry and cancel, which make the same store
+calls as ``cairn retry`` and ``cairn cancel``. It binds 127.0.0.1 by default;
+binding anywhere else requires a token, checked on every request (``?token=``
+once sets a cookie; or ``Authorization: Bearer``). POSTs also carry a per-server
+form secret, so another site cannot make a logged-in browser press a button.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import secrets
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from http import HTTPStatus
+from http.cookies import SimpleCookie
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from cairn.errors import ConfigurationError
+from cairn.observe.metrics import compute, sql_store
+from cairn.observe.stalls import Stall
+from cairn.store.protocol import Store
+from cairn.store.records import TASK_STATUSES
+from cairn.store.sqlmetrics import Window, running_tasks, task_page
+from cairn.ui import pages
+
+PAGE_SIZE = 50
+OPS_LIMIT = 200
+_COOKIE = "cairn_token"
+
+
+@dataclass
+class UIConfig:
+    """What the pages need: the store, the time, the token, the stall threshold."""
+
+    store: Store
+    now: Callable[[], datetime]
+    token: str | None = None
+    stall_after: float = 15 * 60.0
+    page_size: int = PAGE_SIZE
+    csrf: str = ""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: DashboardServer
+    protocol_version = "HTTP/1.0"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib's name
+        """Quiet: the dashboard is not a web server log."""
+
+    # -- plumbing -------------------------------------------------------------------
+    def _send(self, status: int, body: str, headers: dict[str, str] | None = None) -> None:
+        data = body.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("X-Frame-Options", "DENY")
+        self.send_header("Cache-Control", "no-store")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _authorized(self, query: dict[str, list[str]]) -> tuple[bool, dict[str, str]]:
+        token = self.server.config.token
+        if token is None:
+            return True, {}
+        offered = query.get("token", [""])[0]
+        if offered and hmac.compare_digest(offered, token):
+            cookie = f"{_COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/"
+            return True, {"Set-Cookie": cookie}
+        auth = self.headers.get("Authorization", "")
+        if auth.startswith("Bearer ") and hmac.compare_digest(auth[7:], token):
+            return True, {}
+        jar = SimpleCookie(self.headers.get("Cookie", ""))
+        held = jar[_COOKIE].value if _COOKIE in jar else ""
+        return bool(held) and hmac.compare_digest(held, token), {}
+
+    def _handle(self, method: str) -> None:
+        url = urlsplit(self.path)
+        query = parse_qs(url.query)
+        ok, headers = self._authorized(query)
+        if not ok:
+            self._send(
+                HTTPStatus.UNAUTHORIZED, pages.message_page("Token required", "Add ?token=...")
+            )
+            return
+        try:
+            status, body = self.server.route(method, url.path, query, self._form())
+        finally:
+            self.server.config.store.close_thread()  # one short-lived thread per request
+        self._send(status, body, headers)
+
+    def _form(self) -> dict[str, list[str]]:
+        if self.command != "POST":
+            return {}
+        length = min(int(self.headers.get("Content-Length") or 0), 64 * 1024)
+        return parse_qs(self.rfile.read(length).decode())
+
+    def do_GET(self) -> None:
+        if self.path == "/favicon.ico":
+            self.send_response(HTTPStatus.NO_CONTENT)
+            self.end_headers()
+            return
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+
+def _one(query: dict[str, list[str]], name: str) -> str | None:
+    values = query.get(name)
+    return values[0] if values else None
+
+
+class DashboardServer(ThreadingHTTPServer):
+    """Serves the pages of one store."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], config: UIConfig) -> None:
+        if not is_loopback(address[0]) and not config.token:
+            raise ConfigurationError(
+                f"binding the dashboard to {address[0]} exposes it beyond this machine; "
+                "give a --token (checked on every request), or bind 127.0.0.1"
+            )
+        config.csrf = config.csrf or secrets.token_urlsafe(24)
+        self.config = config
+        super().__init__(address, _Handler)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def route(
+        self, method: str, path: str, query: dict[str, list[str]], form: dict[str, list[str]]
+    ) -> tuple[int, str]:
+        store, config = self.config.store, self.config
+        if method == "POST" and path in ("/task/retry", "/task/cancel"):
+            return self._act(path.rsplit("/", 1)[1], form)
+        if method != "GET":
+            return HTTPStatus.METHOD_NOT_ALLOWED, pages.message_page("Not allowed", "GET only")
+        if path == "/":
+            return HTTPStatus.OK, pages.batches_page(store.batch_summaries())
+        if path == "/tasks":
+            return self._tasks(query)
+        if path == "/task":
+            return self._task(_one(query, "id") or "")
+        if path == "/ops":
+            ops = list(store.list_operations(limit=OPS_LIMIT))
+            return HTTPStatus.OK, pages.ops_page(ops)
+        if path == "/stalls":
+            return HTTPStatus.OK, pages.stalls_page(self._stalls(), config.stall_after)
+        if path == "/metrics":
+            return HTTPStatus.OK, pages.metrics_page(compute(store, Window()))
+        return HTTPStatus.NOT_FOUND, pages.message_page("Not found", f"No page at {path}")
+
+    def _tasks(self, query: dict[str, list[str]]) -> tuple[int, str]:
+        status = _one(query, "status")
+        if status is not None and status not in TASK_STATUSES:
+            return HTTPStatus.BAD_REQUEST, pages.message_page("Bad status", status)
+        before_text = _one(query, "before")
+        before = int(before_text) if before_text and before_text.isdigit() else None
+        batch = _one(query, "batch")
+        size = self.config.page_size
+        rows = task_page(
+            sql_store(self.config.store), status=status, batch=batch, before=before, size=size
+        )
+        return HTTPStatus.OK, pages.tasks_page(rows, status, batch, size)
+
+    def _task(self, task_id: str) -> tuple[int, str]:
+        task = self.config.store.get_task(task_id)
+        if task is None:
+            return HTTPStatus.NOT_FOUND, pages.message_page("Not found", f"No task {task_id}")
+        steps = list(self.config.store.load_history(task_id).values())
+        return HTTPStatus.OK, pages.task_page(task, steps, self.config.csrf)
+
+    def _stalls(self) -> list[Stall]:
+        now = self.config.now()
+        found = []
+        for task in running_tasks(sql_store(self.config.store)):
+            idle = (now - task.checkpoint).total_seconds()
+            if idle > self.config.stall_after:
+                found.append(Stall(task, idle))
+        return found
+
+    def _act(self, action: str, form: dict[str, list[str]]) -> tuple[int, str]:
+        if not hmac.compare_digest(_one(form, "csrf") or "", self.config.csrf):
+            return HTTPStatus.FORBIDDEN, pages.message_page("Refused", "stale or missing form")
+        task_id = _one(form, "id") or ""
+        store, stamp = self.config.store, self.config.now()
+        done = (
+            store.retry_task(task_id, stamp)
+            if action == "retry"
+            else store.cancel_task(task_id, stamp)
+        )
+        task = store.get_task(task_id)
+        if task is None:
+            return HTTPStatus.NOT_FOUND, pages.message_page("Not found", f"No task {task_id}")
+        steps = list(store.load_history(task_id).values())
+        if not done:
+            text = f"task {task_id} is {task.status}; cannot {action} it"
+            return HTTPStatus.CONFLICT, pages.message_page("Nothing done", text)
+        return HTTPStatus.OK, pages.task_page(task, steps, self.config.csrf)
+
+
+def serve_in_thread(server: DashboardServer) -> threading.Thread:
+    thread = threading.Thread(target=server.serve_forever, name="cairn-ui", daemon=True)
+    thread.start()
+    return thread
