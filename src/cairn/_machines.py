@@ -21,6 +21,20 @@ from cairn.store.records import StepKind, StepRecord, StepStatus
 _SELF_DECODING = frozenset({int, str, bool, type(None)})
 
 
+class _What:
+    """Names the entry in an error message; formatted only if one is raised."""
+
+    __slots__ = ("kind", "name")
+
+    def __init__(self, kind: str, name: str) -> None:
+        self.kind = kind
+        self.name = name
+
+    def __str__(self) -> str:
+        label = "step" if self.kind == "step" else f"recorded {self.kind}"
+        return f"{label} {self.name!r}"
+
+
 def entry(
     run: TaskRun,
     seq: int,
@@ -65,7 +79,7 @@ def step_machine(
     """Run ``fn`` as the history entry at the next position, or replay it."""
     seq = run.next_seq()
     record = run.replayed(seq, kind, name)
-    what = f"step {name!r}" if kind == "step" else f"recorded input {name!r}"
+    what = _What(kind, name)
     if record is not None and record.status == "completed":
         return run.decode(record.output or "null", what)
     # Attempts are durable: a crash during attempt 3 resumes at attempt 3. The

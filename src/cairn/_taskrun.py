@@ -85,13 +85,13 @@ class TaskRun:
             raise self.diverged
         return record
 
-    def encode(self, value: Any, what: str) -> str:
+    def encode(self, value: Any, what: object) -> str:
         try:
             return self.codec.encode(value)
         except CodecError as exc:
             raise CodecError(f"{what}: {exc}") from exc
 
-    def decode(self, text: str, what: str) -> Any:
+    def decode(self, text: str, what: object) -> Any:
         try:
             return self.codec.decode(text)
         except CodecError as exc:
