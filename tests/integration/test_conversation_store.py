@@ -36,6 +36,12 @@ def _claimed(store: Store, task_id: str = TASK) -> int:
     return claimed.fence
 
 
+def _opened(store: Store, fence: int, name: str = "main") -> int:
+    conv_id = store.open_conversation(TASK, name, fence)
+    assert conv_id is not None
+    return conv_id
+
+
 def _row(
     idx: int, role: str = "user", *, kind: MessageKind = "message", covers: int | None = None
 ) -> MessageRecord:
@@ -48,11 +54,12 @@ def test_active_context_is_row_zero_the_latest_summary_and_what_follows(store: S
     latest summary and the rows after its covers_until, in idx order; the rows it
     covers, and the older summary, stay stored and readable page by page."""
     fence = _claimed(store)
+    conv_id = _opened(store, fence)
     rows = [_row(0, "system"), *(_row(i) for i in range(1, 6))]
     rows += [_row(6, kind="summary", covers=3), _row(7), _row(8)]
     rows += [_row(9, kind="summary", covers=6), _row(10)]
     for row in rows:
-        assert store.append_message(row, fence)
+        assert store.append_message(conv_id, row, fence)
     active = store.load_active_messages(TASK, "main")
     assert [r.idx for r in active] == [0, 7, 8, 9, 10]
     assert active[0].created_at == NOW
@@ -68,12 +75,30 @@ def test_a_stale_fence_appends_nothing_not_even_part_of_a_batch(store: Store) ->
     """An append under a fence that moved returns False and writes no row; a
     several-row append is all or nothing."""
     fence = _claimed(store)
-    assert store.append_messages([_row(0, "system"), _row(1)], fence)
+    conv_id = _opened(store, fence)
+    assert store.append_messages(conv_id, [_row(0, "system"), _row(1)], fence)
     stale = fence
     assert store.claim_task(TASK, fence, "other", NOW, NOW) is not None  # the fence moves
-    assert not store.append_message(_row(2), stale)
-    assert not store.append_messages([_row(2), _row(3)], stale)
+    assert not store.append_message(conv_id, _row(2), stale)
+    assert not store.append_messages(conv_id, [_row(2), _row(3)], stale)
     assert [r.idx for r in store.load_messages(TASK, "main", 0, 10)] == [0, 1]
+
+
+def test_opening_a_conversation_gives_one_key_per_task_and_name(store: Store) -> None:
+    """open_conversation creates a conversation's key once and returns the same key
+    on every later open, under any fence; another name or task gets another key;
+    a stale fence cannot create one (None), though it still finds one that exists."""
+    fence = _claimed(store)
+    main = _opened(store, fence)
+    assert store.open_conversation(TASK, "main", fence) == main
+    other = store.open_conversation(TASK, "other", fence)
+    assert other is not None
+    assert other != main
+    second = _claimed(store, "agent/run=2")
+    assert store.open_conversation("agent/run=2", "main", second) not in (None, main, other)
+    assert store.claim_task(TASK, fence, "other", NOW, NOW) is not None  # the fence moves
+    assert store.open_conversation(TASK, "late", fence) is None
+    assert store.open_conversation(TASK, "main", fence) == main
 
 
 def test_recorded_calls_lists_model_calls_and_compactions_of_a_batch(store: Store) -> None:
@@ -98,8 +123,9 @@ def test_recorded_calls_lists_model_calls_and_compactions_of_a_batch(store: Stor
 
 
 def test_the_active_read_probes_indexes_and_never_scans_the_archive(tmp_path: Path) -> None:
-    """SQLite's plan for the active read uses the primary key and the summaries
-    index only: no scan of the messages table, so its cost follows the active rows."""
+    """SQLite's plan for the active read uses the primary key, the summaries index
+    and the conversations key index only: no scan of any table, so its cost
+    follows the active rows."""
     path = tmp_path / "plan.db"
     open_store(str(path)).close()
     from cairn.store import sql
@@ -112,5 +138,5 @@ def test_the_active_read_probes_indexes_and_never_scans_the_archive(tmp_path: Pa
     finally:
         conn.close()
     details = [str(row[-1]) for row in plan]
-    assert not [d for d in details if d.startswith("SCAN messages")], details
+    assert not [d for d in details if d.startswith("SCAN")], details
     assert any("messages_summaries" in d for d in details), details

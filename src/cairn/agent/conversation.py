@@ -7,10 +7,13 @@
 
 Storage, and why
 ----------------
-Each message is one row of the ``messages`` table, keyed by (task, conversation,
-idx), where idx is its position in the conversation. An append is one fenced
-``INSERT … SELECT … WHERE EXISTS`` (the task row with our fence): one statement,
-one commit, nothing else written. Rows are never updated or rewritten, so
+Each conversation gets a small integer key (``conv_id``, a row of the
+``conversations`` table) the first time it is opened; the object looks it up
+once and keeps it. Each message is one row of the ``messages`` table, keyed by
+(conv_id, idx), where idx is its position in the conversation: the task id and
+the name are stored once per conversation, not in every row and index entry.
+An append is one fenced ``INSERT … SELECT … WHERE EXISTS`` (the task row with
+our fence): one statement, one commit, nothing else written. Rows are never updated or rewritten, so
 storage grows linearly with the conversation. A compaction appends one more
 row, of kind ``summary``, whose ``covers_until`` says which messages it stands
 in for; nothing is deleted, so the compacted head stays in the table as the
@@ -126,6 +129,7 @@ class Conversation:
         # (prompt tokens the provider counted, first idx it did not count)
         self._anchor: tuple[int, int] | None = None
         self._failed_at = -1  # a failed compaction is not retried at the same position
+        self._conv_id = -1  # the store's key for this conversation, set by open()
         self.handed_off: dict[str, Any] | None = None
 
     # -- what the agent reads --------------------------------------------------------
@@ -236,6 +240,10 @@ class Conversation:
 
     # -- the machinery (used by cairn.agent's own modules) ----------------------------------
     def open(self, system: str | Mapping[str, Any] | None, start_from: Any) -> None:
+        conv_id = self._run.store.open_conversation(self.task_id, self.name, self._run.fence)
+        if conv_id is None:
+            self._run.lost()
+        self._conv_id = conv_id
         records = self._run.store.load_active_messages(self.task_id, self.name)
         rows = [Row.of(record) for record in records]
         self._cache = {row.idx: row for row in rows}
@@ -243,7 +251,8 @@ class Conversation:
         self._restored = Window.from_rows(rows)
         seed = seed_rows(system, start_from, self.counter)
         if self._end == 0 and seed:
-            if not self._run.store.append_messages([self.record(r) for r in seed], self._run.fence):
+            seed_records = [self.record(r) for r in seed]
+            if not self._run.store.append_messages(self._conv_id, seed_records, self._run.fence):
                 self._run.lost()
             self._end = len(seed)
             self._restored = Window.from_rows(seed)
@@ -301,7 +310,7 @@ class Conversation:
 
     def write(self, row: Row) -> None:
         """Append ``row`` to the store under the task's fence."""
-        if not self._run.store.append_message(self.record(row), self._run.fence):
+        if not self._run.store.append_message(self._conv_id, self.record(row), self._run.fence):
             self._run.lost()
         self._end = max(self._end, row.idx + 1)
         self._cache[row.idx] = row

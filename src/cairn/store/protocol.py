@@ -249,11 +249,18 @@ class Store(Protocol):
         ...
 
     # -- conversations (cairn.agent) -------------------------------------------------
-    def append_message(self, message: MessageRecord, fence: int) -> bool:
-        """Insert one conversation row if the fence holds (one statement, one commit)."""
+    def open_conversation(self, task_id: str, name: str, fence: int) -> int | None:
+        """The integer key of conversation ``name`` of the task, created (under the
+        fence) if it has none yet; None if the fence moved. Safe against a rival
+        opener: both get the same key."""
         ...
 
-    def append_messages(self, messages: Sequence[MessageRecord], fence: int) -> bool:
+    def append_message(self, conv_id: int, message: MessageRecord, fence: int) -> bool:
+        """Insert one row of conversation ``conv_id`` if the fence holds (one
+        statement, one commit)."""
+        ...
+
+    def append_messages(self, conv_id: int, messages: Sequence[MessageRecord], fence: int) -> bool:
         """Insert several rows in one transaction, all or none, if the fence holds."""
         ...
 

@@ -138,7 +138,9 @@ class MessageRecord(NamedTuple):
     ``content`` is the whole message in the OpenAI chat shape, as JSON text; a
     ``summary`` row summarizes every message up to ``covers_until``. ``meta`` is
     JSON text about how the row came to be (usage of the model call that wrote
-    it, token counts of a compaction), or None.
+    it, token counts of a compaction), or None. ``conv`` is the conversation's
+    name; the stored row carries the conversation's integer key instead of
+    ``task_id`` and ``conv`` (see ``Store.open_conversation``).
     """
 
     task_id: str

@@ -217,33 +217,46 @@ def op_record(row: tuple[Any, ...]) -> OperationRecord:
 
 
 # -- conversations (cairn.agent) ---------------------------------------------------------
-MESSAGE_COLUMNS = "task_id, conv, idx, role, content, tokens, kind, covers_until, meta, created_at"
+# A conversation's integer key, resolved once when it is opened: looked up, and
+# created (under the fence) only the first time. Two openers racing both insert;
+# one row wins and both then read its key.
+FIND_CONVERSATION = "SELECT conv_id FROM conversations WHERE task_id = ? AND name = ?"
+INSERT_CONVERSATION = (
+    f"INSERT INTO conversations (task_id, name) SELECT ?, ? WHERE {_FENCE} "
+    "ON CONFLICT (task_id, name) DO NOTHING"
+)
+MESSAGE_COLUMNS = "idx, role, content, tokens, kind, covers_until, meta, created_at"
 # An append is one fenced insert: one statement, one commit, and a row count of 0
 # means the fence moved.
 INSERT_MESSAGE = (
-    f"INSERT INTO messages ({MESSAGE_COLUMNS}) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {_FENCE}"
+    f"INSERT INTO messages (conv_id, {MESSAGE_COLUMNS}) "
+    f"SELECT ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {_FENCE}"
 )
+# Reads name the conversation by (task, name); the key is one probe of the
+# conversations table's unique index.
+_CONV_ID = f"({FIND_CONVERSATION})"
 # The active context: row 0 (the system prompt) and every row after the latest
 # summary's covers_until (the summary itself among them). The latest summary is
 # one probe of the partial index, and the rest is a range of the primary key, so
 # the read costs O(active rows) however long the conversation has grown.
 LOAD_ACTIVE_MESSAGES = (
-    f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE task_id = ? AND conv = ? AND idx = 0 "
+    f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conv_id = {_CONV_ID} AND idx = 0 "
     "UNION ALL "
-    f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE task_id = ? AND conv = ? AND idx > "
-    "COALESCE((SELECT covers_until FROM messages WHERE task_id = ? AND conv = ? "
+    f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conv_id = {_CONV_ID} AND idx > "
+    f"COALESCE((SELECT covers_until FROM messages WHERE conv_id = {_CONV_ID} "
     "AND kind = 'summary' ORDER BY idx DESC LIMIT 1), 0) "
     "ORDER BY idx"
 )
 LOAD_MESSAGES = (
-    f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE task_id = ? AND conv = ? AND idx >= ? "
+    f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conv_id = {_CONV_ID} AND idx >= ? "
     "ORDER BY idx LIMIT ?"
 )
 CONVERSATION_SUMMARIES = (
-    "SELECT task_id, conv, COUNT(*), "
-    "COALESCE(SUM(CASE WHEN kind = 'summary' THEN 1 ELSE 0 END), 0), MAX(idx) + 1, "
-    "COALESCE(SUM(CASE WHEN kind = 'message' THEN tokens ELSE 0 END), 0) "
-    "FROM messages WHERE task_id = ? GROUP BY task_id, conv ORDER BY conv"
+    "SELECT c.name, COUNT(*), "
+    "COALESCE(SUM(CASE WHEN m.kind = 'summary' THEN 1 ELSE 0 END), 0), MAX(m.idx) + 1, "
+    "COALESCE(SUM(CASE WHEN m.kind = 'message' THEN m.tokens ELSE 0 END), 0) "
+    "FROM conversations c JOIN messages m ON m.conv_id = c.conv_id "
+    "WHERE c.task_id = ? GROUP BY c.conv_id, c.name ORDER BY c.name"
 )
 # {filter} is one of: every task, one batch, one task.
 RECORDED_CALLS = (
@@ -254,7 +267,8 @@ RECORDED_CALLS = (
 )
 
 
-def message_record(row: tuple[Any, ...]) -> MessageRecord:
+def message_record(task_id: str, conv: str, row: tuple[Any, ...]) -> MessageRecord:
+    """A row of ``MESSAGE_COLUMNS`` of conversation ``conv`` of ``task_id``."""
     return MessageRecord(
-        row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], time_of(row[9])
+        task_id, conv, row[0], row[1], row[2], row[3], row[4], row[5], row[6], time_of(row[7])
     )

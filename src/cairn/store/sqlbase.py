@@ -480,10 +480,20 @@ class SQLStore(ABC):
         return int(row[0]), int(row[1])
 
     # -- conversations (cairn.agent) -------------------------------------------------------
-    def _message_params(self, message: MessageRecord, fence: int) -> tuple[Any, ...]:
+    def open_conversation(self, task_id: str, name: str, fence: int) -> int | None:
+        found = self._exec(sql.FIND_CONVERSATION, (task_id, name)).rows
+        if found:
+            return int(found[0][0])
+        with self._writing():
+            # A rival opener may insert first: ours then does nothing, and the
+            # read below finds the rival's row. Nothing found means the fence moved.
+            self._exec(sql.INSERT_CONVERSATION, (task_id, name, task_id, fence))
+            found = self._exec(sql.FIND_CONVERSATION, (task_id, name)).rows
+        return int(found[0][0]) if found else None
+
+    def _message_params(self, conv_id: int, message: MessageRecord, fence: int) -> tuple[Any, ...]:
         return (
-            message.task_id,
-            message.conv,
+            conv_id,
             message.idx,
             message.role,
             message.content,
@@ -496,8 +506,8 @@ class SQLStore(ABC):
             fence,
         )
 
-    def append_message(self, message: MessageRecord, fence: int) -> bool:
-        params = self._message_params(message, fence)
+    def append_message(self, conv_id: int, message: MessageRecord, fence: int) -> bool:
+        params = self._message_params(conv_id, message, fence)
         with self._writing():
             try:
                 return self._exec(sql.INSERT_MESSAGE, params).rowcount == 1
@@ -509,8 +519,8 @@ class SQLStore(ABC):
                     return True
                 raise
 
-    def append_messages(self, messages: Sequence[MessageRecord], fence: int) -> bool:
-        rows = [self._message_params(m, fence) for m in messages]
+    def append_messages(self, conv_id: int, messages: Sequence[MessageRecord], fence: int) -> bool:
+        rows = [self._message_params(conv_id, m, fence) for m in messages]
 
         def write(tx: Tx) -> bool:
             for params in rows:
@@ -525,17 +535,18 @@ class SQLStore(ABC):
                 return False
 
     def load_active_messages(self, task_id: str, conv: str) -> list[MessageRecord]:
-        params = (task_id, conv, task_id, conv, task_id, conv)
-        return [sql.message_record(r) for r in self._exec(sql.LOAD_ACTIVE_MESSAGES, params).rows]
+        params = (task_id, conv) * 3
+        rows = self._exec(sql.LOAD_ACTIVE_MESSAGES, params).rows
+        return [sql.message_record(task_id, conv, r) for r in rows]
 
     def load_messages(self, task_id: str, conv: str, start: int, limit: int) -> list[MessageRecord]:
-        params = (task_id, conv, start, limit)
-        return [sql.message_record(r) for r in self._exec(sql.LOAD_MESSAGES, params).rows]
+        rows = self._exec(sql.LOAD_MESSAGES, (task_id, conv, start, limit)).rows
+        return [sql.message_record(task_id, conv, r) for r in rows]
 
     def conversation_summaries(self, task_id: str) -> list[ConversationSummary]:
         rows = self._exec(sql.CONVERSATION_SUMMARIES, (task_id,)).rows
         return [
-            ConversationSummary(r[0], r[1], int(r[2]), int(r[3]), int(r[4]), int(r[5]))
+            ConversationSummary(task_id, r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]))
             for r in rows
         ]
 

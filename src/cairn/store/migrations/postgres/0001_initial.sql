@@ -83,11 +83,18 @@ CREATE INDEX operations_by_status ON operations (status);
 CREATE INDEX operations_by_task ON operations (task_id);
 CREATE INDEX operations_by_time ON operations (first_claimed_at);
 
--- An agent's conversations: one row per message, appended, never rewritten (see
--- the SQLite schema for the meaning of each column).
+-- An agent's conversations: a small integer key per (task, name), then one row
+-- per message, appended, never rewritten (see the SQLite schema for the meaning
+-- of each column).
+CREATE TABLE conversations (
+    conv_id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    task_id TEXT NOT NULL,
+    name    TEXT NOT NULL,
+    UNIQUE (task_id, name)
+);
+
 CREATE TABLE messages (
-    task_id      TEXT NOT NULL,
-    conv         TEXT NOT NULL,
+    conv_id      BIGINT NOT NULL,
     idx          INTEGER NOT NULL,
     role         TEXT NOT NULL,
     content      TEXT NOT NULL,
@@ -96,7 +103,7 @@ CREATE TABLE messages (
     covers_until INTEGER,
     meta         TEXT,
     created_at   TIMESTAMPTZ NOT NULL,
-    PRIMARY KEY (task_id, conv, idx)
+    PRIMARY KEY (conv_id, idx)
 );
 
-CREATE INDEX messages_summaries ON messages (task_id, conv, idx) WHERE kind = 'summary';
+CREATE INDEX messages_summaries ON messages (conv_id, idx) WHERE kind = 'summary';

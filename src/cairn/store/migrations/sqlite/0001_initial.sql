@@ -99,16 +99,25 @@ CREATE INDEX operations_by_status ON operations (status);
 CREATE INDEX operations_by_task ON operations (task_id);
 CREATE INDEX operations_by_time ON operations (first_claimed_at);
 
--- An agent's conversations: one row per message, keyed by its position (idx) in
--- the conversation. Rows are only ever appended, never rewritten. A 'summary' row
--- is a running summary of every message up to covers_until; the active context
--- is row 0 (the system prompt), the latest summary and the messages after
--- covers_until. A rowid table, not WITHOUT ROWID: messages are often longer than
--- the ~1 KB an index b-tree keeps in a page, and spilling each one into a mostly
--- empty overflow page would cost more than the primary-key index does.
+-- An agent's conversations. Each (task, name) gets a small integer key once, when
+-- the conversation is first opened, so message rows and their index entries
+-- carry that integer instead of repeating the task id and the name.
+CREATE TABLE conversations (
+    conv_id INTEGER PRIMARY KEY,
+    task_id TEXT NOT NULL,
+    name    TEXT NOT NULL,
+    UNIQUE (task_id, name)
+);
+
+-- One row per message, keyed by its position (idx) in the conversation. Rows are
+-- only ever appended, never rewritten. A 'summary' row is a running summary of
+-- every message up to covers_until; the active context is row 0 (the system
+-- prompt), the latest summary and the messages after covers_until. A rowid
+-- table, not WITHOUT ROWID: messages are often longer than the ~1 KB an index
+-- b-tree keeps in a page, and spilling each one into a mostly empty overflow
+-- page would cost more than the (now all-integer) primary-key index does.
 CREATE TABLE messages (
-    task_id      TEXT NOT NULL,
-    conv         TEXT NOT NULL,
+    conv_id      INTEGER NOT NULL,
     idx          INTEGER NOT NULL,
     role         TEXT NOT NULL,
     -- The whole message in the OpenAI chat shape, as compact JSON.
@@ -120,8 +129,8 @@ CREATE TABLE messages (
     -- token counts); NULL for a plain append.
     meta         TEXT,
     created_at   TEXT NOT NULL,
-    PRIMARY KEY (task_id, conv, idx)
+    PRIMARY KEY (conv_id, idx)
 );
 
 -- Finding a conversation's latest summary is one index probe, whatever its length.
-CREATE INDEX messages_summaries ON messages (task_id, conv, idx) WHERE kind = 'summary';
+CREATE INDEX messages_summaries ON messages (conv_id, idx) WHERE kind = 'summary';
