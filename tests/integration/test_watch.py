@@ -3,8 +3,11 @@ post when the task moves again or finishes; a webhook that is down is retried.""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from cairn import Cairn
@@ -124,3 +127,50 @@ def test_cli_watch_once(app: Cairn, clock: FakeClock) -> None:
         assert result.exit_code == 0, result.output
         assert "1 stalled, 1 alerted" in result.stdout
         assert len(chat.delivered) == 1
+
+
+WORKER_APP = """
+from cairn import Cairn, Context
+
+app = Cairn()
+
+
+@app.task
+def tidy(ctx: Context, n: int) -> int:
+    return ctx.step("tidy", lambda: n)
+"""
+
+
+def test_worker_with_watch_alerts_a_stall_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`cairn worker --watch` runs the stall watcher beside the worker: a task of
+    another app that has made no progress for an hour is alerted once, and a
+    second worker started the same way does not alert it again."""
+    store = f"sqlite:///{tmp_path / 'cairn.db'}"
+    long_ago = FakeClock(datetime.now(UTC) - timedelta(hours=1))
+    owner = Cairn(store, clock=long_ago)
+    start_running(owner, long_ago, "crawl/9")
+    owner.close()
+    (tmp_path / "watched_worker_app.py").write_text(WORKER_APP)
+    monkeypatch.chdir(tmp_path)
+    with WebhookServer() as hook:
+        for _ in range(2):
+            result = CliRunner().invoke(
+                cli_app,
+                [
+                    "worker",
+                    "watched_worker_app:app",
+                    "--burst",
+                    "--watch",
+                    "--stall-after",
+                    "15m",
+                    "--webhook",
+                    hook.url,
+                    "--store",
+                    store,
+                ],
+            )
+            assert result.exit_code == 0, result.output
+        assert len(hook.delivered) == 1
+        assert "crawl/9" in json.dumps(hook.delivered[0].json())

@@ -5,13 +5,17 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
+import threading
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from cairn.app import Cairn
 from cairn.errors import CairnError
+
+if TYPE_CHECKING:
+    from cairn.observe.stalls import StallWatcher
 
 from ._common import fail
 
@@ -58,6 +62,21 @@ def worker_command(
             help="Override the app's store (default: the app's own).",
         ),
     ] = None,
+    watch: Annotated[
+        bool,
+        typer.Option("--watch", help="Also watch for stalled tasks (as `cairn watch` does)."),
+    ] = False,
+    stall_after: Annotated[
+        str, typer.Option("--stall-after", metavar="DURATION", help="With --watch.")
+    ] = "15m",
+    slack: Annotated[
+        list[str] | None,
+        typer.Option("--slack", metavar="URL", help="With --watch: chat webhook for alerts."),
+    ] = None,
+    webhook: Annotated[
+        list[str] | None,
+        typer.Option("--webhook", metavar="URL", help="With --watch: JSON webhook for alerts."),
+    ] = None,
 ) -> None:
     """Claim and run tasks of any batch whose function MODULE:APP registers.
 
@@ -70,6 +89,7 @@ def worker_command(
         app.use_store(store)
     from cairn.worker import Worker
 
+    watcher = _start_watcher(app, stall_after, slack, webhook) if watch else None
     try:
         worker = Worker(app, concurrency=concurrency, idle_wait=idle_wait, burst=burst)
         worker.install_signal_handlers()
@@ -77,6 +97,8 @@ def worker_command(
     except (CairnError, ValueError) as exc:
         fail(str(exc))
     finally:
+        if watcher is not None:
+            watcher.stop()
         app.close()
     logging.getLogger("cairn").info(
         "cairn worker: ran %d task(s): %d completed, %d failed, %d lost, %d handed back",
@@ -86,6 +108,30 @@ def worker_command(
         report.lost,
         len(report.handed_back),
     )
+
+
+def _start_watcher(
+    app: Cairn, stall_after: str, slack: list[str] | None, webhook: list[str] | None
+) -> StallWatcher:
+    """A stall watcher on its own app (same store): it checks once now, then every
+    minute in a daemon thread beside the worker."""
+    from cairn.observe._time import parse_duration
+    from cairn.observe.notifiers import notifiers_for
+    from cairn.observe.stalls import StallWatcher
+
+    try:
+        threshold = parse_duration(stall_after)
+    except ValueError as exc:
+        fail(str(exc))
+    watcher_app = Cairn(app.store_url)
+    watcher = StallWatcher(
+        watcher_app, notifiers_for(slack=slack, webhook=webhook), stall_after=threshold
+    )
+    watcher.check()  # once now, so even a short --burst run looks before it ends
+    threading.Thread(
+        target=watcher.run_forever, args=(60.0,), name="cairn-stall-watch", daemon=True
+    ).start()
+    return watcher
 
 
 def migrate_command(
