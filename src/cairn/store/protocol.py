@@ -195,9 +195,10 @@ class Store(Protocol):
     def complete_operation(
         self, scope: str, key: str, calls: int, result: str, step: StepRecord, fence: int
     ) -> tuple[bool, bool]:
-        """In one commit: mark claim ``calls`` completed with ``result`` (unfenced:
-        the outside world acted, keep that fact) and record the task's history entry
-        (fenced). Returns (operation recorded, history entry recorded)."""
+        """Mark claim ``calls`` completed with ``result``, unfenced (the outside world
+        acted: keep that fact). The completed operation is also the claiming
+        task's history entry at ``step.seq`` (``load_history`` returns it). Returns
+        (operation recorded, history entry recorded)."""
         ...
 
     def settle_operation(

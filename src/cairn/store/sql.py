@@ -111,6 +111,13 @@ UPSERT_STEP = (
     "started_at = excluded.started_at, finished_at = excluded.finished_at"
 )
 LOAD_HISTORY = f"SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?"
+# An operation a task claimed and completed is part of that task's history at
+# its step_seq: the operation row is the record, so an operation costs two
+# commits (claim, record) and no history row of its own.
+LOAD_OP_HISTORY = (
+    "SELECT step_seq, key, result, calls, claimed_at, completed_at FROM operations "
+    "WHERE task_id = ? AND status = 'completed'"
+)
 
 # -- operations --------------------------------------------------------------------
 CLAIM_OP = (

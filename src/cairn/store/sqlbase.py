@@ -190,9 +190,32 @@ class SQLStore(ABC):
 
     # -- the fenced write path -----------------------------------------------------------
     def load_history(self, task_id: str) -> dict[int, StepRecord]:
-        return {
-            row[1]: sql.step_record(row) for row in self._exec(sql.LOAD_HISTORY, (task_id,)).rows
+        history = {
+            seq: StepRecord(
+                task_id,
+                seq,
+                "op",
+                key,
+                "completed",
+                result,
+                calls,
+                0,
+                calls,
+                None,
+                None,
+                sql.time_of(claimed),
+                sql.time_of(completed),
+            )
+            for seq, key, result, calls, claimed, completed in self._exec(
+                sql.LOAD_OP_HISTORY, (task_id,)
+            ).rows
         }
+        # A history row at the same position (an operation adopted from another
+        # task, or written by an older cairn) is the task's own record: it wins.
+        history.update(
+            (row[1], sql.step_record(row)) for row in self._exec(sql.LOAD_HISTORY, (task_id,)).rows
+        )
+        return history
 
     def _step_params(self, step: StepRecord, fence: int) -> tuple[Any, ...]:
         return (
@@ -365,20 +388,15 @@ class SQLStore(ABC):
     def complete_operation(
         self, scope: str, key: str, calls: int, result: str, step: StepRecord, fence: int
     ) -> tuple[bool, bool]:
+        # The operation row is also the task's history entry (see load_history),
+        # so this is one statement. It is recorded even if the fence moved: the
+        # outside world acted, and the next owner must read that, not a doubt.
         settle = self._settle_params(
             scope, key, calls, "completed", result, None, False, step.finished_at
         )
-        step_params = self._step_params(step, fence)
-
-        def record(tx: Tx) -> tuple[bool, bool]:
-            # The outcome is recorded even if the fence moved: the outside world
-            # acted, and the next owner must read that rather than find it in doubt.
-            op_done = tx.exec(sql.SETTLE_OP, settle).rowcount == 1
-            return op_done, op_done and tx.exec(sql.UPSERT_STEP, step_params).rowcount == 1
-
         with self._writing():
-            op_recorded, step_recorded = self._atomically(record)
-        return op_recorded, step_recorded
+            recorded = self._exec(sql.SETTLE_OP, settle).rowcount == 1
+        return recorded, recorded
 
     def settle_operation(
         self,

@@ -79,9 +79,10 @@ CREATE TABLE operations (
     PRIMARY KEY (scope, key)
 );
 
-CREATE INDEX operations_by_status ON operations (status);
+-- Only the index a task's replay needs (its completed operations are its
+-- history): every index is written on each claim and record, and the audit
+-- listings (by time, status) can afford a scan where an operation cannot.
 CREATE INDEX operations_by_task ON operations (task_id);
-CREATE INDEX operations_by_time ON operations (first_claimed_at);
 
 -- An agent's conversations: a small integer key per (task, name), then one row
 -- per message, appended, never rewritten (see the SQLite schema for the meaning

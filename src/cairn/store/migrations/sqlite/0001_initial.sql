@@ -95,9 +95,10 @@ CREATE TABLE operations (
     PRIMARY KEY (scope, key)
 ) WITHOUT ROWID;
 
-CREATE INDEX operations_by_status ON operations (status);
+-- Only the index a task's replay needs (its completed operations are its
+-- history): every index is written on each claim and record, and the audit
+-- listings (by time, status) can afford a scan where an operation cannot.
 CREATE INDEX operations_by_task ON operations (task_id);
-CREATE INDEX operations_by_time ON operations (first_claimed_at);
 
 -- An agent's conversations. Each (task, name) gets a small integer key once, when
 -- the conversation is first opened, so message rows and their index entries
