@@ -15,25 +15,10 @@ import cairn
 from cairn import Cairn, Context, Retry
 from cairn.clock import FakeClock
 from cairn.testing import set_fault_hook
+from tests.crashes import LEASE, Crash, crash_before, second_process
+from tests.crashes import url as url  # a fixture: pytest finds it by this name
 
 T = TypeVar("T")
-LEASE = 10.0
-# An owner on another host: cairn cannot see whether it lives, only its lease can say.
-ELSEWHERE = "elsewhere-00000000/4242/1/cafef00d"
-
-
-class Crash(BaseException):
-    """Stands for the process dying: cairn lets a BaseException through untouched."""
-
-
-def crash_before(seq: int) -> Callable[[str, str, int, str], None]:
-    """A fault hook that 'kills' the run just before the step at position ``seq``."""
-
-    def hook(point: str, task_id: str, at: int, name: str) -> None:
-        if point == "before_step" and at == seq:
-            raise Crash(f"crash before {name}")
-
-    return hook
 
 
 def logged(calls: list[str], name: str, value: T) -> Callable[[], T]:
@@ -81,12 +66,6 @@ def _fresh_calls() -> Iterator[None]:
 
 
 @pytest.fixture
-def url(store_url: str) -> str:
-    """The test's store, once per backend (a SQLite file, a PostgreSQL database)."""
-    return store_url
-
-
-@pytest.fixture
 def first(url: str, clock: FakeClock) -> Iterator[Cairn]:
     with Cairn(url, clock=clock, lease=LEASE) as app:
         yield app
@@ -120,8 +99,7 @@ def test_async_task_resumes_after_a_crash(first: Cairn, url: str, clock: FakeClo
     assert CALLS == ["fetch 2", "bump 20", "double"]
 
     clock.advance(LEASE + 1)
-    with Cairn(url, clock=clock, lease=LEASE) as other:
-        other.owner = ELSEWHERE  # the restarted process (see test_replay.second_process)
+    with second_process(url, clock) as other:
         assert other.run(other.task(name="pipeline")(pipeline), task_id="p", x=2) == [
             20,
             21,

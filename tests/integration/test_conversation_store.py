@@ -7,9 +7,12 @@ whose cost does not grow with the archived head.
 
 from __future__ import annotations
 
+import base64
+import json
 import sqlite3
+import zlib
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -140,3 +143,58 @@ def test_the_active_read_probes_indexes_and_never_scans_the_archive(tmp_path: Pa
     details = [str(row[-1]) for row in plan]
     assert not [d for d in details if d.startswith("SCAN")], details
     assert any("messages_summaries" in d for d in details), details
+
+
+def _content(text: str) -> str:
+    return json.dumps({"role": "user", "content": text}, ensure_ascii=False)
+
+
+# Short JSON; long prose that compresses well; long JSON that barely compresses.
+_CONTENTS = [
+    _content("short, née ünïcode ✓"),
+    _content("the quarterly figures moved again, " * 30),
+    _content(base64.b64encode(bytes(range(256)) * 2).decode()),
+]
+
+
+def test_message_content_and_time_read_back_exactly_whatever_the_stored_form(
+    store: Store,
+) -> None:
+    """Short, compressible and incompressible JSON (non-ASCII included) reads back
+    as the same text, and created_at, given in another zone with microseconds,
+    reads back as the same instant in UTC."""
+    fence = _claimed(store)
+    conv_id = _opened(store, fence)
+    moment = datetime(2026, 5, 24, 11, 0, 0, 123457, tzinfo=timezone(timedelta(hours=2)))
+    for idx, content in enumerate(_CONTENTS):
+        row = MessageRecord(TASK, "main", idx, "user", content, 5, "message", None, None, moment)
+        assert store.append_message(conv_id, row, fence)
+    loaded = store.load_messages(TASK, "main", 0, 10)
+    assert [r.content for r in loaded] == _CONTENTS
+    assert all(r.created_at == moment and r.created_at.tzinfo is UTC for r in loaded)
+
+
+def test_sqlite_stores_long_compressible_messages_compressed(tmp_path: Path) -> None:
+    """On disk a message is b"j" + its UTF-8 JSON, or b"z" + the JSON zlib-compressed
+    when that is at least a fifth smaller; created_at is integer microseconds."""
+    path = tmp_path / "format.db"
+    store = open_store(str(path))
+    try:
+        fence = _claimed(store)
+        conv_id = _opened(store, fence)
+        for idx, content in enumerate(_CONTENTS):
+            row = MessageRecord(TASK, "main", idx, "user", content, 5, "message", None, None, NOW)
+            assert store.append_message(conv_id, row, fence)
+    finally:
+        store.close()
+    conn = sqlite3.connect(path)
+    try:
+        stored = conn.execute("SELECT content, created_at FROM messages ORDER BY idx").fetchall()
+    finally:
+        conn.close()
+    short, prose, noise = (content for content, _ in stored)
+    assert short == b"j" + _CONTENTS[0].encode()
+    assert prose[:1] == b"z"
+    assert zlib.decompress(prose[1:]) == _CONTENTS[1].encode()
+    assert noise == b"j" + _CONTENTS[2].encode()
+    assert {created for _, created in stored} == {int(NOW.timestamp()) * 1_000_000}

@@ -25,13 +25,9 @@ from cairn import Cairn, Context, InDoubtOperation, LeaseLost, Retry, TaskDef, T
 from cairn.clock import FakeClock
 from cairn.store.records import OperationRecord
 from cairn.testing import set_fault_hook
+from tests.crashes import LEASE, Crash
 
 KEY = "stripe/charge/order-7"
-LEASE = 10.0
-
-
-class Crash(BaseException):
-    """Stands for the process dying at a fault point."""
 
 
 @dataclass

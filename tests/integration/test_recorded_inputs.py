@@ -15,33 +15,10 @@ import pytest
 from cairn import Cairn, Context, Retry
 from cairn.clock import FakeClock
 from cairn.testing import set_fault_hook
+from tests.crashes import LEASE, Crash, CrashingClock, crash_before, second_process
+from tests.crashes import url as url  # a fixture: pytest finds it by this name
 
 T = TypeVar("T")
-LEASE = 10.0
-# An owner on another host: cairn cannot see whether it lives, only its lease can say.
-ELSEWHERE = "elsewhere-00000000/4242/1/cafef00d"
-
-
-class Crash(BaseException):
-    """Stands for the process dying: cairn lets a BaseException through untouched."""
-
-
-def crash_before_step(name: str) -> Callable[[str, str, int, str], None]:
-    """A fault hook that 'kills' the run just before the step called ``name``."""
-
-    def hook(point: str, task_id: str, seq: int, at: str) -> None:
-        if point == "before_step" and at == name:
-            raise Crash(f"crash before {name}")
-
-    return hook
-
-
-def second_process(url: str, clock: FakeClock) -> Cairn:
-    """A new app standing for the restarted process (see test_replay.second_process):
-    an owner on another host, which may take the task once its lease expired."""
-    other = Cairn(url, clock=clock, lease=LEASE)
-    other.owner = ELSEWHERE
-    return other
 
 
 def logged(calls: list[str], name: str, value: T) -> Callable[[], T]:
@@ -52,28 +29,6 @@ def logged(calls: list[str], name: str, value: T) -> Callable[[], T]:
         return value
 
     return call
-
-
-class CrashingClock(FakeClock):
-    """A fake clock that can 'kill' the process part-way through one sleep."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.crash_after: float | None = None
-
-    def sleep(self, seconds: float) -> None:
-        if self.crash_after is not None and seconds > self.crash_after:
-            self.slept.append(self.crash_after)
-            self.advance(self.crash_after)
-            self.crash_after = None
-            raise Crash("crash mid-sleep")
-        super().sleep(seconds)
-
-
-@pytest.fixture
-def url(store_url: str) -> str:
-    """The test's store, once per backend (a SQLite file, a PostgreSQL database)."""
-    return store_url
 
 
 @pytest.fixture
@@ -102,7 +57,7 @@ def test_recorded_inputs_are_identical_on_replay(first: Cairn, url: str, clock: 
         return f"{inputs[1]}"
 
     first.task(name="report")(report)
-    set_fault_hook(first, crash_before_step("publish"))
+    set_fault_hook(first, crash_before("publish"))
     with pytest.raises(Crash):
         first.run(first.registered("report"), task_id="r")
 

@@ -17,38 +17,10 @@ import cairn
 from cairn import Cairn, CodecError, Context, NonDeterminismError, Retry, TaskBusy, TaskFailed
 from cairn.clock import FakeClock
 from cairn.testing import set_fault_hook
+from tests.crashes import LEASE, Crash, crash_before, second_process
+from tests.crashes import url as url  # a fixture: pytest finds it by this name
 
 T = TypeVar("T")
-LEASE = 10.0
-# An owner on another host: cairn cannot see whether it lives, only its lease can say.
-ELSEWHERE = "elsewhere-00000000/4242/1/cafef00d"
-
-
-class Crash(BaseException):
-    """Stands for the process dying: cairn lets a BaseException through untouched."""
-
-
-def crash_before(seq: int) -> Callable[[str, str, int, str], None]:
-    """A fault hook that 'kills' the run just before the step at position ``seq``."""
-
-    def hook(point: str, task_id: str, at: int, name: str) -> None:
-        if point == "before_step" and at == seq:
-            raise Crash(f"crash before {name} at {at}")
-
-    return hook
-
-
-def second_process(url: str, clock: FakeClock) -> Cairn:
-    """A new app standing for the process that restarts after a crash.
-
-    Owner identity is per process, so a second app in this process would see the
-    crashed task as held by a live owner (itself) and refuse with TaskBusy. We
-    give it an owner on another host, which may take the task once its lease
-    expired: the caller advances the fake clock past the lease for that.
-    """
-    other = Cairn(url, clock=clock, lease=LEASE)
-    other.owner = ELSEWHERE
-    return other
 
 
 def logged(calls: list[str], name: str, value: T) -> Callable[[], T]:
@@ -66,12 +38,6 @@ class Quote:
     symbol: str
     price: float
     at: datetime
-
-
-@pytest.fixture
-def url(store_url: str) -> str:
-    """The test's store, once per backend (a SQLite file, a PostgreSQL database)."""
-    return store_url
 
 
 @pytest.fixture

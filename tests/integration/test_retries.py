@@ -14,40 +14,11 @@ import pytest
 from cairn import Cairn, Context, Permanent, Retry, TaskFailed
 from cairn.clock import FakeClock
 from cairn.testing import set_fault_hook
+from tests.crashes import LEASE, Crash, CrashingClock, second_process
+from tests.crashes import url as url  # a fixture: pytest finds it by this name
 
 T = TypeVar("T")
-LEASE = 10.0
-# An owner on another host: cairn cannot see whether it lives, only its lease can say.
-ELSEWHERE = "elsewhere-00000000/4242/1/cafef00d"
 NO_JITTER = Retry(attempts=3, initial_delay=1, jitter=0)
-
-
-class Crash(BaseException):
-    """Stands for the process dying: cairn lets a BaseException through untouched."""
-
-
-class CrashingClock(FakeClock):
-    """A fake clock that can 'kill' the process part-way through one wait."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.crash_after: float | None = None
-
-    def sleep(self, seconds: float) -> None:
-        if self.crash_after is not None and seconds > self.crash_after:
-            self.slept.append(self.crash_after)
-            self.advance(self.crash_after)
-            self.crash_after = None
-            raise Crash("crash mid-wait")
-        super().sleep(seconds)
-
-
-def restarted(url: str, clock: FakeClock) -> Cairn:
-    """The app of the process restarted after a crash (see test_replay.second_process):
-    an owner on another host, which may take the task once its lease expired."""
-    other = Cairn(url, clock=clock, lease=LEASE, task_retry=Retry(attempts=1))
-    other.owner = ELSEWHERE
-    return other
 
 
 def failing(times: int, calls: list[int], error: Callable[[], Exception]) -> Callable[[], str]:
@@ -70,12 +41,6 @@ def logged(calls: list[str], name: str, value: T) -> Callable[[], T]:
         return value
 
     return call
-
-
-@pytest.fixture
-def url(store_url: str) -> str:
-    """The test's store, once per backend (a SQLite file, a PostgreSQL database)."""
-    return store_url
 
 
 @pytest.fixture
@@ -230,7 +195,7 @@ def test_step_attempt_count_survives_a_crash(app: Cairn, url: str, clock: FakeCl
     assert (retrying.status, retrying.attempts, retrying.run_attempts) == ("retrying", 1, 1)
 
     clock.advance(LEASE + 1)
-    with restarted(url, clock) as other:
+    with second_process(url, clock, task_retry=Retry(attempts=1)) as other:
         with pytest.raises(TaskFailed):
             other.run(other.task(name="durable")(task), task_id="d")
         (failed,) = other.store.load_history("d").values()
@@ -259,7 +224,7 @@ def test_crash_during_backoff_waits_only_what_is_left(url: str) -> None:
             app.run(app.registered("patient"), task_id="p")
 
     clock.advance(LEASE + 1)
-    with restarted(url, clock) as other:
+    with second_process(url, clock, task_retry=Retry(attempts=1)) as other:
         assert other.run(other.task(name="patient")(task), task_id="p") == "ok after 2"
         (row,) = other.store.load_history("p").values()
 
@@ -293,7 +258,7 @@ def test_task_attempt_number_survives_a_crash(app: Cairn, url: str, clock: FakeC
         app.run(app.registered("tries"), task_id="t")
 
     clock.advance(LEASE + 1)
-    with restarted(url, clock) as other:
+    with second_process(url, clock, task_retry=Retry(attempts=1)) as other:
         assert other.run(other.task(name="tries", retry=policy)(task), task_id="t") == (
             "ok after 2"
         )

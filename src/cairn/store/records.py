@@ -140,7 +140,11 @@ class MessageRecord(NamedTuple):
     JSON text about how the row came to be (usage of the model call that wrote
     it, token counts of a compaction), or None. ``conv`` is the conversation's
     name; the stored row carries the conversation's integer key instead of
-    ``task_id`` and ``conv`` (see ``Store.open_conversation``).
+    ``task_id`` and ``conv`` (see ``Store.open_conversation``). The SQL stores
+    keep ``content`` as bytes (plain or zlib-compressed, see
+    ``cairn.store.sql.pack_content``) and ``created_at`` as integer microseconds,
+    and convert both back when they read a row: a record always holds the JSON
+    text and an aware UTC datetime.
     """
 
     task_id: str

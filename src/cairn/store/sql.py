@@ -8,7 +8,8 @@ back through ``time_of``, which accepts either.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import zlib
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cairn.clock import from_iso
@@ -274,8 +275,64 @@ RECORDED_CALLS = (
 )
 
 
+# A message's created_at is stored as integer microseconds since the epoch (UTC):
+# 8 bytes or fewer, where ISO text takes 32 on every row of a long conversation.
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def micros_of(moment: datetime) -> int:
+    """``moment`` (tz-aware) as whole microseconds since the epoch."""
+    if moment.tzinfo is None:
+        raise ValueError("cairn records only tz-aware datetimes")
+    return (moment - _EPOCH) // _MICROSECOND
+
+
+def time_of_micros(micros: int) -> datetime:
+    """The aware UTC datetime ``micros_of`` made ``micros`` from."""
+    return _EPOCH + timedelta(microseconds=micros)
+
+
+# A message's content is stored as bytes: b"j" + the UTF-8 JSON, or b"z" + the
+# JSON zlib-compressed when that is at least a fifth smaller. Short JSON is never
+# tried: it rarely shrinks enough to pay for the compressor's time.
+_PLAIN = b"j"
+_ZLIB = b"z"
+_COMPRESS_FROM = 256
+_COMPRESS_LEVEL = 6
+
+
+def pack_content(text: str) -> bytes:
+    """A message's JSON text as the bytes its ``content`` column holds."""
+    raw = text.encode()
+    if len(raw) >= _COMPRESS_FROM:
+        packed = zlib.compress(raw, _COMPRESS_LEVEL)
+        if len(packed) <= len(raw) * 0.8:
+            return _ZLIB + packed
+    return _PLAIN + raw
+
+
+def unpack_content(stored: bytes) -> str:
+    """The JSON text ``pack_content`` made ``stored`` from."""
+    body = memoryview(stored)[1:]
+    if stored[:1] == _ZLIB:
+        return zlib.decompress(body).decode()
+    if stored[:1] == _PLAIN:
+        return bytes(body).decode()
+    raise ValueError(f"unknown message content format {bytes(stored[:1])!r}")
+
+
 def message_record(task_id: str, conv: str, row: tuple[Any, ...]) -> MessageRecord:
     """A row of ``MESSAGE_COLUMNS`` of conversation ``conv`` of ``task_id``."""
     return MessageRecord(
-        task_id, conv, row[0], row[1], row[2], row[3], row[4], row[5], row[6], time_of(row[7])
+        task_id,
+        conv,
+        row[0],
+        row[1],
+        unpack_content(row[2]),
+        row[3],
+        row[4],
+        row[5],
+        row[6],
+        time_of_micros(row[7]),
     )

@@ -98,12 +98,12 @@ CREATE TABLE messages (
     conv_id      BIGINT NOT NULL,
     idx          INTEGER NOT NULL,
     role         TEXT NOT NULL,
-    content      TEXT NOT NULL,
+    content      BYTEA NOT NULL,
     tokens       INTEGER NOT NULL,
     kind         TEXT NOT NULL CHECK (kind IN ('message', 'summary')),
     covers_until INTEGER,
     meta         TEXT,
-    created_at   TIMESTAMPTZ NOT NULL,
+    created_at   BIGINT NOT NULL,
     PRIMARY KEY (conv_id, idx)
 );
 

@@ -121,15 +121,18 @@ CREATE TABLE messages (
     conv_id      INTEGER NOT NULL,
     idx          INTEGER NOT NULL,
     role         TEXT NOT NULL,
-    -- The whole message in the OpenAI chat shape, as compact JSON.
-    content      TEXT NOT NULL,
+    -- The whole message in the OpenAI chat shape, as compact JSON, stored as
+    -- b"j" + its UTF-8, or b"z" + it zlib-compressed when that is at least a
+    -- fifth smaller (cairn.store.sql.pack_content).
+    content      BLOB NOT NULL,
     tokens       INTEGER NOT NULL,
     kind         TEXT NOT NULL CHECK (kind = 'message' OR kind = 'summary'),
     covers_until INTEGER,
     -- JSON about how the row came to be (a model reply's usage, a compaction's
     -- token counts); NULL for a plain append.
     meta         TEXT,
-    created_at   TEXT NOT NULL,
+    -- Microseconds since the epoch (UTC): a few bytes, where ISO text takes 32.
+    created_at   INTEGER NOT NULL,
     PRIMARY KEY (conv_id, idx)
 );
 

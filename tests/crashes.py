@@ -1,0 +1,77 @@
+"""Helpers for tests that 'kill' a run in-process and resume it in a 'restarted' one.
+
+A crash is simulated by raising ``Crash`` from a fault hook or a fake clock. The
+restarted process is a new ``Cairn`` on the same store whose owner is on another
+host, so it may take the crashed task once the caller moved the clock past its lease.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from cairn import Cairn
+from cairn.clock import FakeClock
+
+LEASE = 10.0
+# An owner on another host: cairn cannot see whether it lives, only its lease can say.
+ELSEWHERE = "elsewhere-00000000/4242/1/cafef00d"
+
+FaultHook = Callable[[str, str, int, str], None]
+
+
+class Crash(BaseException):
+    """Stands for the process dying: cairn lets a BaseException through untouched."""
+
+
+def crash_before(where: int | str) -> FaultHook:
+    """A fault hook that 'kills' the run just before a step.
+
+    ``where`` is the step's position in the task's history (an int) or its name (a str).
+    """
+
+    def hook(point: str, task_id: str, seq: int, name: str) -> None:
+        if point == "before_step" and where in (seq, name):
+            raise Crash(f"crash before {name} at {seq}")
+
+    return hook
+
+
+class CrashingClock(FakeClock):
+    """A fake clock that can 'kill' the process part-way through one sleep or retry wait."""
+
+    def __init__(self) -> None:
+        """A fake clock that crashes no sleep until ``crash_after`` is set."""
+        super().__init__()
+        self.crash_after: float | None = None
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep ``seconds``, or only ``crash_after`` of them and raise ``Crash`` (once)."""
+        if self.crash_after is not None and seconds > self.crash_after:
+            self.slept.append(self.crash_after)
+            self.advance(self.crash_after)
+            self.crash_after = None
+            raise Crash("crash mid-sleep")
+        super().sleep(seconds)
+
+
+def second_process(url: str, clock: FakeClock, **options: Any) -> Cairn:
+    """A new app standing for the process that restarts after a crash.
+
+    Owner identity is per process, so a second app in this process would see the
+    crashed task as held by a live owner (itself) and refuse with TaskBusy. We
+    give it an owner on another host, which may take the task once its lease
+    expired: the caller advances the fake clock past the lease for that.
+    ``options`` go to ``Cairn`` as they are (``task_retry=``, say).
+    """
+    other = Cairn(url, clock=clock, lease=LEASE, **options)
+    other.owner = ELSEWHERE
+    return other
+
+
+@pytest.fixture
+def url(store_url: str) -> str:
+    """The test's store, once per backend (a SQLite file, a PostgreSQL database)."""
+    return store_url
