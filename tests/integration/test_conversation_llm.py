@@ -147,7 +147,7 @@ def test_async_tasks_await_ctx_llm_and_replay_it(app: Cairn) -> None:
             if fail[0]:
                 fail[0] = False
                 raise RuntimeError("fail once after the call")
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # real-sleep-ok: a zero yield to the event loop; no time passes
             return [c.name for c in reply.tool_calls]
 
         assert app.run(agent, task_id="a") == ["read_document"]
@@ -250,7 +250,7 @@ def test_an_async_summarizer_is_awaited_in_an_async_task(app: Cairn) -> None:
     and the summary replaces it in the active context."""
 
     async def summarize(request: Any) -> str:
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # real-sleep-ok: a zero yield to the event loop; no time passes
         return f"{len(request.messages)} messages folded"
 
     @app.task(name="talk")
