@@ -237,23 +237,7 @@ class SQLiteStore(SQLStore):
     def record_step(self, step: StepRecord, fence: int, *, first: bool = False) -> bool:
         # The per-step write, straight to this thread's connection: the shared
         # version's wrappers cost a few microseconds a step, measurable here.
-        params = (
-            step.task_id,
-            step.seq,
-            step.kind,
-            step.name,
-            step.status,
-            step.output,
-            step.attempts,
-            step.task_attempt,
-            step.run_attempts,
-            step.error,
-            None if step.retry_at is None else to_iso(step.retry_at),
-            to_iso(step.started_at),
-            to_iso(step.finished_at),
-            step.task_id,
-            fence,
-        )
+        params = self._step_params(step, fence)
         with self._write_lock:
             conn = self._conn()
             if first:
