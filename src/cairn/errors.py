@@ -21,6 +21,7 @@ The hierarchy::
         ├── InDoubtOperation        claimed by an attempt that died; settle it first
         └── OperationFailed         the key failed permanently; settle it to try again
     Permanent                       raise it (or from it) to fail without retrying
+    RetryAfter                      the outside service said "not now, try in N seconds"
 
     CairnControl (BaseException)    control flow an agent must not swallow
     ├── LeaseLost                   another worker owns the task now; stop at once
@@ -147,6 +148,22 @@ class Permanent(Exception):
     Raise it directly, or ``raise Permanent("why") from err`` to wrap an outside
     error. A step or task that raises it fails at once with the error recorded.
     """
+
+
+class RetryAfter(Exception):
+    """The outside service asked to be called again later (HTTP 429 with
+    ``Retry-After``, gRPC ``RESOURCE_EXHAUSTED``, a quota error).
+
+    A step that raises it waits ``seconds`` and calls again. The wait is durable,
+    and it does not spend one of the step's retry attempts: being told to wait
+    is not a failure of the work.
+    """
+
+    def __init__(self, seconds: float, message: str = "") -> None:
+        if seconds < 0:
+            raise ValueError(f"RetryAfter({seconds}): seconds must be zero or positive")
+        super().__init__(message or f"the service asked to retry after {seconds:g}s")
+        self.seconds = float(seconds)
 
 
 class CairnControl(BaseException):
