@@ -23,9 +23,13 @@ def approval_app(
 ) -> tuple[Cairn, TaskDef[..., Any]]:
     app = Cairn(url, clock=clock)
 
+    def propose(app_id: str) -> str:
+        effects.update(["propose"])
+        return f"raise {app_id}"
+
     @app.task
     def change(ctx: Context, app_id: str) -> dict[str, Any]:
-        proposal = ctx.step("propose", lambda: effects.update(["propose"]) or f"raise {app_id}")
+        proposal = ctx.step("propose", propose, app_id)
         decision = ctx.wait_for("approval", timeout=timedelta(hours=8))
         if decision.timed_out:
             return {"applied": False, "why": "no answer in 8 hours"}
