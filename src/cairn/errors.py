@@ -17,6 +17,9 @@ The hierarchy::
     │   └── TaskCancelled           the task ended cancelled
     ├── NonDeterminismError         replay asked for something else at a position
     ├── CodecError                  a value cannot be encoded or decoded
+    ├── BlobError                   a value offloaded to the blob store cannot be used
+    │   ├── BlobMissing             the record points at a blob that is not there
+    │   └── BlobCorrupt             the blob's bytes do not match the recorded sha256
     └── OperationError              about one operation key
         ├── InDoubtOperation        claimed by an attempt that died; settle it first
         └── OperationFailed         the key failed permanently; settle it to try again
@@ -118,6 +121,18 @@ class NonDeterminismError(CairnError):
 
 class CodecError(CairnError):
     """A value could not be encoded for the record, or decoded from it."""
+
+
+class BlobError(CairnError):
+    """A value offloaded to the blob store cannot be read back (or written)."""
+
+
+class BlobMissing(BlobError):
+    """The record points at a blob that the blob store does not hold."""
+
+
+class BlobCorrupt(BlobError):
+    """The blob's bytes do not match the size or sha256 the record holds."""
 
 
 class OperationError(CairnError):
