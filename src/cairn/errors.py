@@ -4,6 +4,7 @@ The hierarchy::
 
     CairnError                      root of every ordinary cairn error
     ├── ConfigurationError          bad store URL, missing extra, bad option
+    ├── TransferError               an export file or import cannot be used; nothing written
     ├── StoreError                  the store cannot be used as asked
     │   ├── NotACairnStore          the file or database is not cairn's
     │   └── SchemaTooNew            written by a newer cairn; upgrade cairn
@@ -45,6 +46,10 @@ class CairnError(Exception):
 
 class ConfigurationError(CairnError):
     """cairn was configured in a way it cannot work with."""
+
+
+class TransferError(CairnError):
+    """An export, import, backup or prune was refused; nothing was written."""
 
 
 class StoreError(CairnError):
