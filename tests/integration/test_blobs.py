@@ -39,10 +39,20 @@ def first(url: str, clock: FakeClock, blobs_dir: Path) -> Iterator[Cairn]:
         yield app
 
 
+def logged(calls: list[str], name: str, value: Any) -> Any:
+    """A step function that notes ``name`` in ``calls`` and returns ``value``."""
+
+    def call() -> Any:
+        calls.append(name)
+        return value
+
+    return call
+
+
 def big_then_small(calls: list[str], rows: int) -> Any:
     def task(ctx: Context) -> int:
-        data = ctx.step("fetch", lambda: calls.append("fetch") or report_rows(rows))
-        ctx.step("count", lambda: calls.append("count") or len(data))
+        data: list[Any] = ctx.step("fetch", logged(calls, "fetch", report_rows(rows)))
+        ctx.step("count", logged(calls, "count", len(data)))
         return len(data)
 
     return task
@@ -62,7 +72,8 @@ def test_a_20_mb_step_output_goes_to_blobs_and_resumes_from_there(
         first.run(first.registered("report"), task_id="r1")
 
     output = first.store.load_history("r1")[1].output
-    assert output is not None and is_ref(output)
+    assert output is not None
+    assert is_ref(output)
     assert len(output) < 300
     ref = parse_ref(output)
     assert ref.size > 20 * 1_000_000
@@ -74,10 +85,10 @@ def test_a_20_mb_step_output_goes_to_blobs_and_resumes_from_there(
     with second_process(url, clock, blobs=str(blobs_dir)) as other:
 
         def task(ctx: Context) -> int:
-            data = ctx.step("fetch", lambda: calls.append("fetch") or [])
+            data: list[Any] = ctx.step("fetch", logged(calls, "fetch", []))
             seen.append(len(data))
             assert data[-1] == report_rows(rows)[-1]
-            ctx.step("count", lambda: calls.append("count") or len(data))
+            ctx.step("count", logged(calls, "count", len(data)))
             return len(data)
 
         other.task(name="report")(task)
@@ -199,8 +210,10 @@ def test_operation_results_and_task_results_are_offloaded_too(
         assert app.run(pay, task_id="p") == "r" * 5000 + "!" * 2000
         op = app.store.get_operation("", "charge-1")
         task = app.store.get_task("p")
-    assert op is not None and is_ref(op.result)
-    assert task is not None and is_ref(task.result)
+    assert op is not None
+    assert is_ref(op.result)
+    assert task is not None
+    assert is_ref(task.result)
     assert called == ["charge-1"]
 
 

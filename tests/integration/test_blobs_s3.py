@@ -61,7 +61,8 @@ def test_a_large_step_output_goes_to_s3_and_replays_from_there(
 
         assert app.run(big, task_id="b") == "s" * 2_000_000
         output = app.store.load_history("b")[1].output
-    assert output is not None and is_ref(output)
+    assert output is not None
+    assert is_ref(output)
     ref = parse_ref(output)
     assert ref.uri == f"s3://cairn-blobs/runs/{ref.sha256[:2]}/{ref.sha256}"
     store = open_blobs(url)
@@ -83,8 +84,9 @@ def test_a_corrupt_s3_object_is_detected(
 
         @app.task
         def big(ctx: Context) -> int:
-            text = ctx.step("blob", lambda: "x" * 500)
-            return len(ctx.step("boom", lambda: 1 / 0 if len(text) else text))
+            text: str = ctx.step("blob", lambda: "x" * 500)
+            ctx.step("boom", lambda: 1 / 0)
+            return len(text)
 
         with pytest.raises(TaskFailed):
             app.run(big, task_id="c")

@@ -42,18 +42,30 @@ def rows(n: int) -> list[dict[str, Any]]:
     return [{"id": i, "name": f"row-{i:06d}"} for i in range(n * 100)]
 
 
-def report_task(app: Cairn, calls: Counter[str], gate: threading.Event | None = None) -> TaskDef:
-    """Per item: a large 'fetch' (offloaded), then 'total' (inline)."""
+def report_task(
+    app: Cairn,
+    calls: Counter[str],
+    gate: threading.Event | None = None,
+    entered: threading.Event | None = None,
+) -> TaskDef[..., Any]:
+    """Per item: a large 'fetch' (offloaded), then 'total' (inline). With ``gate``,
+    item 3's fetch sets ``entered`` and waits for the gate."""
 
     def fetch(n: int) -> list[dict[str, Any]]:
         calls[f"fetch/{n}"] += 1
-        if gate is not None and n == 3:
+        if gate is not None and entered is not None and n == 3:
+            entered.set()
             gate.wait(30)
         return rows(n)
 
+    def total(n: int, data: list[dict[str, Any]]) -> int:
+        calls[f"total/{n}"] += 1
+        return sum(r["id"] for r in data)
+
     def report(ctx: Context, n: int) -> int:
         data = ctx.step("fetch", fetch, n)
-        return ctx.step("total", lambda: calls.update([f"total/{n}"]) or sum(r["id"] for r in data))
+        result: int = ctx.step("total", total, n, data)
+        return result
 
     return app.task(name="report")(report)
 
@@ -79,23 +91,22 @@ def test_backup_taken_while_a_batch_runs_resumes_on_another_machine(
     steps the copy had recorded are not called again."""
     db = tmp_path / "laptop" / "cairn.db"
     calls: Counter[str] = Counter()
-    gate = threading.Event()
+    gate, entered = threading.Event(), threading.Event()
     with Cairn(f"sqlite:///{db}", clock=clock, lease=LEASE, inline_limit=LIMIT) as app:
-        task = report_task(app, calls, gate)
+        task = report_task(app, calls, gate, entered)
         runner = threading.Thread(
             target=app.run_batch,
             args=("daily", task, ITEMS),
             kwargs={"concurrency": 1, "progress": False},
         )
         runner.start()
-        while calls["fetch/3"] == 0:
-            time.sleep(0.01)
+        assert entered.wait(30)
         copy = tmp_path / "backup" / "copy.db"
         result = cli("backup", str(copy), "--store", str(db))
         gate.set()
         runner.join(60)
     assert result.exit_code == 0, result.output
-    assert sorted(os.listdir(copy.parent)) == ["copy.db", "copy.db-blobs"]
+    assert sorted(p.name for p in copy.parent.iterdir()) == ["copy.db", "copy.db-blobs"]
 
     other_machine = tmp_path / "desktop"
     shutil.copytree(copy.parent, other_machine)
@@ -106,7 +117,8 @@ def test_backup_taken_while_a_batch_runs_resumes_on_another_machine(
         results = {t: b.store.get_task(f"daily/n={t}") for t in range(1, 5)}
     assert report.ok
     for n, record in results.items():
-        assert record is not None and record.status == "completed"
+        assert record is not None
+        assert record.status == "completed"
         assert b.codec_named(record.codec).decode(record.result or "") == expected(n)
     resumed = calls - before
     assert resumed["fetch/1"] == resumed["fetch/2"] == 0  # recorded in the copy
@@ -141,7 +153,8 @@ def test_export_from_sqlite_import_into_postgres_resumes_the_batch(
     before = calls.copy()
     with Cairn(pg_url, clock=clock, blobs=str(pg_blobs), inline_limit=LIMIT) as app:
         imported = app.store.get_task("daily/n=3")
-        assert imported is not None and imported.status == "pending"
+        assert imported is not None
+        assert imported.status == "pending"
         assert is_ref(app.store.load_history("daily/n=3")[1].output)
         report = app.run_batch("daily", report_task(app, calls), progress=False)
         results = [
@@ -188,9 +201,11 @@ def test_an_export_of_an_unknown_version_is_refused(tmp_path: Path, clock: FakeC
 
     refused = cli("import", str(newer), "--store", target)
     assert refused.exit_code == 2
-    assert "version 99" in refused.output and "reads version 1 only" in refused.output
+    assert "version 99" in refused.output
+    assert "reads version 1 only" in refused.output
     short = cli("import", str(cut), "--store", target)
-    assert short.exit_code == 2 and "cut short" in short.output
+    assert short.exit_code == 2
+    assert "cut short" in short.output
     assert cli("batches", "--store", target, "--json").output.strip() == "[]"
 
 
@@ -211,7 +226,8 @@ def test_prune_keeps_unfinished_batches_and_gc_frees_only_old_unreferenced_blobs
     assert len(all_blobs) == 4  # items 1, 2, 3 of 'daily' and item 7 of 'done'
 
     refused = cli("prune", "--finished-before", "0s", "--batch", "daily", "--store", url)
-    assert refused.exit_code == 2 and "pending or running" in refused.output
+    assert refused.exit_code == 2
+    assert "pending or running" in refused.output
     pruned = cli("prune", "--finished-before", "2100-01-01", "--store", url)
     assert pruned.exit_code == 0, pruned.output
     assert "deleted batch done" in pruned.output
@@ -221,7 +237,8 @@ def test_prune_keeps_unfinished_batches_and_gc_frees_only_old_unreferenced_blobs
         assert app.store.get_task("daily/n=1") is not None
 
     young = cli("gc", "--store", url, "--blobs", str(blobs_dir))
-    assert young.exit_code == 0 and "deleted 0 blob(s)" in young.output
+    assert young.exit_code == 0
+    assert "deleted 0 blob(s)" in young.output
     for path in blobs_dir.rglob("*"):
         if path.is_file():
             os.utime(path, (time.time() - 2 * 86400, time.time() - 2 * 86400))
@@ -229,9 +246,11 @@ def test_prune_keeps_unfinished_batches_and_gc_frees_only_old_unreferenced_blobs
     assert "would delete 1 blob(s)" in dry.output
     assert {b.sha256 for b in store.blobs()} == all_blobs
     real = cli("gc", "--store", url, "--blobs", str(blobs_dir))
-    assert real.exit_code == 0 and "deleted 1 blob(s)" in real.output
+    assert real.exit_code == 0
+    assert "deleted 1 blob(s)" in real.output
     left = {b.sha256 for b in store.blobs()}
-    assert len(left) == 3 and left < all_blobs
+    assert len(left) == 3
+    assert left < all_blobs
 
     clock.advance(LEASE + 1)
     with second_process(url, clock, blobs=str(blobs_dir), inline_limit=LIMIT) as other:
