@@ -34,7 +34,7 @@ class BackupSummary:
 def _snapshot(source: Path, dest: Path) -> None:
     partial = dest.with_name(dest.name + ".partial")
     partial.unlink(missing_ok=True)
-    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+    src = sqlite3.connect(f"{source.absolute().as_uri()}?mode=ro", uri=True)
     try:
         out = sqlite3.connect(partial)
         try:
@@ -50,7 +50,7 @@ def _snapshot(source: Path, dest: Path) -> None:
 
 
 def _referenced(path: Path) -> set[str]:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
     try:
         found: set[str] = set()
         for query in sqlmove.BLOB_REFERENCES:
