@@ -7,6 +7,7 @@ from cairn.app import Cairn
 from cairn.clock import Clock, SystemClock
 from cairn.codec import Codec, JsonCodec, PickleCodec
 from cairn.context import Context
+from cairn.errorclass import is_transient
 from cairn.errors import (
     CairnControl,
     CairnError,
@@ -30,9 +31,11 @@ from cairn.errors import (
     TaskError,
     TaskFailed,
     TaskNotRegistered,
+    Transient,
     UnknownTask,
 )
 from cairn.keys import op_key
+from cairn.limits import Concurrency, Rate
 from cairn.operations import operation
 from cairn.retry import Retry
 from cairn.task import TaskDef, step
@@ -48,6 +51,7 @@ __all__ = [
     "Clock",
     "Codec",
     "CodecError",
+    "Concurrency",
     "ConfigurationError",
     "Context",
     "Failure",
@@ -60,6 +64,7 @@ __all__ = [
     "OperationFailed",
     "Permanent",
     "PickleCodec",
+    "Rate",
     "Retry",
     "RetryAfter",
     "SchemaTooNew",
@@ -73,7 +78,9 @@ __all__ = [
     "TaskError",
     "TaskFailed",
     "TaskNotRegistered",
+    "Transient",
     "UnknownTask",
+    "is_transient",
     "op_key",
     "operation",
     "step",

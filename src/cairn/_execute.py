@@ -96,6 +96,7 @@ def _prepare(app: Cairn, record: TaskRecord) -> _Prepared:
         history=history,
         hook=app.fault_hook,
         poll_interval=app.poll_interval,
+        limits=app.limit_book(),
     )
     ctx = Context(run, app.step_retry)
     kwargs = run.decode(record.args, "task arguments")

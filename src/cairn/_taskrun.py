@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 from cairn.clock import Clock
 from cairn.codec import Codec
 from cairn.errors import Cancelled, CodecError, LeaseLost, NonDeterminismError
+from cairn.limits import NO_LIMITS, LimitBook
 from cairn.store.protocol import Store
 from cairn.store.records import StepKind, StepRecord
 
@@ -56,6 +57,8 @@ class TaskRun:
     history: dict[int, StepRecord]
     hook: FaultHook = no_fault
     poll_interval: float = 1.0
+    # The app's shared limits, and the owner and lease their permits are held under.
+    limits: LimitBook = NO_LIMITS
     seq: int = field(default=0)
     # Set once replay has diverged: every later call raises it again, so an
     # agent's ``except Exception:`` cannot carry on at misaligned positions.

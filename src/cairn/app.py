@@ -28,6 +28,7 @@ from cairn.errors import (
     TaskNotRegistered,
 )
 from cairn.leases import LeaseKeeper
+from cairn.limits import Limit, LimitBook, checked_limits
 from cairn.ownership import claim_lock, current_owner, mark_active, may_take_over
 from cairn.progress import choose_progress
 from cairn.retry import NO_RETRY, Retry
@@ -59,6 +60,7 @@ class Cairn:
         poll_interval: float = 1.0,
         synchronous: Synchronous = "NORMAL",
         clock: Clock | None = None,
+        limits: Mapping[str, Limit] | None = None,
     ) -> None:
         self._store_arg = store
         self._synchronous = synchronous
@@ -74,6 +76,8 @@ class Cairn:
         self._leases: LeaseKeeper | None = None
         self._tasks: dict[str, TaskDef[..., Any]] = {}
         self.fault_hook: FaultHook = no_fault
+        # Shared limits steps may name (limit=): held across every process on the store.
+        self.limits: Mapping[str, Limit] = checked_limits(limits)
 
     # -- the store -----------------------------------------------------------------
     @property
@@ -107,6 +111,10 @@ class Cairn:
                 else:
                     self._store = self._store_arg
             return self._store
+
+    def limit_book(self) -> LimitBook:
+        """The app's limits, with the owner and lease its permits are held under."""
+        return LimitBook(self.limits, self.owner, self._lease)
 
     @property
     def leases(self) -> LeaseKeeper:
@@ -190,7 +198,7 @@ class Cairn:
 
     @overload
     def step(
-        self, *, name: str | None = None, retry: Retry | None = None
+        self, *, name: str | None = None, retry: Retry | None = None, limit: str | None = None
     ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 
     def step(
@@ -199,11 +207,14 @@ class Cairn:
         *,
         name: str | None = None,
         retry: Retry | None = None,
+        limit: str | None = None,
     ) -> Any:
         """Declare a step once; calling it inside a task checkpoints it (``cairn.step``)."""
+        if limit is not None:
+            self.limit_book().get(limit)  # an unknown name fails where it is declared
         if fn is None:
-            return step(name=name, retry=retry)
-        return step(name=name, retry=retry)(fn)
+            return step(name=name, retry=retry, limit=limit)
+        return step(name=name, retry=retry, limit=limit)(fn)
 
     # -- one task ---------------------------------------------------------------------
     @overload

@@ -81,6 +81,7 @@ class Context:
         /,
         *args: Any,
         retry: Retry | None = None,
+        limit: str | None = None,
         **kwargs: Any,
     ) -> Coroutine[Any, Any, T]: ...
 
@@ -92,6 +93,7 @@ class Context:
         /,
         *args: Any,
         retry: Retry | None = None,
+        limit: str | None = None,
         **kwargs: Any,
     ) -> T: ...
 
@@ -102,6 +104,7 @@ class Context:
         /,
         *args: Any,
         retry: Retry | None = None,
+        limit: str | None = None,
         **kwargs: Any,
     ) -> Any:
         """Run ``fn(*args, **kwargs)`` as a checkpointed step called ``name``.
@@ -109,9 +112,13 @@ class Context:
         On replay, a step that completed returns its recorded output and ``fn``
         is not called. ``retry`` overrides the step's retry policy (by default a
         step makes one attempt and the task's policy retries the task).
+        ``limit`` names one of the app's shared limits (``Cairn(limits=...)``):
+        each call of ``fn`` waits for, and holds, one of its permits.
         """
+        if limit is not None:
+            self._run.limits.get(limit)  # an unknown name fails here, replay or not
         machine = step_machine(
-            self._run, "step", name, fn, args, kwargs, retry or self._default_step_retry
+            self._run, "step", name, fn, args, kwargs, retry or self._default_step_retry, limit
         )
         if _is_async(fn):
             return adrive(machine, self._run.clock)
