@@ -7,6 +7,7 @@ what to answer, and checks what ``cairn.errorclass`` makes of the outcome.
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from pathlib import Path
@@ -29,7 +30,7 @@ from tests.servers import ApiServer
 
 
 @pytest.fixture
-def api() -> ApiServer:
+def api() -> Iterator[ApiServer]:
     with ApiServer() as server:
         yield server
 

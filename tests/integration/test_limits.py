@@ -100,7 +100,8 @@ def test_a_step_naming_an_unknown_limit_fails_at_once(any_app: Cairn) -> None:
     assert calls == []
     assert failed.value.error["type"] == "cairn.errors.ConfigurationError"
     record = any_app.store.get_task("job")
-    assert record is not None and record.attempts == 1
+    assert record is not None
+    assert record.attempts == 1
 
 
 def test_app_step_refuses_an_unknown_limit_where_declared(app: Cairn) -> None:
@@ -152,8 +153,12 @@ def test_a_replayed_step_takes_no_permit(url: str) -> None:
     clock = FakeClock()
     calls: list[int] = []
 
+    def count() -> int:
+        calls.append(1)
+        return len(calls)
+
     def once_an_hour(ctx: Context) -> int:
-        value = ctx.step("call", lambda: calls.append(1) or len(calls), limit="hourly")
+        value: int = ctx.step("call", count, limit="hourly")
         ctx.step("crash", lambda: None)
         return value
 
@@ -221,7 +226,8 @@ def test_retry_after_defers_without_spending_attempts(any_app: Cairn, clock: Fak
     assert [s for s in clock.slept if s] == [30.0, 30.0]
     assert (row.attempts, row.run_attempts, row.deferred) == (3, 1, 60.0)
     record = any_app.store.get_task("job")
-    assert record is not None and record.attempts == 1
+    assert record is not None
+    assert record.attempts == 1
 
 
 def test_an_error_raised_from_retry_after_defers_too(any_app: Cairn, clock: FakeClock) -> None:
