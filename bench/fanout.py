@@ -27,6 +27,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -107,7 +108,9 @@ class RateRun:
 
 
 def rate_run(store_url: str, rate: Rate, calls: int, threads: int) -> RateRun:
-    """One batch of ``calls`` limited POSTs over ``threads`` threads."""
+    """One batch of ``calls`` limited POSTs over ``threads`` threads (a new batch
+    each time, so runs may share a store)."""
+    batch = f"fanout-{uuid.uuid4().hex[:8]}"
     server = _LoggingServer()
     serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02})
     serving.start()
@@ -120,7 +123,7 @@ def rate_run(store_url: str, rate: Rate, calls: int, threads: int) -> RateRun:
     try:
         started = time.monotonic()
         report = app.run_batch(
-            "fanout", call, [{"n": n} for n in range(calls)], concurrency=threads, progress=False
+            batch, call, [{"n": n} for n in range(calls)], concurrency=threads, progress=False
         )
         seconds = time.monotonic() - started
     finally:
