@@ -321,3 +321,30 @@ def test_crash_during_a_deferral_waits_only_what_is_left(url: str) -> None:
     assert [s for s in clock.slept if s] == [10.0, 9.0]
     assert calls == [1, 1]
     assert (row.attempts, row.run_attempts, row.deferred) == (2, 1, 30.0)
+
+
+def test_async_steps_share_a_concurrency_limit(store_url: str) -> None:
+    """Async tasks on one event loop: Concurrency(1) lets one call at a time reach
+    the server, and the async step functions' results come back as usual."""
+    app = Cairn(store_url, limits={"one": Concurrency(1)}, task_retry=NO_RETRY)
+    with ApiServer(hold=0.05) as api:
+
+        async def post(n: int) -> int:
+            async with httpx.AsyncClient() as client:
+                response = await client.post(f"{api.url}/call/{n}", timeout=10)
+            response.raise_for_status()
+            return n * 10
+
+        @app.task
+        async def item(ctx: Context, n: int) -> int:
+            result: int = await ctx.step("call", post, n, limit="one")
+            return result
+
+        with app:
+            report = app.run_batch("async", item, [{"n": n} for n in range(6)], concurrency=4)
+            results = sorted(app.run(item, task_id=f"async/n={n}", n=n) for n in range(6))
+        arrivals = api.arrivals
+    assert report.completed == 6
+    assert results == [0, 10, 20, 30, 40, 50]
+    assert len(arrivals) == 6
+    assert max(a.in_flight for a in arrivals) == 1
