@@ -38,6 +38,7 @@ from cairn.errors import (
     TaskWaiting,
 )
 from cairn.leases import LeaseKeeper
+from cairn.limits import Limit, LimitBook, checked_limits
 from cairn.ownership import claim_lock, current_owner, mark_active, may_take_over
 from cairn.progress import choose_progress
 from cairn.retry import NO_RETRY, Retry
@@ -72,6 +73,7 @@ class Cairn:
         clock: Clock | None = None,
         blobs: str | BlobStore | None = None,
         inline_limit: int = DEFAULT_INLINE_LIMIT,
+        limits: Mapping[str, Limit] | None = None,
     ) -> None:
         self._store_arg = store
         self._synchronous = synchronous
@@ -91,6 +93,8 @@ class Cairn:
         self._inline_limit = inline_limit
         self._offloader: Offloader | None = None
         self._offloading: dict[str, Codec] = {}
+        # Shared limits steps may name (limit=): held across every process on the store.
+        self.limits: Mapping[str, Limit] = checked_limits(limits)
 
     # -- the store -----------------------------------------------------------------
     @property
@@ -126,6 +130,10 @@ class Cairn:
                 else:
                     self._store = self._store_arg
             return self._store
+
+    def limit_book(self) -> LimitBook:
+        """The app's limits, with the owner and lease its permits are held under."""
+        return LimitBook(self.limits, self.owner, self._lease)
 
     @property
     def leases(self) -> LeaseKeeper:
@@ -219,7 +227,7 @@ class Cairn:
 
     @overload
     def step(
-        self, *, name: str | None = None, retry: Retry | None = None
+        self, *, name: str | None = None, retry: Retry | None = None, limit: str | None = None
     ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 
     def step(
@@ -228,11 +236,14 @@ class Cairn:
         *,
         name: str | None = None,
         retry: Retry | None = None,
+        limit: str | None = None,
     ) -> Any:
         """Declare a step once; calling it inside a task checkpoints it (``cairn.step``)."""
+        if limit is not None:
+            self.limit_book().get(limit)  # an unknown name fails where it is declared
         if fn is None:
-            return step(name=name, retry=retry)
-        return step(name=name, retry=retry)(fn)
+            return step(name=name, retry=retry, limit=limit)
+        return step(name=name, retry=retry, limit=limit)(fn)
 
     # -- one task ---------------------------------------------------------------------
     @overload

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from cairn.store.records import (
@@ -21,6 +21,7 @@ from cairn.store.records import (
     NewTask,
     OperationClaim,
     OperationRecord,
+    PermitRefused,
     RecordedCall,
     SignalRecord,
     StepRecord,
@@ -102,7 +103,32 @@ class Store(Protocol):
         ...
 
     def renew_leases(self, owner: str, lease_until: datetime) -> int:
-        """Push the lease of every running task ``owner`` holds. Returns the count."""
+        """Push the lease of every running task ``owner`` holds, and of the shared-limit
+        permits its running calls hold. Returns the count of tasks."""
+        ...
+
+    def acquire_permit(
+        self,
+        limit: str,
+        capacity: int,
+        window: timedelta,
+        permit: str,
+        owner: str,
+        task_id: str,
+        now: datetime,
+        lease_until: datetime,
+    ) -> PermitRefused | None:
+        """Take permit ``permit`` of shared limit ``limit`` if fewer than ``capacity``
+        permits count against it now, atomically across every process on the store.
+
+        A permit counts while its call runs (until ``lease_until``, pushed on by
+        ``renew_leases`` while ``task_id`` runs under ``owner``), then for
+        ``window`` after ``release_permit``. None when granted (also when this
+        very permit was granted already); otherwise why not."""
+        ...
+
+    def release_permit(self, limit: str, permit: str, now: datetime) -> None:
+        """The call holding ``permit`` ended at ``now``, whatever its outcome."""
         ...
 
     def release_task(self, task_id: str, fence: int, now: datetime) -> bool:

@@ -22,7 +22,7 @@ TASK_COLUMNS = (
 )
 STEP_COLUMNS = (
     "task_id, seq, kind, name, status, output, attempts, task_attempt, run_attempts, "
-    "error, retry_at, started_at, finished_at"
+    "error, retry_at, started_at, finished_at, deferred"
 )
 OP_COLUMNS = (
     "scope, key, status, calls, permanent, task_id, step_seq, claim_fence, result, error, "
@@ -131,14 +131,15 @@ _FENCE = "EXISTS (SELECT 1 FROM tasks WHERE id = ? AND fence = ?)"
 # written before (a retried step) pays for the upsert.
 INSERT_STEP = (
     f"INSERT INTO steps ({STEP_COLUMNS}) "
-    f"SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {_FENCE}"
+    f"SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {_FENCE}"
 )
 UPSERT_STEP = (
     f"{INSERT_STEP} ON CONFLICT (task_id, seq) DO UPDATE SET "
     "status = excluded.status, output = excluded.output, attempts = excluded.attempts, "
     "task_attempt = excluded.task_attempt, run_attempts = excluded.run_attempts, "
     "error = excluded.error, retry_at = excluded.retry_at, "
-    "started_at = excluded.started_at, finished_at = excluded.finished_at"
+    "started_at = excluded.started_at, finished_at = excluded.finished_at, "
+    "deferred = excluded.deferred"
 )
 LOAD_HISTORY = f"SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?"
 # An operation a task claimed and completed is part of that task's history at
@@ -177,6 +178,37 @@ RESOLVE_OP = (
 GET_OP = f"SELECT {OP_COLUMNS} FROM operations WHERE scope = ? AND key = ?"
 OP_CALL_COUNTS = (
     "SELECT COALESCE(SUM(CASE WHEN calls > 1 THEN 1 ELSE 0 END), 0), COUNT(*) FROM operations"
+)
+
+
+# -- shared limits (cairn.limits) --------------------------------------------------------
+# An acquire is one transaction: make sure the limit's row exists, lock it
+# ({lock}: FOR UPDATE where the backend has row locks; SQLite's BEGIN IMMEDIATE
+# already serialises writers), drop the permits that no longer count, count the
+# rest, and insert ours if there is room.
+ENSURE_LIMIT = "INSERT INTO limits (name) VALUES (?) ON CONFLICT (name) DO NOTHING"
+LOCK_LIMIT = "SELECT name FROM limits WHERE name = ?{lock}"
+# A permit counts until ends_at plus the window (zero for a concurrency limit).
+DROP_SPENT_PERMITS = "DELETE FROM permits WHERE limit_name = ? AND ends_at <= ?"
+HAS_PERMIT = "SELECT 1 FROM permits WHERE limit_name = ? AND permit = ?"
+# Counted permits, how many are still held, and when the first ended one stops counting.
+COUNT_PERMITS = (
+    "SELECT COUNT(*), COALESCE(SUM(held), 0), "
+    "MIN(CASE WHEN held = 0 THEN ends_at END) FROM permits WHERE limit_name = ?"
+)
+INSERT_PERMIT = (
+    "INSERT INTO permits (limit_name, permit, owner, task_id, held, granted_at, ends_at) "
+    "VALUES (?, ?, ?, ?, 1, ?, ?)"
+)
+# The call ended: from now on the permit counts only for the window after this.
+RELEASE_PERMIT = (
+    "UPDATE permits SET held = 0, ends_at = ? WHERE limit_name = ? AND permit = ? AND held = 1"
+)
+# The heartbeat: push on the permits of calls still running in tasks this owner
+# runs. A task lost or cancelled meanwhile stops renewing, so its permit ends.
+RENEW_PERMITS = (
+    "UPDATE permits SET ends_at = ? WHERE owner = ? AND held = 1 AND task_id IN "
+    "(SELECT id FROM tasks WHERE owner = ? AND status = 'running')"
 )
 
 
@@ -233,6 +265,7 @@ def step_record(row: tuple[Any, ...]) -> StepRecord:
         opt_time(row[10]),
         time_of(row[11]),
         time_of(row[12]),
+        row[13],
     )
 
 
