@@ -58,7 +58,7 @@ _INSTALL = "pip install 'cairn[schedule]'"
 
 def _croniter() -> Any:
     try:
-        from croniter import croniter
+        from croniter import croniter  # type: ignore[import-untyped]
     except ImportError as exc:
         raise ConfigurationError(
             f"schedules need the croniter package, which is not installed: {_INSTALL}"
@@ -112,7 +112,7 @@ class Schedule:
 def check_spec(cron: str, tz: str, catchup: str) -> None:
     """Raise ConfigurationError unless the cron expression, zone and policy are usable."""
     croniter = _croniter()
-    if not isinstance(cron, str) or not croniter.is_valid(cron):
+    if not croniter.is_valid(cron):
         raise ConfigurationError(
             f"{cron!r} is not a cron expression cairn can use: give five fields, "
             "minute hour day-of-month month day-of-week (e.g. '30 4 * * *' for 04:30 "
@@ -197,15 +197,18 @@ def latest_at_or_before(cron: str, zone: tzinfo, moment: datetime) -> datetime:
     if local.fold:
         # In the second pass of a repeated hour, the rest of that hour's times
         # (already past: they fired in the first pass) are at or before ``moment``.
-        first_offset = local.replace(fold=0).utcoffset()
-        second_offset = local.utcoffset()
-        assert first_offset is not None and second_offset is not None
-        start += first_offset - second_offset
+        start += _offset(local.replace(fold=0)) - _offset(local)
     times = _croniter()(cron, start)
     while True:
         fired = instant(times.get_prev(datetime), zone)
         if fired <= moment:
             return fired
+
+
+def _offset(moment: datetime) -> timedelta:
+    offset = moment.utcoffset()
+    assert offset is not None  # an aware time in a ZoneInfo zone
+    return offset
 
 
 def _stamp(moment: datetime) -> str:
@@ -296,7 +299,9 @@ def tick(app: Cairn, schedule: Schedule, now: datetime) -> list[str]:
             if len(firings) < FIRINGS_PER_ROUND:
                 return created
         # Another worker moved the row first, or "all" has more to create: again.
-    log.warning("cairn schedule %s: other workers kept moving it; leaving it to them", schedule.name)
+    log.warning(
+        "cairn schedule %s: other workers kept moving it; leaving it to them", schedule.name
+    )
     return created
 
 

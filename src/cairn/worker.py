@@ -155,7 +155,7 @@ class Worker:
             return
         try:
             self._scheduler.maybe_tick()
-        except Exception as exc:  # noqa: BLE001 - re-raised by run(), like a thread's
+        except Exception as exc:  # re-raised by run(), as a worker thread's error is
             log.exception("cairn worker: ticking schedules failed; stopping")
             with self._lock:
                 self._errors.append(exc)

@@ -24,6 +24,7 @@ from .ops import ops_app
 from .otel import otel_command
 from .report import report_command
 from .retry import retry_command
+from .schedules import schedules_command
 from .show import show_command
 from .tasks import tasks_command
 from .ui import ui_command
@@ -55,6 +56,7 @@ app.command("chaos")(chaos_command)
 app.add_typer(ops_app, name="ops")
 app.command("worker")(worker_command)
 app.command("migrate")(migrate_command)
+app.command("schedules")(schedules_command)
 app.command("conversation")(conversation_command)
 app.command("cost")(cost_command)
 app.command("fidelity")(fidelity_command)

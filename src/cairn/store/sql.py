@@ -158,9 +158,7 @@ OP_CALL_COUNTS = (
 
 
 # -- schedules (cairn.schedule) -----------------------------------------------------
-SCHEDULE_COLUMNS = (
-    "name, task_name, cron, tz, covered_until, last_fired_at, created_at, updated_at"
-)
+SCHEDULE_COLUMNS = "name, task_name, cron, tz, covered_until, last_fired_at, created_at, updated_at"
 INSERT_SCHEDULE = (
     f"INSERT INTO schedules ({SCHEDULE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (name) DO NOTHING"
@@ -174,6 +172,7 @@ ADVANCE_SCHEDULE = (
     "last_fired_at = COALESCE(?, last_fired_at), updated_at = ? "
     "WHERE name = ? AND covered_until = ?"
 )
+
 
 # -- rows to records ------------------------------------------------------------------
 def time_of(value: Any) -> datetime:

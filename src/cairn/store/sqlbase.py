@@ -582,7 +582,6 @@ class SQLStore(ABC):
         for r in self._exec(sql.RECORDED_CALLS.format(filter=where), params).rows:
             yield RecordedCall(r[0], r[1], r[2], r[3], r[4], r[5], r[6])
 
-
     # -- schedules (cairn.schedule) ----------------------------------------------------------
     def add_schedule(self, schedule: ScheduleRecord) -> bool:
         params = (
