@@ -117,7 +117,7 @@ def test_each_day_fires_when_ticked_daily(nightly: Cairn, at_four: FakeClock) ->
     assert created == [nightly_id(FIRST + n * DAY) for n in range(7)]
 
 
-# -- missed firings: the catch-up policies ---------------------------------------------------
+# -- missed firings: the catch-up policies -------------------------------------------------
 def _after_an_outage(store_url: str, clock: FakeClock, catchup: Catchup) -> tuple[Cairn, list[str]]:
     """Register the schedule, then no worker runs for two days and six hours:
     three mornings are missed."""
@@ -182,7 +182,7 @@ def test_catchup_all_after_a_long_outage_creates_every_firing(
         assert len(batch_ids(app, "schedule:minutely")) == 1440
 
 
-# -- races: many workers ticking at once ------------------------------------------------------
+# -- races: many workers ticking at once ---------------------------------------------------
 def _tick_together(apps: list[Cairn]) -> list[list[str]]:
     """Every app ticks at the same moment, each in its own thread."""
     barrier = threading.Barrier(len(apps))
@@ -259,7 +259,7 @@ def test_a_stale_catchup_decision_writes_nothing(store_url: str, at_four: FakeCl
         b.close()
 
 
-# -- DST: each local time fires once ---------------------------------------------------------------
+# -- DST: each local time fires once -------------------------------------------------------
 def _tick_through_a_day(url: str, clock: FakeClock, cron: str, start: datetime) -> list[str]:
     """Register ``cron`` in Los Angeles at ``start``, then tick every ten minutes
     for two days; returns the firing ids created."""
@@ -310,7 +310,7 @@ def test_repeated_local_time_fires_once_when_clocks_go_back(
     ]
 
 
-# -- a schedule changed between deploys ------------------------------------------------------------
+# -- a schedule changed between deploys ----------------------------------------------------
 def test_changed_schedule_counts_from_when_it_changed(store_url: str, at_four: FakeClock) -> None:
     """Deployed at 04:30 one day, the schedule moves to 05:30 the next morning at
     06:00, after the 05:30 it now names: that 05:30 is not run (a changed
@@ -335,7 +335,7 @@ def test_changed_schedule_counts_from_when_it_changed(store_url: str, at_four: F
         assert new.fire_due_schedules() == [nightly_id(FIRST + 2 * DAY + timedelta(hours=1))]
 
 
-# -- bad input ---------------------------------------------------------------------------------------
+# -- bad input -----------------------------------------------------------------------------
 def _schedule_on(app: Cairn, **options: object) -> Callable[[TaskDef[..., object]], object]:
     return app.schedule(**options)  # type: ignore[arg-type]
 
@@ -429,7 +429,7 @@ def test_without_croniter_the_error_says_what_to_install(tmp_path: Path) -> None
     assert "pip install 'cairn[schedule]'" in result.stdout
 
 
-# -- the CLI ---------------------------------------------------------------------------------------
+# -- the CLI -------------------------------------------------------------------------------
 def test_cli_lists_each_schedule_with_last_and_next_firing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
