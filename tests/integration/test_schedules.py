@@ -24,6 +24,7 @@ from cairn.cli import app as cli_app
 from cairn.clock import FakeClock
 from cairn.errors import ConfigurationError, TaskNotRegistered
 from cairn.schedule import Catchup
+from cairn.store import open_store
 from cairn.store.records import NewTask
 from cairn.worker import Worker
 
@@ -445,6 +446,7 @@ def test_cli_lists_each_schedule_with_last_and_next_firing(
         "def nightly_revenue(ctx, fired_at: datetime):\n"
         "    return None\n"
     )
+    open_store(url).close()
     monkeypatch.chdir(tmp_path)
     runner = CliRunner()
     before = runner.invoke(cli_app, ["schedules", "sched_cli_app:app"])
@@ -452,7 +454,8 @@ def test_cli_lists_each_schedule_with_last_and_next_firing(
     assert "no worker has ticked it yet" in before.output
     assert "04:30:00 +0900" in before.output
 
-    clock = FakeClock(datetime.now(UTC) - 2 * DAY)
+    # Ticked three days ago and two days ago: yesterday's firing is overdue.
+    clock = FakeClock(datetime.now(UTC) - 3 * DAY)
     with nightly_app(url, clock) as app:
         app.fire_due_schedules()
         clock.advance(DAY.total_seconds())

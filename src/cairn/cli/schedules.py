@@ -7,11 +7,10 @@ from typing import Annotated, Any
 
 import typer
 
-from cairn.errors import CairnError
 from cairn.schedule import ON_TIME, Schedule
 from cairn.store.records import ScheduleRecord
 
-from ._common import JsonOption, fail, note, now
+from ._common import JsonOption, note, now, opened_store
 from ._format import iso_time
 from ._json import print_json
 from ._render import RowTable, stdout_console
@@ -45,12 +44,10 @@ def schedules_command(
     if not schedules:
         note(f"{target} registers no schedules")
         return
-    try:
-        rows = {row.name: row for row in app.store.list_schedules()}
-    except CairnError as exc:
-        fail(str(exc))
-    finally:
-        app.close()
+    # Opened as every listing command does: a store that does not exist is an
+    # error, never created.
+    with opened_store(app.store_url) as opened:
+        rows = {row.name: row for row in opened.list_schedules()}
     moment = now()
     described = [_describe(s, rows.get(s.name), moment) for s in schedules]
     if as_json:
