@@ -29,7 +29,7 @@ APP = "tests.acceptance.schedule_app:app"
 BATCH = "schedule:heartbeat"
 FIRINGS_TO_SEE = 4
 WAIT_SECONDS = 60
-STOP_SECONDS = 30
+STOP_SECONDS = 60
 
 
 def start_worker(url: str, counts: Path, log_path: Path) -> subprocess.Popen[bytes]:
@@ -70,13 +70,15 @@ def test_three_workers_run_each_firing_exactly_once(store_url: str, tmp_path: Pa
         seen = wait_until(lambda: len(runs_per_firing(counts)) >= FIRINGS_TO_SEE, WAIT_SECONDS)
         for worker in workers:
             worker.send_signal(signal.SIGTERM)
-        codes = [worker.wait(STOP_SECONDS) for worker in workers]
+        stopped = wait_until(lambda: all(w.poll() is not None for w in workers), STOP_SECONDS)
     finally:
         for worker in workers:
             if worker.poll() is None:
                 worker.kill()
                 worker.wait()
+    codes = [worker.returncode for worker in workers]
     output = "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')}" for log in logs)
+    assert stopped, f"a worker did not stop on SIGTERM (exit codes {codes}):\n{output}"
     assert seen, f"fewer than {FIRINGS_TO_SEE} firings ran:\n{output}"
     assert codes == [0, 0, 0], output
 
