@@ -299,9 +299,9 @@ def tick(app: Cairn, schedule: Schedule, now: datetime) -> list[str]:
             if len(firings) < FIRINGS_PER_ROUND:
                 return created
         # Another worker moved the row first, or "all" has more to create: again.
-    log.warning(
-        "cairn schedule %s: other workers kept moving it; leaving it to them", schedule.name
-    )
+    # Other workers kept moving the row (they create its firings), or "all" has a
+    # backlog longer than this tick's rounds (the next tick goes on with it).
+    log.warning("cairn schedule %s: not caught up in this tick; the next goes on", schedule.name)
     return created
 
 
