@@ -42,6 +42,7 @@ from cairn.limits import Limit, LimitBook, checked_limits
 from cairn.ownership import claim_lock, current_owner, mark_active, may_take_over
 from cairn.progress import choose_progress
 from cairn.retry import NO_RETRY, Retry
+from cairn.schedule import Catchup, Schedule, check_spec, fire_due, make_schedule
 from cairn.signals import send_signal
 from cairn.store import DEFAULT_URL, Store, open_store
 from cairn.store.records import NewTask, TaskRecord
@@ -88,6 +89,7 @@ class Cairn:
         self._lease = timedelta(seconds=lease)
         self._leases: LeaseKeeper | None = None
         self._tasks: dict[str, TaskDef[..., Any]] = {}
+        self._schedules: dict[str, Schedule] = {}
         self.fault_hook: FaultHook = no_fault
         self._blobs_arg = blobs
         self._inline_limit = inline_limit
@@ -221,6 +223,48 @@ class Cairn:
             f"{name!r} is not a task registered on this app. Decorate it with @app.task "
             "(on this Cairn instance) and pass the decorated function."
         )
+
+    def schedule(
+        self,
+        cron: str,
+        *,
+        tz: str = "UTC",
+        catchup: Catchup = "latest",
+        name: str | None = None,
+    ) -> Callable[[TaskDef[P, R]], TaskDef[P, R]]:
+        """Run a task at the times ``cron`` names, read in the time zone ``tz``.
+
+        Goes above ``@app.task``; the task takes the firing time as ``fired_at``.
+        Workers create each firing once, as a task with id
+        ``schedule:NAME/<time in UTC>``. Firings missed while no worker ran:
+        ``catchup="latest"`` runs the most recent one, ``"all"`` every one,
+        ``"none"`` none. ``name`` (default: the task's) is what the store records.
+        Needs ``pip install 'cairn[schedule]'``.
+        """
+        check_spec(cron, tz, catchup)
+
+        def register(task: TaskDef[P, R]) -> TaskDef[P, R]:
+            made = make_schedule(task, cron, tz, catchup, name)
+            self._definition(made.task)
+            if made.name in self._schedules:
+                raise ConfigurationError(
+                    f"two schedules are named {made.name!r}; give each of a task's "
+                    "schedules a name= of its own"
+                )
+            self._schedules[made.name] = made
+            return task
+
+        return register
+
+    def schedules(self) -> list[Schedule]:
+        """The schedules registered on this app, by name."""
+        return [self._schedules[name] for name in sorted(self._schedules)]
+
+    def fire_due_schedules(self) -> list[str]:
+        """Create every scheduled firing due now (by this app's clock) and return
+        the ids of the tasks created; workers do this on their own. Safe to call
+        from many processes at once: each firing is created once."""
+        return fire_due(self, self.schedules(), self.clock.now())
 
     @overload
     def step(self, fn: Callable[P, R]) -> Callable[P, R]: ...

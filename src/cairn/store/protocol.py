@@ -23,6 +23,7 @@ from cairn.store.records import (
     OperationRecord,
     PermitRefused,
     RecordedCall,
+    ScheduleRecord,
     SignalRecord,
     StepRecord,
     TaskRecord,
@@ -327,4 +328,33 @@ class Store(Protocol):
         self, *, batch: str | None = None, task_id: str | None = None
     ) -> Iterator[RecordedCall]:
         """Completed history entries of kind ``llm`` or ``conv``, in task then seq order."""
+        ...
+
+    # -- schedules (cairn.schedule) ------------------------------------------------------
+    def add_schedule(self, schedule: ScheduleRecord) -> bool:
+        """Insert the row of a schedule seen for the first time, unless it exists.
+        True if it was inserted."""
+        ...
+
+    def get_schedule(self, name: str) -> ScheduleRecord | None:
+        """One schedule's row, or None."""
+        ...
+
+    def list_schedules(self) -> list[ScheduleRecord]:
+        """Every schedule's row, by name."""
+        ...
+
+    def advance_schedule(
+        self,
+        expected_covered_until: datetime,
+        schedule: ScheduleRecord,
+        firings: Sequence[NewTask],
+        now: datetime,
+    ) -> bool:
+        """In one transaction: overwrite the row of ``schedule.name`` with
+        ``schedule``'s spec, ``covered_until`` and (when not None)
+        ``last_fired_at``, if its ``covered_until`` still equals
+        ``expected_covered_until`` (compare-and-set), and then insert the tasks
+        ``firings`` (skipping ids that exist). False, with nothing written, if
+        another writer moved the row first."""
         ...

@@ -223,3 +223,20 @@ class PermitRefused:
 
     held: int
     frees_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRecord:
+    """A schedule's row: the spec it was counted under, and how far it got.
+
+    Every firing at or before ``covered_until`` has been created or passed over
+    on purpose; ``last_fired_at`` is the latest firing actually created."""
+
+    name: str
+    task_name: str
+    cron: str
+    tz: str
+    covered_until: datetime
+    last_fired_at: datetime | None
+    created_at: datetime
+    updated_at: datetime

@@ -13,7 +13,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cairn.clock import from_iso
-from cairn.store.records import MessageRecord, OperationRecord, StepRecord, TaskRecord
+from cairn.store.records import (
+    MessageRecord,
+    OperationRecord,
+    ScheduleRecord,
+    StepRecord,
+    TaskRecord,
+)
 
 TASK_COLUMNS = (
     "id, batch, item_key, name, args, codec, status, attempts, retry_base, fence, owner, "
@@ -212,6 +218,23 @@ RENEW_PERMITS = (
 )
 
 
+# -- schedules (cairn.schedule) -----------------------------------------------------
+SCHEDULE_COLUMNS = "name, task_name, cron, tz, covered_until, last_fired_at, created_at, updated_at"
+INSERT_SCHEDULE = (
+    f"INSERT INTO schedules ({SCHEDULE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (name) DO NOTHING"
+)
+GET_SCHEDULE = f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE name = ?"
+LIST_SCHEDULES = f"SELECT {SCHEDULE_COLUMNS} FROM schedules ORDER BY name"
+# Compare-and-set on covered_until: of several workers that read the same row,
+# only the first to write moves it; the others change nothing and read again.
+ADVANCE_SCHEDULE = (
+    "UPDATE schedules SET task_name = ?, cron = ?, tz = ?, covered_until = ?, "
+    "last_fired_at = COALESCE(?, last_fired_at), updated_at = ? "
+    "WHERE name = ? AND covered_until = ?"
+)
+
+
 # -- rows to records ------------------------------------------------------------------
 def time_of(value: Any) -> datetime:
     """A stored time as an aware UTC datetime, from ISO text or a datetime."""
@@ -247,6 +270,19 @@ def task_record(row: tuple[Any, ...]) -> TaskRecord:
         interruptions=row[18],
         wake_at=opt_time(row[19]),
         parent_id=row[20],
+    )
+
+
+def schedule_record(row: tuple[Any, ...]) -> ScheduleRecord:
+    return ScheduleRecord(
+        name=row[0],
+        task_name=row[1],
+        cron=row[2],
+        tz=row[3],
+        covered_until=time_of(row[4]),
+        last_fired_at=opt_time(row[5]),
+        created_at=time_of(row[6]),
+        updated_at=time_of(row[7]),
     )
 
 

@@ -30,6 +30,7 @@ from cairn.store.records import (
     OperationRecord,
     PermitRefused,
     RecordedCall,
+    ScheduleRecord,
     SignalRecord,
     StepRecord,
     TaskRecord,
@@ -660,6 +661,61 @@ class SQLStore(ABC):
             where, params = "1 = 1", ()
         for r in self._exec(sql.RECORDED_CALLS.format(filter=where), params).rows:
             yield RecordedCall(r[0], r[1], r[2], r[3], r[4], r[5], r[6])
+
+    # -- schedules (cairn.schedule) ----------------------------------------------------------
+    def add_schedule(self, schedule: ScheduleRecord) -> bool:
+        params = (
+            schedule.name,
+            schedule.task_name,
+            schedule.cron,
+            schedule.tz,
+            self._ts(schedule.covered_until),
+            None if schedule.last_fired_at is None else self._ts(schedule.last_fired_at),
+            self._ts(schedule.created_at),
+            self._ts(schedule.updated_at),
+        )
+        with self._writing():
+            return self._exec(sql.INSERT_SCHEDULE, params).rowcount == 1
+
+    def get_schedule(self, name: str) -> ScheduleRecord | None:
+        rows = self._exec(sql.GET_SCHEDULE, (name,)).rows
+        return sql.schedule_record(rows[0]) if rows else None
+
+    def list_schedules(self) -> list[ScheduleRecord]:
+        return [sql.schedule_record(row) for row in self._exec(sql.LIST_SCHEDULES).rows]
+
+    def advance_schedule(
+        self,
+        expected_covered_until: datetime,
+        schedule: ScheduleRecord,
+        firings: Sequence[NewTask],
+        now: datetime,
+    ) -> bool:
+        stamp = self._ts(now)
+        params = (
+            schedule.task_name,
+            schedule.cron,
+            schedule.tz,
+            self._ts(schedule.covered_until),
+            None if schedule.last_fired_at is None else self._ts(schedule.last_fired_at),
+            stamp,
+            schedule.name,
+            self._ts(expected_covered_until),
+        )
+        batch_rows = sorted({(t.batch, t.name, stamp) for t in firings if t.batch is not None})
+        task_rows = [
+            (t.id, t.batch, t.item_key, t.name, t.args, t.codec, stamp, stamp) for t in firings
+        ]
+
+        def advance(tx: Tx) -> bool:
+            if tx.exec(sql.ADVANCE_SCHEDULE, params).rowcount != 1:
+                return False  # another worker moved first: nothing was written
+            if task_rows:
+                _write_chunk(batch_rows, task_rows, self.announce_work, tx)
+            return True
+
+        with self._writing():
+            return self._atomically(advance)
 
 
 class _FencedOut(Exception):

@@ -148,3 +148,16 @@ CREATE TABLE permits (
 );
 
 CREATE INDEX permits_held_by_owner ON permits (owner) WHERE held = 1;
+
+-- One row per schedule (cairn.schedule); see the SQLite schema for the meaning
+-- of each column.
+CREATE TABLE schedules (
+    name          TEXT PRIMARY KEY,
+    task_name     TEXT NOT NULL,
+    cron          TEXT NOT NULL,
+    tz            TEXT NOT NULL,
+    covered_until TIMESTAMPTZ NOT NULL,
+    last_fired_at TIMESTAMPTZ,
+    created_at    TIMESTAMPTZ NOT NULL,
+    updated_at    TIMESTAMPTZ NOT NULL
+);

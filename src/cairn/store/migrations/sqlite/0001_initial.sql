@@ -186,3 +186,20 @@ CREATE TABLE permits (
 
 -- The heartbeat finds the permits a process holds without a scan.
 CREATE INDEX permits_held_by_owner ON permits (owner) WHERE held = 1;
+
+-- One row per schedule (cairn.schedule). covered_until is the latest firing time
+-- already dealt with (created, or passed over by the catch-up policy), or the
+-- moment the schedule was first seen; firings after it are still to come. A
+-- worker creates firings only by moving covered_until forward with a
+-- compare-and-set in the same transaction, so two workers never both act on the
+-- same firings. cron, tz and task_name are the spec the row was counted under.
+CREATE TABLE schedules (
+    name          TEXT PRIMARY KEY,
+    task_name     TEXT NOT NULL,
+    cron          TEXT NOT NULL,
+    tz            TEXT NOT NULL,
+    covered_until TEXT NOT NULL,
+    last_fired_at TEXT,
+    created_at    TEXT NOT NULL,
+    updated_at    TEXT NOT NULL
+) WITHOUT ROWID;
