@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     with (
         _peers.left_out(args.no_peers),
-        tempfile.TemporaryDirectory(prefix="cairn-bench-", dir=args.dir) as name,
+        tempfile.TemporaryDirectory(prefix="cairn-bench-peers-", dir=args.dir) as name,
     ):
         workdir = Path(name)
         print(f"{_peers.environment()}")

@@ -40,6 +40,10 @@ SQLITE_FLOORS: dict[str, tuple[str, Synchronous]] = {
 }
 
 
+Timing = tuple[float, float]  # wall seconds, process CPU seconds
+Run = Callable[[Path, int, int], Timing]  # (scratch dir, round, steps) -> its timing
+
+
 @dataclass
 class Contender:
     """One line of the table: a runner of one timed task, and the floor it is
@@ -47,22 +51,36 @@ class Contender:
 
     label: str
     floor: str | None  # None for a floor itself
-    run: Callable[[Path, int, int], float]  # (scratch dir, round, steps) -> seconds
-    micros: list[float] = field(default_factory=list)  # per round, per step
+    run: Run
+    micros: list[float] = field(default_factory=list)  # wall, per round, per step
+    cpu_micros: list[float] = field(default_factory=list)  # process CPU, likewise
+
+
+@contextmanager
+def timed(into: list[float]) -> Iterator[None]:
+    """Wall and process CPU seconds of the block (the library's own threads, such
+    as a lease heartbeat or a queue poller, count too), appended to ``into``."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    yield
+    into += [time.perf_counter() - wall, time.process_time() - cpu]
 
 
 # -- the SQLite floors and runners ---------------------------------------------------------
-def raw_sqlite(journal: str, synchronous: Synchronous) -> Callable[[Path, int, int], float]:
-    def run(workdir: Path, round_: int, steps: int) -> float:
+def raw_sqlite(journal: str, synchronous: Synchronous) -> Run:
+    """The floor; its CPU is its one thread's (``step_overhead.Span``)."""
+
+    def run(workdir: Path, round_: int, steps: int) -> Timing:
         path = workdir / f"raw-{journal}-{synchronous}-{round_}.db"
         if journal == "WAL":
-            return step_overhead.raw_commits(path, synchronous, steps).wall
-        return raw_rollback_journal(path, synchronous, steps)
+            span = step_overhead.raw_commits(path, synchronous, steps)
+        else:
+            span = raw_rollback_journal(path, synchronous, steps)
+        return span.wall, span.cpu
 
     return run
 
 
-def raw_rollback_journal(path: Path, synchronous: Synchronous, steps: int) -> float:
+def raw_rollback_journal(path: Path, synchronous: Synchronous, steps: int) -> step_overhead.Span:
     """``step_overhead.raw_commits`` in SQLite's default rollback-journal mode, the
     floor for DBOS's default settings."""
     conn = sqlite3.connect(path, isolation_level=None)
@@ -71,36 +89,43 @@ def raw_rollback_journal(path: Path, synchronous: Synchronous, steps: int) -> fl
         conn.execute(f"PRAGMA synchronous = {synchronous}")
         conn.execute(step_overhead._RAW_SCHEMA)
         insert = "INSERT INTO steps (task_id, seq, name, output) VALUES (?, ?, ?, ?)"
-        start = time.perf_counter()
+        mark = step_overhead._mark()
         for i in range(steps):
             conn.execute(insert, (step_overhead.TASK_ID, i + 1, "s", str(i)))
-        return time.perf_counter() - start
+        return step_overhead._since(mark)
     finally:
         conn.close()
 
 
-def cairn_sqlite(synchronous: Synchronous) -> Callable[[Path, int, int], float]:
-    def run(workdir: Path, round_: int, steps: int) -> float:
+def cairn_sqlite(synchronous: Synchronous) -> Run:
+    """``step_overhead``'s app and task, its whole ``app.run`` timed."""
+
+    def run(workdir: Path, round_: int, steps: int) -> Timing:
         path = workdir / f"cairn-{synchronous}-{round_}.db"
-        return step_overhead.cairn_run(path, synchronous, steps).whole.wall
+        app, task = step_overhead.open_app(path, synchronous)
+        found: list[float] = []
+        try:
+            with timed(found):
+                app.run(task, task_id=step_overhead.TASK_ID, n=steps)
+        finally:
+            app.close()
+        return found[0], found[1]
 
     return run
 
 
-def dbos_sqlite(
-    journal: str | None, synchronous: Synchronous | None
-) -> Callable[[Path, int, int], float]:
+def dbos_sqlite(journal: str | None, synchronous: Synchronous | None) -> Run:
     """DBOS on a fresh SQLite file; ``None`` keeps DBOS's (and SQLite's) default."""
 
-    def run(workdir: Path, round_: int, steps: int) -> float:
+    def run(workdir: Path, round_: int, steps: int) -> Timing:
         path = workdir / f"dbos-{journal}-{synchronous}-{round_}.sqlite"
         url = peer_dbos.prepare_sqlite(path, journal)
         with peer_dbos.launched(url, synchronous):
-            seconds = peer_dbos.run_workflow(steps)
+            timing = peer_dbos.run_workflow(steps)
         expected = (journal or "delete").lower()
         if peer_dbos.sqlite_settings(path) != expected:
             raise SystemExit(f"DBOS's file is not in {expected} mode")
-        return seconds
+        return timing
 
     return run
 
@@ -141,11 +166,15 @@ def postgres_contenders(admin_url: str, with_dbos: bool) -> Iterator[tuple[str, 
         task = app.task(name="overhead")(postgres.overhead)
         _ = app.store  # opened before timing, as the floor's table is created before
 
-        def raw(_dir: Path, round_: int, steps: int) -> float:
-            return postgres.raw_commits(url, "durable", round_, steps).wall
+        def raw(_dir: Path, round_: int, steps: int) -> Timing:
+            span = postgres.raw_commits(url, "durable", round_, steps)
+            return span.wall, span.cpu
 
-        def cairn(_dir: Path, round_: int, steps: int) -> float:
-            return postgres.cairn_run(app, task, round_, steps).whole.wall
+        def cairn(_dir: Path, round_: int, steps: int) -> Timing:
+            found: list[float] = []
+            with timed(found):
+                app.run(task, task_id=f"overhead/{round_}", n=steps)
+            return found[0], found[1]
 
         found = [
             Contender("raw commit PostgreSQL (floor)", None, raw),
@@ -154,7 +183,7 @@ def postgres_contenders(admin_url: str, with_dbos: bool) -> Iterator[tuple[str, 
         if with_dbos:
             stack.enter_context(peer_dbos.launched(url))
 
-            def dbos(_dir: Path, _round: int, steps: int) -> float:
+            def dbos(_dir: Path, _round: int, steps: int) -> Timing:
                 return peer_dbos.run_workflow(steps)
 
             found.append(Contender("DBOS PostgreSQL", "PostgreSQL", dbos))
@@ -185,8 +214,9 @@ def scratch_database(admin_url: str, purpose: str) -> Iterator[str]:
 def run_rounds(contenders: Sequence[Contender], workdir: Path, runs: int, steps: int) -> None:
     for round_ in range(runs):
         for contender in contenders:
-            seconds = contender.run(workdir, round_, steps)
-            contender.micros.append(seconds * 1e6 / steps)
+            wall, cpu = contender.run(workdir, round_, steps)
+            contender.micros.append(wall * 1e6 / steps)
+            contender.cpu_micros.append(cpu * 1e6 / steps)
         for stale in workdir.iterdir():  # fresh files each round; keep the disk small
             stale.unlink()
 
@@ -203,15 +233,28 @@ def report(title: str, contenders: Sequence[Contender], runs: int, steps: int) -
     floors = {floor_key(c.label): c for c in contenders if c.floor is None}
     rows = []
     for c in contenders:
-        vs_floor = "" if c.floor is None else fmt_ratio(paired(c.micros, floors[c.floor].micros))
-        rows.append([c.label, f"{median(c.micros):.1f}", spread(c.micros), vs_floor])
-    headers = ["contender", "us/step", "min..max", "vs its floor"]
+        vs_floor = cpu_vs_floor = ""
+        if c.floor is not None:
+            vs_floor = fmt_ratio(paired(c.micros, floors[c.floor].micros))
+            cpu_vs_floor = fmt_ratio(paired(c.cpu_micros, floors[c.floor].cpu_micros))
+        rows.append(
+            [
+                c.label,
+                f"{median(c.micros):.1f}",
+                spread(c.micros),
+                vs_floor,
+                f"{median(c.cpu_micros):.1f}",
+                cpu_vs_floor,
+            ]
+        )
+    headers = ["contender", "wall us/step", "min..max", "vs floor", "cpu us/step", "cpu vs floor"]
     lines = [
         f"{title}: {steps} trivial steps in one task, {runs} interleaved rounds "
         "(medians; ratios are medians of per-round ratios)",
         table(headers, rows),
     ]
     lines += peer_lines(contenders)
+    lines.append("cpu = process CPU time (every thread of the process; a floor has one thread)")
     return "\n".join(lines) + "\n"
 
 
@@ -229,8 +272,12 @@ def peer_lines(contenders: Sequence[Contender]) -> list[str]:
     lines = []
     for peer, ours in PAIRS:
         if peer in by_label and ours in by_label:
-            value = paired(by_label[peer].micros, by_label[ours].micros)
-            lines.append(f"{peer} / {ours} = {fmt_ratio(value)} (above 1: cairn is faster)")
+            wall = paired(by_label[peer].micros, by_label[ours].micros)
+            cpu = paired(by_label[peer].cpu_micros, by_label[ours].cpu_micros)
+            lines.append(
+                f"{peer} / {ours}: wall {fmt_ratio(wall)}, cpu {fmt_ratio(cpu)} "
+                "(above 1: cairn is faster)"
+            )
     return lines
 
 
@@ -241,7 +288,7 @@ def main(workdir: Path, runs: int, steps: int, postgres_url: str | None) -> str:
     run_rounds(sqlite_side, workdir, runs, steps)
     out.append(report("(1a) a durable step on SQLite", sqlite_side, runs, steps))
     if postgres_url is None:
-        out.append("(1b) PostgreSQL skipped: no server URL (--postgres-url)\n")
+        out.append("(1b) PostgreSQL skipped (--no-postgres)\n")
         return "\n".join(out)
     with postgres_contenders(postgres_url, with_dbos) as (settings, pg_side):
         run_rounds(pg_side, workdir, runs, steps)
