@@ -7,11 +7,13 @@ generator. It never calls user code or sleeps itself: it *yields* a ``Call`` or 
 drift apart the way hand-kept twin engines do.
 
 Only ``Exception`` is thrown back into a machine. ``BaseException`` (lease lost,
-cancellation, KeyboardInterrupt) passes straight through to the caller.
+cancellation, KeyboardInterrupt) passes straight through to the caller, after
+the machine is closed so its ``finally`` blocks run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Callable, Generator
 from typing import Any, NamedTuple, TypeVar
@@ -58,6 +60,9 @@ def drive(machine: Machine[T], clock: Clock) -> T:
             value = effect.fn(*effect.args, **effect.kwargs)
         except Exception as exc:  # noqa: BLE001 - handed to the machine, which decides
             error = exc
+        except BaseException:
+            _close(machine)
+            raise
 
 
 async def adrive(machine: Machine[T], clock: Clock) -> T:
@@ -79,3 +84,14 @@ async def adrive(machine: Machine[T], clock: Clock) -> T:
                 value = await value
         except Exception as exc:  # noqa: BLE001 - handed to the machine, which decides
             error = exc
+        except BaseException:
+            _close(machine)
+            raise
+
+
+def _close(machine: Machine[Any]) -> None:
+    """Run the machine's ``finally`` blocks now (a shared-limit permit is given
+    back at once) when a ``BaseException`` passes through user code, rather than
+    whenever the generator is collected. Nothing it raises may hide the original."""
+    with contextlib.suppress(Exception):
+        machine.close()

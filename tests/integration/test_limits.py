@@ -348,3 +348,34 @@ def test_async_steps_share_a_concurrency_limit(store_url: str) -> None:
     assert results == [0, 10, 20, 30, 40, 50]
     assert len(arrivals) == 6
     assert max(a.in_flight for a in arrivals) == 1
+
+
+def test_a_permit_comes_back_at_once_when_a_base_exception_leaves_the_call(
+    url: str, clock: FakeClock
+) -> None:
+    """A BaseException raised inside a limited call (here Crash; in life a
+    KeyboardInterrupt) closes the step's machine, so the permit is given back at
+    once: the next task takes the Concurrency(1) permit without waiting out the
+    holder's lease."""
+    app = Cairn(url, clock=clock, limits={"db": cairn.Concurrency(1)})
+
+    def interrupted() -> None:
+        raise Crash("interrupted mid-call")
+
+    @app.task
+    def first(ctx: Context) -> None:
+        ctx.step("query", interrupted, limit="db")
+
+    @app.task
+    def second(ctx: Context) -> str:
+        return str(ctx.step("query", lambda: "ok", limit="db"))
+
+    with app:
+        with pytest.raises(Crash) as raised:
+            app.run(first, task_id="first")
+        # The exception (and so its traceback's frames) is still alive here, as
+        # in a handler that logs it and goes on: the permit must not wait for
+        # the garbage collector.
+        assert app.run(second, task_id="second") == "ok"
+    assert clock.slept == []  # no wait for the permit
+    assert str(raised.value) == "interrupted mid-call"
