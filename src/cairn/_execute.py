@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from cairn._effects import Call, Machine, Wait, adrive, drive
 from cairn._taskrun import TaskRun, describe_error
 from cairn.context import Context, _current
-from cairn.errors import Cancelled, CodecError, LeaseLost, StoreError
+from cairn.errors import (
+    CairnControl,
+    Cancelled,
+    CodecError,
+    LeaseLost,
+    StoreError,
+    Suspended,
+    TimeLimitExceeded,
+)
 from cairn.ownership import mark_inactive
 from cairn.retry import Retry
 from cairn.store.records import TaskRecord
@@ -20,7 +29,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cairn")
 
-OutcomeStatus = Literal["completed", "failed", "cancelled", "lost"]
+OutcomeStatus = Literal["completed", "failed", "cancelled", "lost", "waiting"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +94,9 @@ def _prepare(app: Cairn, record: TaskRecord) -> _Prepared:
     task = app.registered(record.name, task_id=record.id)
     codec = app.codec_named(record.codec)
     history = app.store.load_history(record.id)
+    deadline = None
+    if task.max_duration is not None and record.started_at is not None:
+        deadline = record.started_at + timedelta(seconds=task.max_duration)
     run = TaskRun(
         store=app.store,
         codec=codec,
@@ -96,15 +108,27 @@ def _prepare(app: Cairn, record: TaskRecord) -> _Prepared:
         history=history,
         hook=app.fault_hook,
         poll_interval=app.poll_interval,
+        deadline=deadline,
+        max_duration=task.max_duration,
     )
-    ctx = Context(run, app.step_retry)
+    ctx = Context(run, app.step_retry, app)
     kwargs = run.decode(record.args, "task arguments")
     retry = task.retry or app.task_retry
     machine = _task_machine(run, ctx, task, kwargs, retry, record.retry_base)
     return _Prepared(ctx, machine, resumed=bool(history))
 
 
-def _ended(record: TaskRecord, error: BaseException, resumed: bool) -> Outcome:
+def _ended(app: Cairn, record: TaskRecord, error: BaseException, resumed: bool) -> Outcome:
+    if isinstance(error, Suspended):
+        log.info("%s", error)
+        return Outcome(record.id, "waiting", resumed=resumed)
+    if isinstance(error, TimeLimitExceeded):
+        # Raised at a step boundary, past user code: record the failure here.
+        if not app.store.finish_task(
+            record.id, record.fence, "failed", None, describe_error(error), app.clock.now()
+        ):
+            return Outcome(record.id, "lost", error=error, resumed=resumed)
+        return Outcome(record.id, "failed", error=error, resumed=resumed)
     if isinstance(error, Cancelled):
         return Outcome(record.id, "cancelled", error=error, resumed=resumed)
     if isinstance(error, LeaseLost):
@@ -145,8 +169,8 @@ def execute(app: Cairn, record: TaskRecord) -> Outcome:
         result = drive(prepared.machine, app.clock)
     except StoreError:
         raise  # the worker or batch stops as a whole; the task stays claimed
-    except (LeaseLost, Cancelled, Exception) as exc:  # noqa: BLE001 - becomes the outcome
-        return _ended(record, exc, prepared.resumed)
+    except (CairnControl, Exception) as exc:  # noqa: BLE001 - becomes the outcome
+        return _ended(app, record, exc, prepared.resumed)
     finally:
         mark_inactive(record.id)
         _current.reset(token)
@@ -163,8 +187,8 @@ async def aexecute(app: Cairn, record: TaskRecord) -> Outcome:
         result = await adrive(prepared.machine, app.clock)
     except StoreError:
         raise  # the worker or batch stops as a whole; the task stays claimed
-    except (LeaseLost, Cancelled, Exception) as exc:  # noqa: BLE001 - becomes the outcome
-        return _ended(record, exc, prepared.resumed)
+    except (CairnControl, Exception) as exc:  # noqa: BLE001 - becomes the outcome
+        return _ended(app, record, exc, prepared.resumed)
     finally:
         mark_inactive(record.id)
         _current.reset(token)

@@ -75,9 +75,12 @@ def step_machine(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     retry: Retry,
+    seq: int | None = None,
 ) -> Machine[Any]:
-    """Run ``fn`` as the history entry at the next position, or replay it."""
-    seq = run.next_seq()
+    """Run ``fn`` as the history entry at the next position (or at ``seq``, for
+    the items of a map), or replay it."""
+    if seq is None:
+        seq = run.next_seq()
     record = run.replayed(seq, kind, name)
     what = _What(kind, name)
     if record is not None and record.status == "completed":

@@ -8,6 +8,7 @@ raise ``Cancelled``, otherwise ``LeaseLost``. Either stops the task at once.
 from __future__ import annotations
 
 import json
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,7 +17,13 @@ from typing import Any, NoReturn
 
 from cairn.clock import Clock
 from cairn.codec import Codec
-from cairn.errors import Cancelled, CodecError, LeaseLost, NonDeterminismError
+from cairn.errors import (
+    Cancelled,
+    CodecError,
+    LeaseLost,
+    NonDeterminismError,
+    TimeLimitExceeded,
+)
 from cairn.store.protocol import Store
 from cairn.store.records import StepKind, StepRecord
 
@@ -56,16 +63,40 @@ class TaskRun:
     history: dict[int, StepRecord]
     hook: FaultHook = no_fault
     poll_interval: float = 1.0
+    # The task's time limit (first start + max_duration), and the limit itself.
+    deadline: datetime | None = None
+    max_duration: float | None = None
     seq: int = field(default=0)
     # Set once replay has diverged: every later call raises it again, so an
     # agent's ``except Exception:`` cannot carry on at misaligned positions.
     diverged: NonDeterminismError | None = None
+    # When (time.monotonic) to look next whether the task was cancelled.
+    next_check: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        self.next_check = time.monotonic() + self.poll_interval
 
     def next_seq(self) -> int:
+        """The position of the next history entry: a step boundary, where a
+        cancelled or overdue task stops."""
         if self.diverged is not None:
             raise self.diverged
+        if self.deadline is not None and self.clock.now() > self.deadline:
+            raise TimeLimitExceeded(self.task_id, self.max_duration or 0.0)
+        # A cancel is seen at the next write anyway; looking every poll interval
+        # stops a task whose steps are long at the next boundary, without a
+        # read per step.
+        if time.monotonic() >= self.next_check:
+            self.check_still_ours()
         self.seq += 1
         return self.seq
+
+    def check_still_ours(self) -> None:
+        """Raise ``Cancelled`` or ``LeaseLost`` if the task is no longer ours."""
+        self.next_check = time.monotonic() + self.poll_interval
+        current = self.store.get_task(self.task_id)
+        if current is None or current.fence != self.fence or current.status != "running":
+            self.lost()
 
     def restart(self) -> None:
         """Replay from the top, for the next task attempt."""

@@ -7,7 +7,7 @@ import json
 import os
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 from cairn import _batch
@@ -15,7 +15,7 @@ from cairn._batch import BatchReport
 from cairn._execute import Outcome, aexecute, execute
 from cairn._taskrun import FaultHook, no_fault
 from cairn.clock import Clock, SystemClock
-from cairn.codec import Codec, codec_for
+from cairn.codec import Codec, JsonCodec, codec_for
 from cairn.context import Context
 from cairn.errors import (
     CodecError,
@@ -24,8 +24,11 @@ from cairn.errors import (
     TaskBusy,
     TaskCancelled,
     TaskConflict,
+    TaskError,
     TaskFailed,
     TaskNotRegistered,
+    TaskWaiting,
+    UnknownTask,
 )
 from cairn.leases import LeaseKeeper
 from cairn.ownership import claim_lock, current_owner, mark_active, may_take_over
@@ -135,7 +138,11 @@ class Cairn:
 
     @overload
     def task(
-        self, *, name: str | None = None, retry: Retry | None = None
+        self,
+        *,
+        name: str | None = None,
+        retry: Retry | None = None,
+        max_duration: float | timedelta | None = None,
     ) -> Callable[[Callable[Concatenate[Context, P], R]], TaskDef[P, R]]: ...
 
     def task(
@@ -144,12 +151,18 @@ class Cairn:
         *,
         name: str | None = None,
         retry: Retry | None = None,
+        max_duration: float | timedelta | None = None,
     ) -> Any:
         """Register a task function. Its name (default: the function's name) is
-        what the store records, so keep it stable across deploys."""
+        what the store records, so keep it stable across deploys.
+
+        ``max_duration`` (seconds or a timedelta, counted from the task's first
+        start): past it, the task stops at its next step boundary and fails with
+        ``TimeLimitExceeded``, which no retry policy retries."""
+        limit = _positive_seconds(max_duration, "max_duration")
 
         def register(func: Callable[..., Any]) -> TaskDef[..., Any]:
-            task_def = TaskDef(name=name or func.__name__, fn=func, retry=retry)
+            task_def = TaskDef(name=name or func.__name__, fn=func, retry=retry, max_duration=limit)
             existing = self._tasks.get(task_def.name)
             if existing is not None and existing.fn is not func:
                 raise TaskConflict(
@@ -263,7 +276,7 @@ class Cairn:
         finally:
             self.leases.drop()
 
-    def _encode_args(self, task_def: TaskDef[..., Any], kwargs: Mapping[str, Any]) -> str:
+    def encode_arguments(self, task_def: TaskDef[..., Any], kwargs: Mapping[str, Any]) -> str:
         task_def.check_arguments(kwargs)
         try:
             # Sorted, so the same arguments given in another order are the same task.
@@ -277,14 +290,14 @@ class Cairn:
         self, task_def: TaskDef[..., Any], task_id: str | None, kwargs: Mapping[str, Any]
     ) -> TaskRecord:
         """Create the task if new, then claim it; or return it if it finished."""
-        args = self._encode_args(task_def, kwargs)
+        args = self.encode_arguments(task_def, kwargs)
         key = item_key(kwargs)
         tid = task_id or (f"{task_def.name}/{key}" if key else task_def.name)
         now = self.clock.now()
         self.store.create_task(NewTask(tid, task_def.name, args, self.codec.name), now)
         record = self.store.get_task(tid)
         assert record is not None  # just created or already there
-        if record.name != task_def.name or not self._same_args(record, args):
+        if record.name != task_def.name or not self.same_arguments(record, args):
             raise TaskConflict(
                 f"task id {tid!r} already belongs to task {record.name!r} with arguments "
                 f"{record.args}; it was now asked for {task_def.name!r} with {args}. Use "
@@ -293,8 +306,10 @@ class Cairn:
             )
         if record.status in ("completed", "failed", "cancelled"):
             return record
+        if record.status == "waiting" and not _due(record, now):
+            return record
         with claim_lock:
-            if record.status == "running" and not self._reclaimable(record):
+            if record.status == "running" and not self.reclaimable(record):
                 where = "this process" if record.owner == self.owner else "another live process"
                 raise TaskBusy(
                     f"task {tid!r} is running in {where} ({record.owner}); cairn will not "
@@ -313,7 +328,7 @@ class Cairn:
         """The codec a record was written with: this app's own, or a built-in one."""
         return self.codec if name == self.codec.name else codec_for(name)
 
-    def _same_args(self, record: TaskRecord, args: str) -> bool:
+    def same_arguments(self, record: TaskRecord, args: str) -> bool:
         if record.args == args:
             return True
         # Equal values may encode differently (dict key order is kept on purpose).
@@ -323,7 +338,7 @@ class Cairn:
         except CodecError:
             return False
 
-    def _reclaimable(self, record: TaskRecord) -> bool:
+    def reclaimable(self, record: TaskRecord) -> bool:
         expired = record.lease_expires_at is not None and record.lease_expires_at < self.clock.now()
         return may_take_over(record.id, record.owner, expired, self.owner)
 
@@ -332,6 +347,8 @@ class Cairn:
             return outcome.result
         if outcome.status == "cancelled":
             raise TaskCancelled(f"task {record.id!r} was cancelled", task_id=record.id)
+        if outcome.status == "waiting":
+            raise _waiting(record.id)
         assert outcome.error is not None
         if outcome.status == "lost":
             raise outcome.error
@@ -341,11 +358,35 @@ class Cairn:
         )
 
     def _recorded_result(self, record: TaskRecord) -> Any:
+        if record.status == "waiting":
+            raise _waiting(record.id)
         if record.status == "completed":
             return self.codec_named(record.codec).decode(record.result or "null")
         if record.status == "cancelled":
             raise TaskCancelled(f"task {record.id!r} was cancelled", task_id=record.id)
         raise _failed(record.id, record.error, record.attempts - record.retry_base)
+
+    # -- signals ------------------------------------------------------------------------
+    def signal(self, task_id: str, name: str, payload: Any = None) -> bool:
+        """Send signal ``name`` with ``payload`` to a task: its ``ctx.wait_for(name)``
+        returns it, whether the task waits already or gets there later. A waiting
+        task is woken (a worker, or running it again, takes it up).
+
+        Returns False if that signal was sent to the task before (the first one
+        stands). Raises ``UnknownTask`` for an unknown id, and ``TaskError`` for
+        a task that has ended."""
+        record = self.store.get_task(task_id)
+        if record is None:
+            raise UnknownTask(f"no task {task_id!r} in {self.store_url}", task_id=task_id)
+        if record.status in ("completed", "failed", "cancelled"):
+            raise TaskError(
+                f"task {task_id!r} is {record.status}; it waits for no signal. "
+                "`cairn retry` it first if it should run again.",
+                task_id=task_id,
+            )
+        # Signals are JSON, whatever the app's codec: the CLI sends them too.
+        encoded = _SIGNAL_CODEC.encode(payload)
+        return self.store.send_signal(task_id, name, encoded, _SIGNAL_CODEC.name, self.clock.now())
 
     # -- batches ------------------------------------------------------------------------
     def enqueue(
@@ -371,7 +412,7 @@ class Cairn:
             )
 
         def new_task(item: Mapping[str, Any]) -> NewTask:
-            args = self._encode_args(task_def, item)
+            args = self.encode_arguments(task_def, item)
             ikey = key(item) if key is not None else item_key(item)
             return NewTask(f"{batch}/{ikey}", task_def.name, args, self.codec.name, batch, ikey)
 
@@ -424,6 +465,31 @@ class Cairn:
             raise TaskConflict(f"task {task_def.name!r} is not async; use run_batch for sync tasks")
         self.enqueue(batch, task_def, items, key=key)
         return await _batch.run_async(self, batch, concurrency, choose_progress(progress))
+
+
+_SIGNAL_CODEC = JsonCodec()
+
+
+def _positive_seconds(value: float | timedelta | None, what: str) -> float | None:
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if seconds <= 0:
+        raise ValueError(f"{what} must be a positive number of seconds, not {seconds:g}")
+    return seconds
+
+
+def _due(record: TaskRecord, now: datetime) -> bool:
+    return record.wake_at is not None and record.wake_at <= now
+
+
+def _waiting(task_id: str) -> TaskWaiting:
+    return TaskWaiting(
+        f"task {task_id!r} is waiting for a signal (ctx.wait_for); no process holds it. "
+        f"Send it with `cairn signal {task_id} NAME 'JSON'` (or app.signal), then run it "
+        "again or let a worker take it up.",
+        task_id=task_id,
+    )
 
 
 def _failed(task_id: str, error_json: str | None, attempts: int) -> TaskFailed:

@@ -11,12 +11,13 @@ function, and an awaitable when ``fn`` is an ``async def``; the same goes for
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import random as _random
 import uuid as _uuid
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from contextvars import ContextVar
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from cairn._effects import adrive, drive
@@ -27,7 +28,11 @@ from cairn.keys import bounded_key
 from cairn.retry import NO_RETRY, Retry
 
 if TYPE_CHECKING:
+    from cairn._children import ChildTask
+    from cairn._waiting import Signal
     from cairn.agent.conversation import Conversation
+    from cairn.app import Cairn
+    from cairn.task import TaskDef
 
 T = TypeVar("T")
 
@@ -50,12 +55,46 @@ def _is_async(fn: Callable[..., Any]) -> bool:
     )
 
 
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _outside_context(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn``, called with no current task context: an item of a map is a step,
+    so a ``@cairn.step`` function used as one must run plainly, not checkpoint
+    itself a second time at a position of its own."""
+    if _is_async(fn):
+
+        async def acall(*args: Any) -> Any:
+            token = _current.set(None)
+            try:
+                return await fn(*args)
+            finally:
+                _current.reset(token)
+
+        return acall
+
+    def call(*args: Any) -> Any:
+        token = _current.set(None)
+        try:
+            return fn(*args)
+        finally:
+            _current.reset(token)
+
+    return call
+
+
 class Context:
     """Handed to every task function as its first argument."""
 
-    def __init__(self, run: TaskRun, default_step_retry: Retry) -> None:
+    def __init__(self, run: TaskRun, default_step_retry: Retry, app: Cairn | None = None) -> None:
         self._run = run
         self._default_step_retry = default_step_retry
+        self._app = app
 
     @property
     def task_id(self) -> str:
@@ -211,6 +250,91 @@ class Context:
         if _is_async(fn) or (reconcile is not None and _is_async(reconcile)):
             return adrive(machine, self._run.clock)
         return drive(machine, self._run.clock)
+
+    # -- fan-out ---------------------------------------------------------------------
+    def map(
+        self,
+        fn: Callable[[Any], Any],
+        items: Iterable[Any],
+        /,
+        *,
+        name: str | None = None,
+        concurrency: int = 4,
+        key: Callable[[Any], Any] | None = None,
+        retry: Retry | None = None,
+    ) -> Any:
+        """Run ``fn(item)`` for each item as a checkpointed step, up to
+        ``concurrency`` at once (threads; coroutines when ``fn`` is async, and
+        then this returns an awaitable). Returns the results in item order.
+
+        Each item is checkpointed on its own, as ``name[key]`` (``name``
+        defaults to ``fn``'s name; ``key(item)`` to the item itself when it is a
+        str or int, else its index). A resumed map runs only the items without a
+        checkpoint, and ``concurrency`` may differ between runs. An item that
+        fails (after its ``retry``) does not stop the others; the first failure
+        is raised once they end, their checkpoints kept. ``fn`` runs as a plain
+        step: it must not call ``ctx`` itself.
+        """
+        from cairn import _fanout
+
+        if concurrency < 1:
+            raise ValueError(f"ctx.map concurrency must be at least 1, not {concurrency}")
+        label = name or getattr(fn, "__name__", None) or "map"
+        listed = list(items)
+        names = _fanout.item_names(label, listed, key)
+        first = _fanout.open_map(self._run, label, len(listed))
+        plain = _outside_context(fn)
+        policy = retry or self._default_step_retry
+        if _is_async(fn):
+            return _fanout.arun_items(self._run, plain, listed, names, first, concurrency, policy)
+        return _fanout.run_items(self._run, plain, listed, names, first, concurrency, policy)
+
+    def spawn(
+        self, task: TaskDef[..., Any], /, *, key: str | None = None, **kwargs: Any
+    ) -> ChildTask:
+        """Start ``task(**kwargs)`` as a child task and return its handle, once:
+        a resumed parent gets the same child back. The child's id is this task's
+        id + ``/`` + ``key`` (default: the task name and the spawn's position).
+        Workers (or the join) run it; ``ctx.join`` waits for it."""
+        from cairn._children import spawn
+
+        return spawn(self._need_app("spawn"), self._run, task, key, kwargs)
+
+    def join(self, *children: ChildTask | Iterable[ChildTask], poll: float = 30.0) -> Any:
+        """Wait for child tasks and return their results in order (an awaitable in
+        an async task). Recorded: a resumed parent does not look again.
+
+        A child nobody has started runs right here; one running elsewhere is
+        polled for; if every unfinished child waits for a signal, this task
+        suspends too and looks again every ``poll`` seconds. A failed or
+        cancelled child raises ``ChildFailed``."""
+        from cairn._children import ChildTask, join_machine
+
+        handles: list[ChildTask] = []
+        for child in children:
+            handles.extend([child] if isinstance(child, ChildTask) else child)
+        app = self._need_app("join")
+        if _in_event_loop():
+            return adrive(join_machine(app, self._run, handles, poll, True), self._run.clock)
+        return drive(join_machine(app, self._run, handles, poll, False), self._run.clock)
+
+    # -- waiting for people and events ---------------------------------------------------
+    def wait_for(self, name: str, /, *, timeout: float | timedelta | None = None) -> Signal:
+        """Wait durably for signal ``name`` (``cairn signal TASK NAME JSON`` or
+        ``app.signal``) and return it; ``timeout`` (seconds or a timedelta)
+        returns a ``Signal`` with ``timed_out=True`` instead.
+
+        If the signal is not there yet, the task is suspended: it stops here,
+        holding no process, and is taken up again (replaying to this point) when
+        the signal arrives or the timeout passes. Use one name per wait."""
+        from cairn._waiting import seconds_of, wait_for
+
+        return wait_for(self._run, name, seconds_of(timeout))
+
+    def _need_app(self, what: str) -> Cairn:
+        if self._app is None:
+            raise RuntimeError(f"ctx.{what} needs a context made by a Cairn app")
+        return self._app
 
     # -- durable sleep ---------------------------------------------------------------
     def sleep(self, seconds: float) -> None:

@@ -14,7 +14,9 @@ The hierarchy::
     │   ├── TaskConflict            same task id, different function or arguments
     │   ├── TaskBusy                a live process owns the task right now
     │   ├── TaskFailed              the task ended failed; carries the recorded error
-    │   └── TaskCancelled           the task ended cancelled
+    │   │   └── ChildFailed         a task joined by ctx.join ended failed or cancelled
+    │   ├── TaskCancelled           the task ended cancelled
+    │   └── TaskWaiting             the task is suspended, waiting for a signal
     ├── NonDeterminismError         replay asked for something else at a position
     ├── CodecError                  a value cannot be encoded or decoded
     └── OperationError              about one operation key
@@ -25,7 +27,9 @@ The hierarchy::
 
     CairnControl (BaseException)    control flow an agent must not swallow
     ├── LeaseLost                   another worker owns the task now; stop at once
-    └── Cancelled                   the task was cancelled; stop at once
+    ├── Cancelled                   the task was cancelled; stop at once
+    ├── Suspended                   the task now waits for a signal; stop here
+    └── TimeLimitExceeded           the task ran past its max_duration; it fails
 
 ``LeaseLost`` and ``Cancelled`` derive from ``BaseException`` so that an agent's
 ``except Exception:`` cannot swallow them and carry on writing.
@@ -96,6 +100,15 @@ class TaskCancelled(TaskError):
     """The task ended cancelled."""
 
 
+class TaskWaiting(TaskError):
+    """The task is suspended in ``ctx.wait_for``; no process holds it. Send the
+    signal, then run it again or let a worker take it up."""
+
+    def __init__(self, message: str, *, task_id: str, waiting_for: str | None = None) -> None:
+        super().__init__(message, task_id=task_id)
+        self.waiting_for = waiting_for
+
+
 class NonDeterminismError(CairnError):
     """On replay, the code asked for something other than what is recorded.
 
@@ -114,6 +127,12 @@ class NonDeterminismError(CairnError):
         self.seq = seq
         self.recorded = recorded
         self.current = current
+
+
+class ChildFailed(TaskFailed):
+    """A child task given to ``ctx.join`` ended failed or cancelled. Never
+    retried by the parent's policy: the child's end is final until an operator
+    retries it (``cairn retry CHILD``), then the parent."""
 
 
 class CodecError(CairnError):
@@ -180,6 +199,32 @@ class LeaseLost(CairnControl):
             "is written."
         )
         self.task_id = task_id
+
+
+class Suspended(CairnControl):
+    """The task suspended itself (``ctx.wait_for``): this process stops running it,
+    and it holds no process until a signal (or its timeout) wakes it."""
+
+    def __init__(self, task_id: str, waiting_for: str) -> None:
+        super().__init__(f"task {task_id!r} is waiting for {waiting_for!r}")
+        self.task_id = task_id
+        self.waiting_for = waiting_for
+
+
+class TimeLimitExceeded(CairnControl):
+    """The task ran longer than its ``max_duration``; it fails, not retried.
+
+    A ``BaseException``, so an agent's ``except Exception:`` cannot keep a task
+    running past its limit."""
+
+    def __init__(self, task_id: str, limit_seconds: float) -> None:
+        super().__init__(
+            f"task {task_id!r} ran longer than its max_duration of {limit_seconds:g}s "
+            "(counted from its first start); stopped at a step boundary. Raise the "
+            "limit and `cairn retry` it to go on from its last checkpoint."
+        )
+        self.task_id = task_id
+        self.limit_seconds = limit_seconds
 
 
 class Cancelled(CairnControl):

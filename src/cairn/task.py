@@ -30,6 +30,9 @@ class TaskDef(Generic[P, R]):
     name: str
     fn: Callable[Concatenate[Context, P], R]
     retry: Retry | None
+    # Seconds from the task's first start after which it stops at its next step
+    # boundary and fails (TimeLimitExceeded); None for no limit.
+    max_duration: float | None = None
 
     @property
     def is_async(self) -> bool:

@@ -42,6 +42,8 @@ class WorkerReport:
     completed: int = 0
     failed: int = 0
     lost: int = 0
+    # Tasks that suspended (ctx.wait_for) and now wait for a signal.
+    suspended: int = 0
     handed_back: list[str] = field(default_factory=list)
 
 
@@ -188,4 +190,6 @@ class Worker:
                 self.report.failed += 1
             elif outcome.status == "lost":
                 self.report.lost += 1
+            elif outcome.status == "waiting":
+                self.report.suspended += 1
         log.info("cairn worker: task %s %s", outcome.task_id, outcome.status)

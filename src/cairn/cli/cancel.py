@@ -11,10 +11,10 @@ from ._common import DEFAULT_URL, StoreOption, fail, opened_store
 
 CANCEL = Action(
     done="cancelled",
-    sources=("pending", "running"),
+    sources=("pending", "running", "waiting"),
     target="cancelled",
     apply=lambda store, task_id, stamp: store.cancel_task(task_id, stamp),
-    remarks={"running": "its process stops at its next write"},
+    remarks={"running": "its process stops at its next step boundary"},
 )
 
 
@@ -28,9 +28,9 @@ def cancel_command(
     ] = None,
     store: StoreOption = DEFAULT_URL,
 ) -> None:
-    """Cancel a pending or running task, or every unfinished task of a batch.
+    """Cancel a pending, running or waiting task, or every unfinished task of a batch.
 
-    A running task's process notices at its next write and stops there.
+    A running task's process notices at its next step boundary and stops there.
     `cairn retry` brings a cancelled task back.
     """
     if (task_id is None) == (batch is None):

@@ -22,6 +22,7 @@ from cairn.store.records import (
     OperationClaim,
     OperationRecord,
     RecordedCall,
+    SignalRecord,
     StepRecord,
     TaskRecord,
 )
@@ -107,6 +108,24 @@ class Store(Protocol):
     def release_task(self, task_id: str, fence: int, now: datetime) -> bool:
         """Hand a running task back as pending (clean shutdown). The fence moves,
         so the process that held it can write nothing more."""
+        ...
+
+    # -- waiting and signals ------------------------------------------------------
+    def suspend_task(
+        self, task_id: str, fence: int, signal: str, wake_at: datetime | None, now: datetime
+    ) -> bool:
+        """Move a running task to waiting (until ``wake_at``, or a signal) if the
+        fence holds and no signal ``signal`` has arrived for it yet. False if
+        either check failed; the caller looks which."""
+        ...
+
+    def send_signal(self, task_id: str, name: str, payload: str, codec: str, now: datetime) -> bool:
+        """Record signal ``name`` for the task (False if one was sent already) and
+        wake the task if it is waiting, in one transaction."""
+        ...
+
+    def get_signal(self, task_id: str, name: str) -> SignalRecord | None:
+        """The signal ``name`` sent to the task, or None."""
         ...
 
     # -- the fenced write path -----------------------------------------------

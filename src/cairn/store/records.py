@@ -10,13 +10,25 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, NamedTuple
 
-TaskStatus = Literal["pending", "running", "completed", "failed", "cancelled"]
-TASK_STATUSES: tuple[TaskStatus, ...] = ("pending", "running", "completed", "failed", "cancelled")
+# "waiting": suspended by ctx.wait_for (or a join on waiting children), holding
+# no process, until a signal arrives or its wake_at passes.
+TaskStatus = Literal["pending", "running", "waiting", "completed", "failed", "cancelled"]
+TASK_STATUSES: tuple[TaskStatus, ...] = (
+    "pending",
+    "running",
+    "waiting",
+    "completed",
+    "failed",
+    "cancelled",
+)
 FINISHED_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 
-# "llm": a recorded model call; "conv": a conversation's compaction (cairn.agent).
-StepKind = Literal["step", "input", "sleep", "op", "llm", "conv"]
-StepStatus = Literal["completed", "retrying", "failed"]
+# "llm": a recorded model call; "conv": a conversation's compaction (cairn.agent);
+# "map": the head of a ctx.map (its items follow as steps); "spawn", "join":
+# a child task started and its results; "wait": a ctx.wait_for.
+StepKind = Literal["step", "input", "sleep", "op", "llm", "conv", "map", "spawn", "join", "wait"]
+# "waiting": a ctx.wait_for that has not been answered yet.
+StepStatus = Literal["completed", "retrying", "failed", "waiting"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +41,7 @@ class NewTask:
     codec: str
     batch: str | None = None
     item_key: str | None = None
+    parent_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +68,9 @@ class TaskRecord:
     updated_at: datetime
     # Times it was taken over while running (owner died, lease ran out).
     interruptions: int = 0
+    # For a waiting task: when its timeout wakes it (None: only a signal does).
+    wake_at: datetime | None = None
+    parent_id: str | None = None
 
 
 class StepRecord(NamedTuple):
@@ -93,6 +109,17 @@ class BatchSummary:
     @property
     def total(self) -> int:
         return sum(self.counts.values())
+
+
+@dataclass(frozen=True, slots=True)
+class SignalRecord:
+    """A signal sent to a task: ``payload`` is encoded text, in ``codec``."""
+
+    task_id: str
+    name: str
+    payload: str
+    codec: str
+    sent_at: datetime
 
 
 OperationStatus = Literal["claimed", "completed", "failed", "in_doubt", "released"]

@@ -18,7 +18,7 @@ from cairn.store.records import MessageRecord, OperationRecord, StepRecord, Task
 TASK_COLUMNS = (
     "id, batch, item_key, name, args, codec, status, attempts, retry_base, fence, owner, "
     "lease_expires_at, result, error, created_at, started_at, finished_at, updated_at, "
-    "interruptions"
+    "interruptions, wake_at, parent_id"
 )
 STEP_COLUMNS = (
     "task_id, seq, kind, name, status, output, attempts, task_attempt, run_attempts, "
@@ -36,13 +36,14 @@ INSERT_BATCH = (
 )
 INSERT_TASK = (
     "INSERT INTO tasks (id, batch, item_key, name, args, codec, status, created_at, "
-    "updated_at) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?) ON CONFLICT (id) DO NOTHING"
+    "updated_at, parent_id) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?) "
+    "ON CONFLICT (id) DO NOTHING"
 )
 # Taking over a task that was still running counts as an interruption.
 CLAIM_SET = (
     "interruptions = interruptions + CASE WHEN status = 'running' THEN 1 ELSE 0 END, "
     "status = 'running', owner = ?, lease_expires_at = ?, fence = fence + 1, "
-    "started_at = COALESCE(started_at, ?), updated_at = ?"
+    "started_at = COALESCE(started_at, ?), updated_at = ?, wake_at = NULL"
 )
 # {filter} picks the candidates (one batch, or any batch of some task names);
 # {lock} is where a backend that can adds FOR UPDATE SKIP LOCKED.
@@ -51,10 +52,38 @@ CLAIM_NEXT = (
     "SELECT pos FROM tasks WHERE {filter} AND status = 'pending' ORDER BY pos LIMIT 1{lock}"
     f") AND status = 'pending' RETURNING {TASK_COLUMNS}"
 )
+# A waiting task whose timeout has passed is taken up like a pending one.
+CLAIM_DUE = (
+    f"UPDATE tasks SET {CLAIM_SET} WHERE pos = ("
+    "SELECT pos FROM tasks WHERE status = 'waiting' AND wake_at <= ? AND {filter} "
+    "ORDER BY wake_at LIMIT 1{lock}"
+    f") AND status = 'waiting' RETURNING {TASK_COLUMNS}"
+)
 CLAIM_TASK = (
     f"UPDATE tasks SET {CLAIM_SET} WHERE id = ? AND fence = ? "
-    f"AND (status = 'pending' OR status = 'running') RETURNING {TASK_COLUMNS}"
+    "AND (status = 'pending' OR status = 'running' OR (status = 'waiting' AND wake_at <= ?)) "
+    f"RETURNING {TASK_COLUMNS}"
 )
+# Suspend a running task (ctx.wait_for) unless the signal it waits for is there
+# already: checked in the same statement, so a signal sent at any moment either
+# is seen here or finds the task waiting and wakes it.
+SUSPEND = (
+    "UPDATE tasks SET status = 'waiting', wake_at = ?, owner = NULL, "
+    "lease_expires_at = NULL, updated_at = ? "
+    "WHERE id = ? AND fence = ? AND status = 'running' "
+    "AND NOT EXISTS (SELECT 1 FROM signals WHERE task_id = ? AND name = ?)"
+)
+INSERT_SIGNAL = (
+    "INSERT INTO signals (task_id, name, payload, codec, sent_at) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (task_id, name) DO NOTHING"
+)
+# A signal wakes its task if the task is waiting (for it or for anything: the
+# task looks again at what it waits for, and waits again if it must).
+WAKE = (
+    "UPDATE tasks SET status = 'pending', wake_at = NULL, updated_at = ? "
+    "WHERE id = ? AND status = 'waiting'"
+)
+GET_SIGNAL = "SELECT payload, codec, sent_at FROM signals WHERE task_id = ? AND name = ?"
 RUNNING_ALL = f"SELECT {TASK_COLUMNS} FROM tasks WHERE status = 'running' ORDER BY pos"
 RUNNING_OF_BATCH = (
     f"SELECT {TASK_COLUMNS} FROM tasks WHERE batch = ? AND status = 'running' ORDER BY pos"
@@ -88,7 +117,7 @@ BATCH_SUMMARIES = (
 CANCEL = (
     "UPDATE tasks SET status = 'cancelled', fence = fence + 1, owner = NULL, "
     "lease_expires_at = NULL, finished_at = ?, updated_at = ? "
-    "WHERE id = ? AND (status = 'pending' OR status = 'running')"
+    "WHERE id = ? AND (status = 'pending' OR status = 'running' OR status = 'waiting')"
 )
 RETRY = (
     "UPDATE tasks SET status = 'pending', retry_base = attempts, result = NULL, "
@@ -184,6 +213,8 @@ def task_record(row: tuple[Any, ...]) -> TaskRecord:
         finished_at=opt_time(row[16]),
         updated_at=time_of(row[17]),
         interruptions=row[18],
+        wake_at=opt_time(row[19]),
+        parent_id=row[20],
     )
 
 

@@ -29,6 +29,7 @@ from cairn.store.records import (
     OperationClaim,
     OperationRecord,
     RecordedCall,
+    SignalRecord,
     StepRecord,
     TaskRecord,
 )
@@ -130,7 +131,8 @@ class SQLStore(ABC):
             batches = sorted({(t.batch, t.name) for t in chunk if t.batch is not None})
             batch_rows = [(b, n, stamp) for b, n in batches]
             task_rows = [
-                (t.id, t.batch, t.item_key, t.name, t.args, t.codec, stamp, stamp) for t in chunk
+                (t.id, t.batch, t.item_key, t.name, t.args, t.codec, stamp, stamp, t.parent_id)
+                for t in chunk
             ]
             with self._writing():
                 write = partial(_write_chunk, batch_rows, task_rows, self.announce_work)
@@ -160,6 +162,11 @@ class SQLStore(ABC):
         statement = sql.CLAIM_NEXT.format(filter=where, lock=self.claim_lock_clause)
         with self._writing():
             rows = self._exec(statement, params).rows
+        if not rows:
+            # Nothing pending: a waiting task whose timeout has come, if any.
+            due = sql.CLAIM_DUE.format(filter=where, lock=self.claim_lock_clause)
+            with self._writing():
+                rows = self._exec(due, [*params[:4], stamp, *params[4:]]).rows
         if rows:
             return sql.task_record(rows[0])
         return None
@@ -168,7 +175,7 @@ class SQLStore(ABC):
         self, task_id: str, expected_fence: int, owner: str, lease_until: datetime, now: datetime
     ) -> TaskRecord | None:
         stamp = self._ts(now)
-        params = (owner, self._ts(lease_until), stamp, stamp, task_id, expected_fence)
+        params = (owner, self._ts(lease_until), stamp, stamp, task_id, expected_fence, stamp)
         with self._writing():
             rows = self._exec(sql.CLAIM_TASK, params).rows
         return sql.task_record(rows[0]) if rows else None
@@ -187,6 +194,35 @@ class SQLStore(ABC):
     def release_task(self, task_id: str, fence: int, now: datetime) -> bool:
         with self._writing():
             return self._exec(sql.RELEASE, (self._ts(now), task_id, fence)).rowcount == 1
+
+    # -- waiting and signals --------------------------------------------------------------
+    def suspend_task(
+        self, task_id: str, fence: int, signal: str, wake_at: datetime | None, now: datetime
+    ) -> bool:
+        wake = None if wake_at is None else self._ts(wake_at)
+        params = (wake, self._ts(now), task_id, fence, task_id, signal)
+        with self._writing():
+            return self._exec(sql.SUSPEND, params).rowcount == 1
+
+    def send_signal(self, task_id: str, name: str, payload: str, codec: str, now: datetime) -> bool:
+        stamp = self._ts(now)
+
+        def send(tx: Tx) -> bool:
+            sent = tx.exec(sql.INSERT_SIGNAL, (task_id, name, payload, codec, stamp)).rowcount
+            woken = tx.exec(sql.WAKE, (stamp, task_id)).rowcount
+            if woken and self.announce_work:
+                tx.exec(self.announce_work)
+            return sent == 1
+
+        with self._writing():
+            return self._atomically(send)
+
+    def get_signal(self, task_id: str, name: str) -> SignalRecord | None:
+        rows = self._exec(sql.GET_SIGNAL, (task_id, name)).rows
+        if not rows:
+            return None
+        payload, codec, sent_at = rows[0]
+        return SignalRecord(task_id, name, payload, codec, sql.time_of(sent_at))
 
     # -- the fenced write path -----------------------------------------------------------
     def load_history(self, task_id: str) -> dict[int, StepRecord]:

@@ -23,7 +23,7 @@ CREATE TABLE tasks (
     args             TEXT NOT NULL,
     codec            TEXT NOT NULL,
     status           TEXT NOT NULL
-        CHECK (status IN ('pending', 'running', 'completed', 'failed', 'cancelled')),
+        CHECK (status IN ('pending', 'running', 'completed', 'failed', 'cancelled', 'waiting')),
     attempts         INTEGER NOT NULL DEFAULT 0,
     retry_base       INTEGER NOT NULL DEFAULT 0,
     fence            BIGINT NOT NULL DEFAULT 0,
@@ -35,20 +35,29 @@ CREATE TABLE tasks (
     started_at       TIMESTAMPTZ,
     finished_at      TIMESTAMPTZ,
     updated_at       TIMESTAMPTZ NOT NULL,
-    interruptions    INTEGER NOT NULL DEFAULT 0
+    interruptions    INTEGER NOT NULL DEFAULT 0,
+    -- A 'waiting' task (suspended by ctx.wait_for, holding no process) is taken
+    -- up again when a signal arrives or, if set, once this time has passed.
+    wake_at          TIMESTAMPTZ,
+    -- The task that spawned this one (ctx.spawn), if any.
+    parent_id        TEXT
 );
 
 CREATE INDEX tasks_by_batch_status ON tasks (batch, status, pos);
 CREATE INDEX tasks_by_status ON tasks (status);
 CREATE INDEX tasks_by_owner ON tasks (owner) WHERE status = 'running';
+-- Waiting tasks whose timeout has come are found without a scan.
+CREATE INDEX tasks_waking ON tasks (wake_at) WHERE status = 'waiting';
 
 CREATE TABLE steps (
     task_id      TEXT NOT NULL,
     seq          INTEGER NOT NULL,
     kind         TEXT NOT NULL
-        CHECK (kind IN ('step', 'input', 'sleep', 'op', 'llm', 'conv')),
+        CHECK (kind IN ('step', 'input', 'sleep', 'op', 'llm', 'conv', 'map', 'spawn', 'join',
+            'wait')),
     name         TEXT NOT NULL,
-    status       TEXT NOT NULL CHECK (status IN ('completed', 'retrying', 'failed')),
+    status       TEXT NOT NULL
+        CHECK (status IN ('completed', 'retrying', 'failed', 'waiting')),
     output       TEXT,
     attempts     INTEGER NOT NULL,
     task_attempt INTEGER NOT NULL,
@@ -83,6 +92,18 @@ CREATE TABLE operations (
 -- history): every index is written on each claim and record, and the audit
 -- listings (by time, status) can afford a scan where an operation cannot.
 CREATE INDEX operations_by_task ON operations (task_id);
+
+-- Signals sent to tasks (cairn signal, Cairn.signal): one per (task, name). A
+-- task's ctx.wait_for(name) takes it whenever it arrives, before or after the
+-- task began waiting.
+CREATE TABLE signals (
+    task_id TEXT NOT NULL,
+    name    TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    codec   TEXT NOT NULL,
+    sent_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (task_id, name)
+);
 
 -- An agent's conversations: a small integer key per (task, name), then one row
 -- per message, appended, never rewritten (see the SQLite schema for the meaning

@@ -24,7 +24,8 @@ CREATE TABLE tasks (
     -- CHECKs are written as OR chains: SQLite builds a temporary table for an
     -- IN list on every insert, which cost ~15 us a step on the hot path.
     status           TEXT NOT NULL CHECK (status = 'pending' OR status = 'running'
-        OR status = 'completed' OR status = 'failed' OR status = 'cancelled'),
+        OR status = 'completed' OR status = 'failed' OR status = 'cancelled'
+        OR status = 'waiting'),
     -- attempts counts task attempts started and is never reset; retry_base is its
     -- value at the last manual retry, so the budget used is attempts - retry_base.
     attempts         INTEGER NOT NULL DEFAULT 0,
@@ -41,23 +42,32 @@ CREATE TABLE tasks (
     updated_at       TEXT NOT NULL,
     -- Times the task was taken over while running (its owner died, its lease
     -- ran out, or its call was interrupted): the basis of the restart metrics.
-    interruptions    INTEGER NOT NULL DEFAULT 0
+    interruptions    INTEGER NOT NULL DEFAULT 0,
+    -- A 'waiting' task (suspended by ctx.wait_for, holding no process) is taken
+    -- up again when a signal arrives or, if set, once this time has passed.
+    wake_at          TEXT,
+    -- The task that spawned this one (ctx.spawn), if any.
+    parent_id        TEXT
 );
 
 -- Claiming the next pending task of a batch, and finding a batch's running tasks,
 -- touch only the rows in that state: resume cost does not grow with finished tasks.
 CREATE INDEX tasks_by_batch_status ON tasks (batch, status, pos);
 CREATE INDEX tasks_by_status ON tasks (status);
+-- Waiting tasks whose timeout has come are found without a scan.
+CREATE INDEX tasks_waking ON tasks (wake_at) WHERE status = 'waiting';
 
 CREATE TABLE steps (
     task_id      TEXT NOT NULL,
     seq          INTEGER NOT NULL,
     kind         TEXT NOT NULL
         CHECK (kind = 'step' OR kind = 'input' OR kind = 'sleep' OR kind = 'op'
-            OR kind = 'llm' OR kind = 'conv'),
+            OR kind = 'llm' OR kind = 'conv' OR kind = 'map' OR kind = 'spawn'
+            OR kind = 'join' OR kind = 'wait'),
     name         TEXT NOT NULL,
     status       TEXT NOT NULL
-        CHECK (status = 'completed' OR status = 'retrying' OR status = 'failed'),
+        CHECK (status = 'completed' OR status = 'retrying' OR status = 'failed'
+            OR status = 'waiting'),
     output       TEXT,
     -- attempts is the total over the task's life; run_attempts counts those made
     -- during task attempt number task_attempt (the step's retry budget).
@@ -99,6 +109,18 @@ CREATE TABLE operations (
 -- history): every index is written on each claim and record, and the audit
 -- listings (by time, status) can afford a scan where an operation cannot.
 CREATE INDEX operations_by_task ON operations (task_id);
+
+-- Signals sent to tasks (cairn signal, Cairn.signal): one per (task, name). A
+-- task's ctx.wait_for(name) takes it whenever it arrives, before or after the
+-- task began waiting.
+CREATE TABLE signals (
+    task_id TEXT NOT NULL,
+    name    TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    codec   TEXT NOT NULL,
+    sent_at TEXT NOT NULL,
+    PRIMARY KEY (task_id, name)
+) WITHOUT ROWID;
 
 -- An agent's conversations. Each (task, name) gets a small integer key once, when
 -- the conversation is first opened, so message rows and their index entries

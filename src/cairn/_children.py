@@ -1,0 +1,212 @@
+"""``ctx.spawn`` and ``ctx.join``: child tasks and waiting for their results.
+
+A child is an ordinary task with an id derived from its parent's (``parent/key``;
+by default the key is the child's function name and the spawn's position), in
+the parent's batch, so any worker or the batch's own runner may take it. The
+spawn is a history entry holding the child's id: a resumed parent replays it and
+never starts a second child. The join is a history entry holding the children's
+results: a resumed parent gets them back without looking at the children again.
+
+While joining, a child no one has started is run right here, in the parent's
+thread, so a parent run with ``app.run`` (no workers) still makes progress. A
+child that another live process runs is polled for. A child that is itself
+waiting (for a signal) suspends the parent too, which then looks again every
+``poll`` seconds without holding a process. A child that failed or was cancelled
+raises ``ChildFailed``, which no retry policy retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from cairn._effects import Call, Machine, Wait
+from cairn._machines import _What, entry
+from cairn._taskrun import TaskRun
+from cairn.errors import ChildFailed, Suspended, TaskConflict, UnknownTask
+from cairn.ownership import claim_lock, mark_active
+from cairn.store.records import NewTask, TaskRecord
+
+if TYPE_CHECKING:
+    from cairn.app import Cairn
+    from cairn.task import TaskDef
+
+
+@dataclass(frozen=True, slots=True)
+class ChildTask:
+    """A handle on a task started with ``ctx.spawn``: give it to ``ctx.join``."""
+
+    task_id: str
+
+
+def spawn(
+    app: Cairn, run: TaskRun, task: TaskDef[..., Any], key: str | None, kwargs: dict[str, Any]
+) -> ChildTask:
+    """Create the child task once (replay returns the recorded handle)."""
+    task_def = app.registered(task.name)
+    seq = run.next_seq()
+    record = run.replayed(seq, "spawn", task_def.name)
+    what = _What("spawn", task_def.name)
+    if record is not None and record.status == "completed":
+        return ChildTask(run.decode(record.output or "null", what))
+    started = run.now()
+    args = app.encode_arguments(task_def, kwargs)
+    child_id = f"{run.task_id}/{key if key is not None else f'{task_def.name}.{seq}'}"
+    child = NewTask(child_id, task_def.name, args, app.codec.name, run.batch, child_id, run.task_id)
+    # Insert-if-absent: a parent that died after this and before its record
+    # finds its child here on the next run, and the check below accepts it.
+    app.store.create_task(child, started)
+    existing = app.store.get_task(child_id)
+    if existing is None or existing.name != task_def.name or not app.same_arguments(existing, args):
+        raise TaskConflict(
+            f"ctx.spawn: task id {child_id!r} already belongs to another task "
+            f"({None if existing is None else existing.name!r}); give spawn a key= of its own",
+            task_id=run.task_id,
+        )
+    output = run.encode(child_id, what)
+    run.write(
+        entry(
+            run,
+            seq,
+            "spawn",
+            task_def.name,
+            "completed",
+            output=output,
+            attempts=1,
+            run_attempts=1,
+            started_at=started,
+        )
+    )
+    return ChildTask(child_id)
+
+
+def _failed(child: TaskRecord) -> ChildFailed:
+    error: dict[str, Any] = json.loads(child.error) if child.error else {}
+    how = "was cancelled" if child.status == "cancelled" else "failed"
+    return ChildFailed(
+        f"child task {child.id!r} {how}: {error.get('type', '?')}: {error.get('message', '')}. "
+        f"Retry it with `cairn retry {child.id}`, then retry this task.",
+        task_id=child.id,
+        error=error,
+    )
+
+
+def join_machine(
+    app: Cairn,
+    run: TaskRun,
+    children: Sequence[ChildTask],
+    poll: float,
+    in_loop: bool,
+) -> Machine[list[Any]]:
+    """Wait for every child to complete and return their results, in order."""
+    seq = run.next_seq()
+    record = run.replayed(seq, "join", "join")
+    what = _What("join", "join")
+    if record is not None and record.status == "completed":
+        return run.decode(record.output or "[]", what)  # type: ignore[no-any-return]
+    started = run.now()
+    ids = [child.task_id for child in children]
+    while True:
+        records: list[TaskRecord] = []
+        for task_id in ids:
+            found = app.store.get_task(task_id)
+            if found is None:
+                raise UnknownTask(f"ctx.join: no task {task_id!r}", task_id=task_id)
+            records.append(found)
+        for child in records:
+            if child.status in ("failed", "cancelled"):
+                raise _failed(child)
+        if all(child.status == "completed" for child in records):
+            results = [
+                app.codec_named(child.codec).decode(child.result or "null") for child in records
+            ]
+            output = run.encode(results, what)
+            run.write(
+                entry(
+                    run,
+                    seq,
+                    "join",
+                    "join",
+                    "completed",
+                    output=output,
+                    attempts=1,
+                    run_attempts=1,
+                    started_at=started,
+                )
+            )
+            return run.decode(output, what)  # type: ignore[no-any-return]
+        now = run.now()
+        runnable = next((c for c in records if _startable(app, c, now)), None)
+        if runnable is not None:
+            runner = _arun_inline if in_loop else _run_inline
+            yield Call(runner, (app, runnable), {})
+            continue
+        if any(c.status == "waiting" for c in records) and not any(
+            c.status == "running" for c in records
+        ):
+            # Every unfinished child waits for a signal: so does the parent, until
+            # its next look, holding no process.
+            wake = now + timedelta(seconds=poll)
+            if run.store.suspend_task(run.task_id, run.fence, "", wake, now):
+                raise Suspended(run.task_id, "its children")
+            run.check_still_ours()
+            continue
+        yield Wait(run.poll_interval)
+
+
+def _startable(app: Cairn, child: TaskRecord, now: Any) -> bool:
+    if child.status == "pending":
+        return True
+    if child.status == "waiting":
+        return child.wake_at is not None and child.wake_at <= now
+    if child.status == "running":
+        return app.reclaimable(child)
+    return False
+
+
+def _claim(app: Cairn, child: TaskRecord) -> TaskRecord | None:
+    with claim_lock:
+        claimed = app.store.claim_task(
+            child.id, child.fence, app.owner, app.leases.lease_until(), app.clock.now()
+        )
+        if claimed is not None:
+            mark_active(claimed.id)
+        return claimed
+
+
+def _run_inline(app: Cairn, child: TaskRecord) -> None:
+    """Run a child no one has started in this thread (the parent's)."""
+    from cairn._execute import aexecute, execute
+
+    claimed = _claim(app, child)
+    if claimed is None:
+        return  # another process took it first: the join polls for it
+    app.leases.hold()
+    try:
+        if app.registered(claimed.name).is_async:
+            asyncio.run(aexecute(app, claimed))
+        else:
+            execute(app, claimed)
+    finally:
+        app.leases.drop()
+
+
+async def _arun_inline(app: Cairn, child: TaskRecord) -> None:
+    """``_run_inline`` for a parent running in an event loop."""
+    from cairn._execute import aexecute, execute
+
+    claimed = _claim(app, child)
+    if claimed is None:
+        return
+    app.leases.hold()
+    try:
+        if app.registered(claimed.name).is_async:
+            await aexecute(app, claimed)
+        else:
+            await asyncio.to_thread(execute, app, claimed)
+    finally:
+        app.leases.drop()

@@ -1,0 +1,182 @@
+"""``ctx.map``: one checkpointed step per item, up to N at once.
+
+Positions stay deterministic whatever order items finish in: the map takes one
+position for its head (kind ``map``, recording how many items it has), and item
+``i`` is the step at the head's position + 1 + i, named ``name[key]``. A resumed
+map replays the items that completed and runs only the others, and the number
+of threads may differ between runs: it never enters the record.
+
+Each item runs as an ordinary step (its own retries, its own fenced commit). An
+item that fails does not stop the others: they run to the end, so their
+checkpoints are kept, and then the first failure (in item order) is raised.
+A lease lost or a cancel stops the map at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+from cairn._effects import adrive, drive
+from cairn._machines import _What, entry, step_machine
+from cairn._taskrun import TaskRun
+from cairn.errors import NonDeterminismError
+from cairn.keys import bounded_key
+from cairn.retry import Retry
+
+ItemKey = Callable[[Any], Any]
+
+
+def item_names(name: str, items: Sequence[Any], key: ItemKey | None) -> list[str]:
+    """The checkpoint name of each item, checked for clashes before anything runs."""
+    names: list[str] = []
+    seen: dict[str, int] = {}
+    for index, item in enumerate(items):
+        if key is not None:
+            label = str(key(item))
+        elif isinstance(item, str | int) and not isinstance(item, bool):
+            label = str(item)
+        else:
+            label = str(index)  # position in the list: keep the list's order stable
+        entry_name = bounded_key(f"{name}[{label}]")
+        if entry_name in seen:
+            raise ValueError(
+                f"ctx.map({name!r}): items {seen[entry_name]} and {index} have the same key "
+                f"{label!r}; give map a key= that tells every item apart"
+            )
+        seen[entry_name] = index
+        names.append(entry_name)
+    return names
+
+
+def open_map(run: TaskRun, name: str, count: int) -> int:
+    """Write (or replay) the map's head; return the position of its first item."""
+    seq = run.next_seq()
+    record = run.replayed(seq, "map", name)
+    what = _What("map", name)
+    if record is None:
+        started = run.now()
+        output = run.encode(count, what)
+        run.write(
+            entry(
+                run,
+                seq,
+                "map",
+                name,
+                "completed",
+                output=output,
+                attempts=1,
+                run_attempts=1,
+                started_at=started,
+            )
+        )
+    else:
+        recorded = run.decode(record.output or "0", what)
+        if recorded != count:
+            run.diverged = NonDeterminismError(
+                task_id=run.task_id,
+                seq=seq,
+                recorded=f"map {name} of {recorded} items",
+                current=f"map {name} of {count} items",
+            )
+            raise run.diverged
+    run.seq = seq + count  # the items take the next `count` positions
+    return seq + 1
+
+
+def _first_error(errors: dict[int, BaseException], fatal: list[BaseException]) -> None:
+    if fatal:
+        raise fatal[0]
+    if errors:
+        raise errors[min(errors)]
+
+
+def run_items(
+    run: TaskRun,
+    fn: Callable[[Any], Any],
+    items: Sequence[Any],
+    names: list[str],
+    first_seq: int,
+    concurrency: int,
+    retry: Retry,
+) -> list[Any]:
+    """Run the map's items on up to ``concurrency`` threads; results in item order."""
+    results: list[Any] = [None] * len(items)
+    errors: dict[int, BaseException] = {}
+    fatal: list[BaseException] = []
+    todo = list(range(len(items)))
+    lock = threading.Lock()
+
+    def one(index: int) -> None:
+        machine = step_machine(
+            run, "step", names[index], fn, (items[index],), {}, retry, seq=first_seq + index
+        )
+        results[index] = drive(machine, run.clock)
+
+    def work(own_thread: bool) -> None:
+        try:
+            while not fatal:
+                with lock:
+                    if not todo:
+                        return
+                    index = todo.pop(0)
+                try:
+                    one(index)
+                except Exception as exc:  # noqa: BLE001 - raised after the other items
+                    errors[index] = exc
+                except BaseException as exc:  # noqa: BLE001 - lease lost, cancel: stop all
+                    fatal.append(exc)
+        finally:
+            if own_thread:
+                run.store.close_thread()
+
+    threads = min(concurrency, len(todo))
+    if threads <= 1:
+        work(own_thread=False)
+    else:
+        pool = [
+            threading.Thread(target=work, args=(True,), name=f"cairn-map-{i}", daemon=True)
+            for i in range(threads)
+        ]
+        for thread in pool:
+            thread.start()
+        for thread in pool:
+            thread.join()
+    _first_error(errors, fatal)
+    return results
+
+
+async def arun_items(
+    run: TaskRun,
+    fn: Callable[[Any], Coroutine[Any, Any, Any]],
+    items: Sequence[Any],
+    names: list[str],
+    first_seq: int,
+    concurrency: int,
+    retry: Retry,
+) -> list[Any]:
+    """Run an async map's items as coroutines, up to ``concurrency`` at once."""
+    results: list[Any] = [None] * len(items)
+    errors: dict[int, BaseException] = {}
+    fatal: list[BaseException] = []
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(index: int) -> None:
+        async with gate:
+            if fatal:
+                return
+            machine = step_machine(
+                run, "step", names[index], fn, (items[index],), {}, retry, seq=first_seq + index
+            )
+            try:
+                results[index] = await adrive(machine, run.clock)
+            except Exception as exc:  # noqa: BLE001 - raised after the other items
+                errors[index] = exc
+            except BaseException as exc:  # noqa: BLE001 - lease lost, cancel: stop all
+                fatal.append(exc)
+
+    await asyncio.gather(*(one(index) for index in range(len(items))))
+    _first_error(errors, fatal)
+    return results
