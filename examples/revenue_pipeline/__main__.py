@@ -51,6 +51,8 @@ def services(args: argparse.Namespace, fired_at: datetime) -> Iterator[Simulatio
     with Simulation(Path.cwd(), reporting=reporting, apple=apple, google=google) as simulation:
         simulation.seed_previous_week(data_window(fired_at))
         knobs = {"db_max_connections": args.db_max_connections, "db_latency": args.db_latency}
+        if args.anomaly_parallelism is not None:
+            knobs["anomaly_parallelism"] = args.anomaly_parallelism
         os.environ.update(simulation.settings(**knobs).to_env())
         yield simulation
 
@@ -59,7 +61,7 @@ def main(argv: list[str]) -> int:
     args = parse(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
     os.chdir(args.workdir)  # the cairn store (and the simulated database) live there
-    if args.anomaly_parallelism is not None:
+    if args.anomaly_parallelism is not None:  # the simulation sets it too
         os.environ[ENV["anomaly_parallelism"]] = str(args.anomaly_parallelism)
     fired_at = datetime.combine(args.date, FIRES_AT, TOKYO)
     task_id = f"nightly-revenue/{args.date.isoformat()}"

@@ -89,7 +89,6 @@ class Database:
     def compare_week(self, day: str, week_before: str, country: str) -> dict[str, Any]:
         """The country's revenue on ``day`` and on ``week_before`` (None if missing)."""
         with self.connect() as conn:
-            conn.execute("INSERT INTO calls VALUES ('compare', ?)", (f"{day}/{country}",))
             found = dict(
                 conn.execute(
                     "SELECT day, revenue_micros FROM daily_revenue "
@@ -99,6 +98,7 @@ class Database:
             )
             if self.latency:
                 time.sleep(self.latency)  # a slow query holds its connection
+            conn.execute("INSERT INTO calls VALUES ('compare', ?)", (f"{day}/{country}",))
         return {"country": country, "now": found.get(day), "before": found.get(week_before)}
 
     # -- for setting up and checking ------------------------------------------------------------
