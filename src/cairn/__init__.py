@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from cairn._batch import BatchReport, Failure
+from cairn._children import ChildTask
+from cairn._waiting import Signal
 from cairn.app import Cairn
 from cairn.clock import Clock, SystemClock
 from cairn.codec import Codec, JsonCodec, PickleCodec
@@ -11,6 +13,7 @@ from cairn.errors import (
     CairnControl,
     CairnError,
     Cancelled,
+    ChildFailed,
     CodecError,
     ConfigurationError,
     InDoubtOperation,
@@ -23,6 +26,7 @@ from cairn.errors import (
     RetryAfter,
     SchemaTooNew,
     StoreError,
+    Suspended,
     TaskArgumentsError,
     TaskBusy,
     TaskCancelled,
@@ -30,6 +34,8 @@ from cairn.errors import (
     TaskError,
     TaskFailed,
     TaskNotRegistered,
+    TaskWaiting,
+    TimeLimitExceeded,
     UnknownTask,
 )
 from cairn.keys import op_key
@@ -45,6 +51,8 @@ __all__ = [
     "CairnControl",
     "CairnError",
     "Cancelled",
+    "ChildFailed",
+    "ChildTask",
     "Clock",
     "Codec",
     "CodecError",
@@ -63,7 +71,9 @@ __all__ = [
     "Retry",
     "RetryAfter",
     "SchemaTooNew",
+    "Signal",
     "StoreError",
+    "Suspended",
     "SystemClock",
     "TaskArgumentsError",
     "TaskBusy",
@@ -73,6 +83,8 @@ __all__ = [
     "TaskError",
     "TaskFailed",
     "TaskNotRegistered",
+    "TaskWaiting",
+    "TimeLimitExceeded",
     "UnknownTask",
     "op_key",
     "operation",

@@ -121,7 +121,7 @@ def _prepare(app: Cairn, record: TaskRecord) -> _Prepared:
 def _ended(app: Cairn, record: TaskRecord, error: BaseException, resumed: bool) -> Outcome:
     if isinstance(error, Suspended):
         log.info("%s", error)
-        return Outcome(record.id, "waiting", resumed=resumed)
+        return Outcome(record.id, "waiting", error=error, resumed=resumed)
     if isinstance(error, TimeLimitExceeded):
         # Raised at a step boundary, past user code: record the failure here.
         if not app.store.finish_task(

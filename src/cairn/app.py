@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -15,7 +16,7 @@ from cairn._batch import BatchReport
 from cairn._execute import Outcome, aexecute, execute
 from cairn._taskrun import FaultHook, no_fault
 from cairn.clock import Clock, SystemClock
-from cairn.codec import Codec, JsonCodec, codec_for
+from cairn.codec import Codec, codec_for
 from cairn.context import Context
 from cairn.errors import (
     CodecError,
@@ -24,16 +25,15 @@ from cairn.errors import (
     TaskBusy,
     TaskCancelled,
     TaskConflict,
-    TaskError,
     TaskFailed,
     TaskNotRegistered,
     TaskWaiting,
-    UnknownTask,
 )
 from cairn.leases import LeaseKeeper
 from cairn.ownership import claim_lock, current_owner, mark_active, may_take_over
 from cairn.progress import choose_progress
 from cairn.retry import NO_RETRY, Retry
+from cairn.signals import send_signal
 from cairn.store import DEFAULT_URL, Store, open_store
 from cairn.store.records import NewTask, TaskRecord
 from cairn.store.sqlite import Synchronous
@@ -324,6 +324,11 @@ class Cairn:
             mark_active(tid)
             return claimed
 
+    def _awaited(self, task_id: str) -> str | None:
+        """The signal a waiting task waits for, from its history."""
+        history = self.store.load_history(task_id)
+        return next((r.name for _, r in sorted(history.items()) if r.status == "waiting"), None)
+
     def codec_named(self, name: str) -> Codec:
         """The codec a record was written with: this app's own, or a built-in one."""
         return self.codec if name == self.codec.name else codec_for(name)
@@ -348,7 +353,7 @@ class Cairn:
         if outcome.status == "cancelled":
             raise TaskCancelled(f"task {record.id!r} was cancelled", task_id=record.id)
         if outcome.status == "waiting":
-            raise _waiting(record.id)
+            raise _waiting(record.id, getattr(outcome.error, "waiting_for", None))
         assert outcome.error is not None
         if outcome.status == "lost":
             raise outcome.error
@@ -359,7 +364,7 @@ class Cairn:
 
     def _recorded_result(self, record: TaskRecord) -> Any:
         if record.status == "waiting":
-            raise _waiting(record.id)
+            raise _waiting(record.id, self._awaited(record.id))
         if record.status == "completed":
             return self.codec_named(record.codec).decode(record.result or "null")
         if record.status == "cancelled":
@@ -375,18 +380,7 @@ class Cairn:
         Returns False if that signal was sent to the task before (the first one
         stands). Raises ``UnknownTask`` for an unknown id, and ``TaskError`` for
         a task that has ended."""
-        record = self.store.get_task(task_id)
-        if record is None:
-            raise UnknownTask(f"no task {task_id!r} in {self.store_url}", task_id=task_id)
-        if record.status in ("completed", "failed", "cancelled"):
-            raise TaskError(
-                f"task {task_id!r} is {record.status}; it waits for no signal. "
-                "`cairn retry` it first if it should run again.",
-                task_id=task_id,
-            )
-        # Signals are JSON, whatever the app's codec: the CLI sends them too.
-        encoded = _SIGNAL_CODEC.encode(payload)
-        return self.store.send_signal(task_id, name, encoded, _SIGNAL_CODEC.name, self.clock.now())
+        return send_signal(self.store, task_id, name, payload, self.clock.now())
 
     # -- batches ------------------------------------------------------------------------
     def enqueue(
@@ -467,9 +461,6 @@ class Cairn:
         return await _batch.run_async(self, batch, concurrency, choose_progress(progress))
 
 
-_SIGNAL_CODEC = JsonCodec()
-
-
 def _positive_seconds(value: float | timedelta | None, what: str) -> float | None:
     if value is None:
         return None
@@ -483,12 +474,19 @@ def _due(record: TaskRecord, now: datetime) -> bool:
     return record.wake_at is not None and record.wake_at <= now
 
 
-def _waiting(task_id: str) -> TaskWaiting:
+def _waiting(task_id: str, awaited: str | None) -> TaskWaiting:
+    if awaited is None or awaited == "its children":
+        return TaskWaiting(
+            f"task {task_id!r} is waiting for its child tasks; no process holds it. Run "
+            "it again (or let a worker) once they have finished.",
+            task_id=task_id,
+        )
     return TaskWaiting(
-        f"task {task_id!r} is waiting for a signal (ctx.wait_for); no process holds it. "
-        f"Send it with `cairn signal {task_id} NAME 'JSON'` (or app.signal), then run it "
-        "again or let a worker take it up.",
+        f"task {task_id!r} is waiting for signal {awaited!r}; no process holds it. Send "
+        f"it with `cairn signal {shlex.quote(task_id)} {shlex.quote(awaited)} 'JSON'` (or "
+        "app.signal), then run the task again or let a worker take it up.",
         task_id=task_id,
+        waiting_for=awaited,
     )
 
 

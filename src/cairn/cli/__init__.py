@@ -25,6 +25,7 @@ from .otel import otel_command
 from .report import report_command
 from .retry import retry_command
 from .show import show_command
+from .signal import signal_command
 from .tasks import tasks_command
 from .ui import ui_command
 from .watch import watch_command
@@ -50,6 +51,7 @@ app.command("tasks")(tasks_command)
 app.command("show")(show_command)
 app.command("retry")(retry_command)
 app.command("cancel")(cancel_command)
+app.command("signal")(signal_command)
 app.command("demo")(demo_command)
 app.command("chaos")(chaos_command)
 app.add_typer(ops_app, name="ops")

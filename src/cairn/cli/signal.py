@@ -1,0 +1,41 @@
+"""``cairn signal``: send a signal to a task waiting in ``ctx.wait_for``."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+
+from cairn.clock import SystemClock
+from cairn.signals import send_signal
+
+from ._common import DEFAULT_URL, StoreOption, fail, opened_store
+from ._render import stdout_console
+
+
+def signal_command(
+    task_id: Annotated[str, typer.Argument(metavar="TASK", help="The task to signal.")],
+    name: Annotated[str, typer.Argument(help="The signal's name, as in ctx.wait_for(NAME).")],
+    payload: Annotated[
+        str, typer.Argument(metavar="[JSON]", help="The payload, as JSON (default: null).")
+    ] = "null",
+    store: StoreOption = DEFAULT_URL,
+) -> None:
+    """Send signal NAME with a JSON payload to a task.
+
+    A task waiting in `ctx.wait_for(NAME)` is woken: a worker takes it up (or run
+    it again). A task that gets to that wait later finds the signal there. The
+    first signal of a name stands; sending it again changes nothing.
+    """
+    try:
+        value: Any = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        fail(f"the payload is not JSON ({exc.msg} at character {exc.pos}): {payload!r}")
+    with opened_store(store) as opened:
+        if send_signal(opened, task_id, name, value, SystemClock().now()):
+            stdout_console().print(f"sent {name!r} to task {task_id}")
+        else:
+            stdout_console().print(
+                f"task {task_id} already had a {name!r} signal; the first one stands"
+            )
