@@ -75,6 +75,9 @@ def main(argv: list[str]) -> int:
             print(f"{task_id} failed: {failed.error.get('message', failed)}", file=sys.stderr)
             print("fix the cause and run the same command again", file=sys.stderr)
             return 1
+        except KeyboardInterrupt:
+            print(f"{task_id} stopped; run the same command again to resume", file=sys.stderr)
+            return 130
         finally:
             if simulation is not None:
                 _print_calls(simulation)
