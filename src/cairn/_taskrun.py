@@ -81,7 +81,7 @@ class TaskRun:
         cancelled or overdue task stops."""
         if self.diverged is not None:
             raise self.diverged
-        if self.deadline is not None and self.clock.now() > self.deadline:
+        if self.deadline is not None and self.clock.now() >= self.deadline:
             raise TimeLimitExceeded(self.task_id, self.max_duration or 0.0)
         # A cancel is seen at the next write anyway; looking every poll interval
         # stops a task whose steps are long at the next boundary, without a

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from cairn.errors import (
     CairnControl,
+    ChildFailed,
     CodecError,
     NonDeterminismError,
     OperationError,
@@ -30,6 +31,8 @@ _NEVER_RETRIED: tuple[type[BaseException], ...] = (
     CodecError,
     OperationError,
     CairnControl,
+    # A child's end is final until an operator retries the child.
+    ChildFailed,
 )
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import cairn
-from cairn import Cairn, Context, NonDeterminismError, Retry, TaskFailed
+from cairn import Cairn, Context, Retry, TaskFailed
 from cairn.clock import FakeClock
 from cairn.testing import set_fault_hook
 from tests.crashes import LEASE, Crash, second_process
@@ -119,9 +119,7 @@ def test_concurrency_may_change_between_runs_without_breaking_replay(
     parallel["n"] = 4
     with second_process(url, clock, task_retry=Retry(attempts=1)) as again:
         again.task(name="revenue")(lambda ctx, countries: revenue.fn(ctx, countries))
-        assert again.run(again.registered("revenue"), task_id="r", countries=COUNTRIES) == [
-            30
-        ] * 12
+        assert again.run(again.registered("revenue"), task_id="r", countries=COUNTRIES) == [30] * 12
     # Items whose checkpoint was written never ran again; an item caught between
     # its call and its checkpoint (the at-least-once window) ran at most twice.
     assert set(api.calls) == set(COUNTRIES)
