@@ -23,9 +23,13 @@ def approval_app(
 ) -> tuple[Cairn, TaskDef[..., Any]]:
     app = Cairn(url, clock=clock)
 
+    def propose(app_id: str) -> str:
+        effects.update(["propose"])
+        return f"raise {app_id}"
+
     @app.task
     def change(ctx: Context, app_id: str) -> dict[str, Any]:
-        proposal = ctx.step("propose", lambda: effects.update(["propose"]) or f"raise {app_id}")
+        proposal = ctx.step("propose", propose, app_id)
         decision = ctx.wait_for("approval", timeout=timedelta(hours=8))
         if decision.timed_out:
             return {"applied": False, "why": "no answer in 8 hours"}
@@ -181,3 +185,23 @@ def test_an_async_task_waits_the_same_way(url: str, clock: FakeClock) -> None:
             app.run(gated, task_id="g")
         app.signal("g", "go", [1, 2])
         assert app.run(gated, task_id="g") == [1, 2]
+
+
+def test_the_cli_lists_and_shows_waiting_tasks(url: str, clock: FakeClock) -> None:
+    """`cairn batches`, `cairn tasks --status waiting` and `cairn show` handle a
+    waiting task and its waiting entry."""
+    effects: Counter[str] = Counter()
+    app, change = approval_app(url, clock, effects)
+    with app:
+        app.enqueue("changes", change, [{"app_id": "a8"}])
+        app.run_batch("changes", change, progress=False)
+        runner = CliRunner()
+        batches = runner.invoke(cli, ["batches", "--store", url])
+        assert batches.exit_code == 0, batches.output
+        assert "waiting" in batches.output
+        tasks = runner.invoke(cli, ["tasks", "--status", "waiting", "--store", url])
+        assert tasks.exit_code == 0, tasks.output
+        assert "changes/app_id=a8" in tasks.output
+        show = runner.invoke(cli, ["show", "changes/app_id=a8", "--store", url])
+        assert show.exit_code == 0, show.output
+        assert "approval" in show.output

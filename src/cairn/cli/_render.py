@@ -29,6 +29,7 @@ STATUS_STYLES = {
     "retrying": "yellow",
     "failed": "red",
     "cancelled": "magenta",
+    "waiting": "blue",
 }
 
 Cell = Text | str
