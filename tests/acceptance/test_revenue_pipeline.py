@@ -68,6 +68,12 @@ def rerun(pipeline: Cairn) -> dict[str, Any]:
     return run(pipeline)
 
 
+def recorded(pipeline: Cairn, kind: str) -> dict[str, Any]:
+    """The task's recorded entries of ``kind`` ("input": window, tokens, now), by name."""
+    history = pipeline.store.load_history(TASK_ID).values()
+    return {e.name: pipeline.codec.decode(e.output or "null") for e in history if e.kind == kind}
+
+
 def db_calls(sim: Simulation, op: str) -> dict[str, int]:
     calls = Database(sim.database).calls()
     return {key: count for (name, key), count in calls.items() if name == op}
@@ -145,6 +151,12 @@ def test_failure_2_expired_token_is_refreshed_and_only_the_rejected_apps_asked_a
     assert requested == {app_id: 2 if app_id in rejected else 1 for app_id in APPS}
     assert dict(sim.apple.rejected_by_app) == dict.fromkeys(rejected, 1)
     assert "Installs: apple" in result["report"]
+    tokens_recorded = {n: v for n, v in recorded(pipeline, "input").items() if "token" in n}
+    assert tokens_recorded == {
+        "apple-token-1": "apple-token-1",
+        "apple-token-2": "apple-token-2",
+        "google-token-1": "google-token-1",
+    }
 
 
 def test_failure_3_anomaly_step_exhausts_the_pool_at_12_and_completes_at_4(
@@ -165,6 +177,7 @@ def test_failure_3_anomaly_step_exhausts_the_pool_at_12_and_completes_at_4(
 
         monkeypatch.setenv("REVENUE_ANOMALY_PARALLELISM", "4")
         rerun(pipeline)
+        assert recorded(pipeline, "input")["window"] == WINDOW  # recorded once, reused
         assert_fetched_once(sim)
         assert db_calls(sim, "upsert") == {DAY: 1}
         assert compares(sim) == EVERY_COUNTRY_ONCE
