@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NoReturn
 
+from cairn.blobs.offload import WARN_ABOVE, warn_if_large
 from cairn.clock import Clock
 from cairn.codec import Codec
 from cairn.errors import (
+    BlobError,
     Cancelled,
     CodecError,
     LeaseLost,
@@ -118,15 +120,19 @@ class TaskRun:
 
     def encode(self, value: Any, what: object) -> str:
         try:
-            return self.codec.encode(value)
+            text = self.codec.encode(value)
         except CodecError as exc:
             raise CodecError(f"{what}: {exc}") from exc
+        # A reference to the blob store (cairn.blobs.ref) or a huge inline value.
+        if text[:1] == "!" or len(text) >= WARN_ABOVE:
+            warn_if_large(text, self.task_id, what)
+        return text
 
     def decode(self, text: str, what: object) -> Any:
         try:
             return self.codec.decode(text)
-        except CodecError as exc:
-            raise CodecError(f"task {self.task_id!r}, {what}: {exc}") from exc
+        except (CodecError, BlobError) as exc:
+            raise type(exc)(f"task {self.task_id!r}, {what}: {exc}") from exc
 
     def write(self, record: StepRecord) -> None:
         """Record one history entry under the fence."""

@@ -15,6 +15,14 @@ from cairn import _batch
 from cairn._batch import BatchReport
 from cairn._execute import Outcome, aexecute, execute
 from cairn._taskrun import FaultHook, no_fault
+from cairn.blobs import (
+    DEFAULT_INLINE_LIMIT,
+    BlobCodec,
+    BlobStore,
+    Offloader,
+    default_blobs_url,
+    open_blobs,
+)
 from cairn.clock import Clock, SystemClock
 from cairn.codec import Codec, codec_for
 from cairn.context import Context
@@ -62,6 +70,8 @@ class Cairn:
         poll_interval: float = 1.0,
         synchronous: Synchronous = "NORMAL",
         clock: Clock | None = None,
+        blobs: str | BlobStore | None = None,
+        inline_limit: int = DEFAULT_INLINE_LIMIT,
     ) -> None:
         self._store_arg = store
         self._synchronous = synchronous
@@ -77,6 +87,10 @@ class Cairn:
         self._leases: LeaseKeeper | None = None
         self._tasks: dict[str, TaskDef[..., Any]] = {}
         self.fault_hook: FaultHook = no_fault
+        self._blobs_arg = blobs
+        self._inline_limit = inline_limit
+        self._offloader: Offloader | None = None
+        self._offloading: dict[str, Codec] = {}
 
     # -- the store -----------------------------------------------------------------
     @property
@@ -96,6 +110,8 @@ class Cairn:
                     "the app's store is already open; call use_store() before running"
                 )
             self._store_arg = url
+            self._offloader = None  # the default blob store sits beside the store
+            self._offloading.clear()
 
     def task_names(self) -> list[str]:
         """The names of the task functions registered on this app."""
@@ -330,8 +346,34 @@ class Cairn:
         return next((r.name for _, r in sorted(history.items()) if r.status == "waiting"), None)
 
     def codec_named(self, name: str) -> Codec:
-        """The codec a record was written with: this app's own, or a built-in one."""
-        return self.codec if name == self.codec.name else codec_for(name)
+        """The codec a record was written with: this app's own, or a built-in one,
+        offloading large values to the blob store when the app has one."""
+        wrapped = self._offloading.get(name)
+        if wrapped is None:
+            codec = self.codec if name == self.codec.name else codec_for(name)
+            offloader = self.offloader
+            wrapped = codec if offloader is None else BlobCodec(codec, offloader)
+            self._offloading[name] = wrapped
+        return wrapped
+
+    @property
+    def blobs(self) -> BlobStore | None:
+        """Where values above ``inline_limit`` go: the ``blobs=`` given, else
+        ``$CAIRN_BLOBS``, else a directory beside a SQLite store (None otherwise)."""
+        offloader = self.offloader
+        return None if offloader is None else offloader.blobs
+
+    @property
+    def offloader(self) -> Offloader | None:
+        if self._offloader is None:
+            arg = self._blobs_arg
+            if arg is None:
+                arg = default_blobs_url(self.store_url)
+            if arg is None:
+                return None
+            blobs = open_blobs(arg) if isinstance(arg, str) else arg
+            self._offloader = Offloader(blobs, self._inline_limit)
+        return self._offloader
 
     def same_arguments(self, record: TaskRecord, args: str) -> bool:
         if record.args == args:

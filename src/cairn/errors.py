@@ -4,6 +4,7 @@ The hierarchy::
 
     CairnError                      root of every ordinary cairn error
     ├── ConfigurationError          bad store URL, missing extra, bad option
+    ├── TransferError               an export file or import cannot be used; nothing written
     ├── StoreError                  the store cannot be used as asked
     │   ├── NotACairnStore          the file or database is not cairn's
     │   └── SchemaTooNew            written by a newer cairn; upgrade cairn
@@ -19,6 +20,9 @@ The hierarchy::
     │   └── TaskWaiting             the task is suspended, waiting for a signal
     ├── NonDeterminismError         replay asked for something else at a position
     ├── CodecError                  a value cannot be encoded or decoded
+    ├── BlobError                   a value offloaded to the blob store cannot be used
+    │   ├── BlobMissing             the record points at a blob that is not there
+    │   └── BlobCorrupt             the blob's bytes do not match the recorded sha256
     └── OperationError              about one operation key
         ├── InDoubtOperation        claimed by an attempt that died; settle it first
         └── OperationFailed         the key failed permanently; settle it to try again
@@ -46,6 +50,10 @@ class CairnError(Exception):
 
 class ConfigurationError(CairnError):
     """cairn was configured in a way it cannot work with."""
+
+
+class TransferError(CairnError):
+    """An export, import, backup or prune was refused; nothing was written."""
 
 
 class StoreError(CairnError):
@@ -137,6 +145,18 @@ class ChildFailed(TaskFailed):
 
 class CodecError(CairnError):
     """A value could not be encoded for the record, or decoded from it."""
+
+
+class BlobError(CairnError):
+    """A value offloaded to the blob store cannot be read back (or written)."""
+
+
+class BlobMissing(BlobError):
+    """The record points at a blob that the blob store does not hold."""
+
+
+class BlobCorrupt(BlobError):
+    """The blob's bytes do not match the size or sha256 the record holds."""
 
 
 class OperationError(CairnError):

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cairn.errors import (
+    BlobCorrupt,
+    BlobMissing,
     CairnControl,
     ChildFailed,
     CodecError,
@@ -29,6 +31,8 @@ _NEVER_RETRIED: tuple[type[BaseException], ...] = (
     Permanent,
     NonDeterminismError,
     CodecError,
+    BlobMissing,  # an operator must restore it; BlobError alone (a network fault) may pass
+    BlobCorrupt,
     OperationError,
     CairnControl,
     # A child's end is final until an operator retries the child.

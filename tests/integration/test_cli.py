@@ -146,18 +146,37 @@ def test_batches_shows_counts_per_status(url: str) -> None:
     result = cli("batches", "--store", url)
     assert result.exit_code == 0, result.output
     header = result.stdout.splitlines()[0].split()
-    assert header[:7] == ["batch", "task", "pending", "running", "completed", "failed", "cancelled"]
-    # name, task, pending, running, completed, failed, cancelled, total
-    assert row(result.stdout, "reviews")[:8] == ["reviews", "review", "0", "0", "2", "1", "0", "3"]
-    assert row(result.stdout, "later")[:8] == ["later", "review", "2", "0", "0", "0", "0", "2"]
+    assert header[:8] == [
+        "batch",
+        "task",
+        "pending",
+        "running",
+        "waiting",
+        "completed",
+        "failed",
+        "cancelled",
+    ]
+    # name, task, pending, running, waiting, completed, failed, cancelled, total
+    assert row(result.stdout, "reviews")[:9] == [
+        "reviews",
+        "review",
+        "0",
+        "0",
+        "0",
+        "2",
+        "1",
+        "0",
+        "3",
+    ]
+    assert row(result.stdout, "later")[:9] == ["later", "review", "2", "0", "0", "0", "0", "0", "2"]
     # first start, last finish
-    assert row(result.stdout, "reviews")[8:] == [
+    assert row(result.stdout, "reviews")[9:] == [
         "2026-05-24",
         "00:00:00Z",
         "2026-05-24",
         "00:00:05Z",
     ]
-    assert row(result.stdout, "later")[8:] == ["-", "-"]
+    assert row(result.stdout, "later")[9:] == ["-", "-"]
 
 
 def test_batches_output_is_plain_when_not_a_terminal(url: str) -> None:
@@ -176,6 +195,7 @@ def test_batches_json_parses(url: str) -> None:
     assert batches["reviews"]["counts"] == {
         "pending": 0,
         "running": 0,
+        "waiting": 0,
         "completed": 2,
         "failed": 1,
         "cancelled": 0,
@@ -226,7 +246,7 @@ def test_tasks_filters_by_status(url: str) -> None:
 def test_tasks_rejects_an_unknown_status(url: str) -> None:
     """An unknown `--status` exits 2 naming the five valid statuses."""
     result = cli("tasks", "--store", url, "--status", "done")
-    assert_clean_exit_2(result, "'done'", "pending, running, completed, failed, cancelled")
+    assert_clean_exit_2(result, "'done'", "pending, running, waiting, completed, failed, cancelled")
 
 
 def test_tasks_rejects_an_unknown_batch(url: str) -> None:
@@ -448,7 +468,7 @@ def test_cancel_of_a_failed_task_changes_nothing(url: str, store: Store) -> None
     """Cancelling a finished task exits 1 and leaves it as it was."""
     result = cli("cancel", FAILED_ID, "--store", url)
     assert result.exit_code == 1
-    assert "only pending or running tasks can be cancelled" in result.stderr
+    assert "only pending, running or waiting tasks can be cancelled" in result.stderr
     task = store.get_task(FAILED_ID)
     assert task is not None
     assert task.status == "failed"

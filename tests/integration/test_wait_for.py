@@ -5,8 +5,10 @@ Every test runs on SQLite and on PostgreSQL (``store_url``).
 
 from __future__ import annotations
 
+import io
 from collections import Counter
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +17,7 @@ from typer.testing import CliRunner
 from cairn import Cairn, Context, TaskDef, TaskError, TaskWaiting, UnknownTask
 from cairn.cli import app as cli
 from cairn.clock import FakeClock
+from cairn.portable import export_batch, import_batch
 from tests.crashes import url as url  # a fixture: pytest finds it by this name
 
 
@@ -205,3 +208,29 @@ def test_the_cli_lists_and_shows_waiting_tasks(url: str, clock: FakeClock) -> No
         show = runner.invoke(cli, ["show", "changes/app_id=a8", "--store", url])
         assert show.exit_code == 0, show.output
         assert "approval" in show.output
+
+
+def test_a_waiting_task_moves_with_its_batch_and_keeps_its_signal(
+    url: str, clock: FakeClock, tmp_path: Path
+) -> None:
+    """`cairn export` / `cairn import` carry a waiting task's status, timeout and a
+    signal already sent; the task then resumes on the other store."""
+    effects: Counter[str] = Counter()
+    app, change = approval_app(url, clock, effects)
+    moved = tmp_path / "moved.db"
+    with app:
+        app.enqueue("changes", change, [{"app_id": "a9"}])
+        app.run_batch("changes", change, progress=False)
+        app.signal("changes/app_id=a9", "approval", {"ok": True})
+        out = io.StringIO()
+        export_batch(app.store, None, "changes", out)
+    other, change_there = approval_app(f"sqlite:///{moved}", clock, effects)
+    with other:
+        import_batch(other.store, None, out.getvalue().splitlines())
+        row = other.store.get_task("changes/app_id=a9")
+        assert row is not None
+        assert row.status == "pending"  # woken by the signal before the export
+        assert other.store.get_signal("changes/app_id=a9", "approval") is not None
+        report = other.run_batch("changes", change_there, progress=False)
+        assert report.counts == {"completed": 1}
+    assert effects == Counter({"propose": 1, "apply": 1})

@@ -12,6 +12,7 @@ import typer
 
 from cairn.store import DEFAULT_URL
 
+from .backup import backup_command
 from .batches import batches_command
 from .cancel import cancel_command
 from .chaos import chaos_command
@@ -20,8 +21,10 @@ from .cost import cost_command
 from .demo import demo_command
 from .fidelity import fidelity_command
 from .metrics import metrics_command
+from .move import export_command, import_command
 from .ops import ops_app
 from .otel import otel_command
+from .prune import gc_command, prune_command
 from .report import report_command
 from .retry import retry_command
 from .show import show_command
@@ -60,6 +63,11 @@ app.command("migrate")(migrate_command)
 app.command("conversation")(conversation_command)
 app.command("cost")(cost_command)
 app.command("fidelity")(fidelity_command)
+app.command("backup")(backup_command)
+app.command("export")(export_command)
+app.command("import")(import_command)
+app.command("prune")(prune_command)
+app.command("gc")(gc_command)
 app.command("metrics")(metrics_command)
 app.command("watch")(watch_command)
 app.command("report")(report_command)

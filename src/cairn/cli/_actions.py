@@ -44,7 +44,11 @@ def describe(task_id: str, source: str, action: Action) -> str:
 def act_on_task(store: Store, action: Action, task_id: str) -> None:
     """Apply ``action`` to one task, or explain (exit 1) why nothing changed."""
     task = get_task_or_fail(store, task_id)
-    allowed = " or ".join(action.sources)
+    allowed = (
+        action.sources[0]
+        if len(action.sources) == 1
+        else f"{', '.join(action.sources[:-1])} or {action.sources[-1]}"
+    )
     if task.status not in action.sources:
         fail(
             f"task {task_id} is {task.status}; only {allowed} tasks can be {action.done}. "

@@ -113,6 +113,7 @@ def batch_spans(store: SQLStore, window: Window) -> list[BatchSpan]:
     statement = (
         "SELECT t.batch, COUNT(*), "
         "COALESCE(SUM(CASE WHEN t.status = 'pending' OR t.status = 'running' "
+        "OR t.status = 'waiting' "
         "THEN 1 ELSE 0 END), 0), MIN(t.started_at), MAX(t.finished_at) "
         f"FROM tasks t WHERE {where} AND t.batch IS NOT NULL GROUP BY t.batch ORDER BY t.batch"
     )

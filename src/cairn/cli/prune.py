@@ -1,0 +1,103 @@
+"""``cairn prune`` (delete finished batches' records) and ``cairn gc`` (delete
+blobs no record refers to)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated
+
+import typer
+
+from cairn.errors import CairnError
+from cairn.portable import DEFAULT_GRACE, collect_garbage, prune
+
+from ._blobs import BlobsOption, blobs_for
+from ._common import DEFAULT_URL, StoreOption, fail, note, now, opened_store
+from .ops import parse_since
+
+
+def prune_command(
+    finished_before: Annotated[
+        str,
+        typer.Option(
+            "--finished-before",
+            metavar="DATE",
+            help="Delete batches whose tasks all finished before this: ISO 8601 "
+            "(2026-05-01) or an age (30d, 12h).",
+        ),
+    ],
+    batch: Annotated[str | None, typer.Option("--batch", "-b", help="Only this batch.")] = None,
+    include_unfinished: Annotated[
+        bool,
+        typer.Option(
+            "--include-unfinished",
+            help="Also delete batches that still have pending or running tasks.",
+        ),
+    ] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would go.")] = False,
+    store: StoreOption = DEFAULT_URL,
+) -> None:
+    """Delete the records (tasks, history, operations, conversations) of finished
+    batches. Their blobs go at the next `cairn gc`."""
+    before = parse_since(finished_before, now())
+    with opened_store(store) as opened:
+        try:
+            plan = prune(
+                opened,
+                before,
+                batch=batch,
+                include_unfinished=include_unfinished,
+                dry_run=dry_run,
+            )
+        except CairnError as exc:
+            fail(str(exc))
+    verb = "would delete" if dry_run else "deleted"
+    for name in plan.pruned:
+        typer.echo(f"{verb} batch {name}")
+    if plan.unfinished:
+        note(
+            f"kept {len(plan.unfinished)} batch(es) with pending or running tasks: "
+            + ", ".join(plan.unfinished[:10])
+        )
+    if plan.recent:
+        note(f"kept {len(plan.recent)} batch(es) finished on or after {before.isoformat()}")
+    note(f"{verb} {len(plan.pruned)} batch(es); run `cairn gc` to free their blobs")
+
+
+def _grace(text: str) -> timedelta:
+    at = now()
+    return at - parse_since(text, at)
+
+
+def gc_command(
+    grace: Annotated[
+        str,
+        typer.Option(
+            "--grace",
+            metavar="AGE",
+            help="Keep unreferenced blobs younger than this (a running task may be "
+            "about to commit a record naming it).",
+        ),
+    ] = f"{int(DEFAULT_GRACE.total_seconds() // 3600)}h",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would go.")] = False,
+    store: StoreOption = DEFAULT_URL,
+    blobs: BlobsOption = None,
+) -> None:
+    """Delete blobs that no record of the store refers to, older than the grace
+    period. Only for a blob store that this one store uses."""
+    period = _grace(grace)
+    with opened_store(store) as opened:
+        target = blobs_for(store, blobs)
+        if target is None:
+            fail(f"{store} has no blob store; pass --blobs URL")
+        try:
+            report = collect_garbage(opened, target, now(), grace=period, dry_run=dry_run)
+        except CairnError as exc:
+            fail(str(exc))
+    verb = "would delete" if dry_run else "deleted"
+    for digest in report.deleted:
+        typer.echo(f"{verb} {target.uri(digest)}")
+    note(
+        f"{verb} {len(report.deleted)} blob(s), {report.deleted_bytes} bytes; kept "
+        f"{report.referenced} referenced and {report.young} younger than {grace}"
+    )

@@ -1,0 +1,257 @@
+"""Moving and keeping stores: backup, export/import of a batch, prune and gc, with
+their blobs, through the real CLI (in-process) on real SQLite files and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from cairn import Cairn, Context, TaskDef
+from cairn.blobs import FileBlobStore, is_ref
+from cairn.cli import app as cli_app
+from cairn.clock import FakeClock
+from cairn.testing import Fault, FaultPlan, InjectedCrash
+from tests.crashes import LEASE, second_process
+
+LIMIT = 1024
+ITEMS = [{"n": n} for n in range(1, 5)]
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No store or blob store from the outer environment."""
+    for name in ("CAIRN_STORE", "CAIRN_BLOBS"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def cli(*args: str) -> Result:
+    """Run ``cairn ARGS`` in-process."""
+    return CliRunner().invoke(cli_app, list(args))
+
+
+def rows(n: int) -> list[dict[str, Any]]:
+    return [{"id": i, "name": f"row-{i:06d}"} for i in range(n * 100)]
+
+
+def report_task(
+    app: Cairn,
+    calls: Counter[str],
+    gate: threading.Event | None = None,
+    entered: threading.Event | None = None,
+) -> TaskDef[..., Any]:
+    """Per item: a large 'fetch' (offloaded), then 'total' (inline). With ``gate``,
+    item 3's fetch sets ``entered`` and waits for the gate."""
+
+    def fetch(n: int) -> list[dict[str, Any]]:
+        calls[f"fetch/{n}"] += 1
+        if gate is not None and entered is not None and n == 3:
+            entered.set()
+            gate.wait(30)
+        return rows(n)
+
+    def total(n: int, data: list[dict[str, Any]]) -> int:
+        calls[f"total/{n}"] += 1
+        return sum(r["id"] for r in data)
+
+    def report(ctx: Context, n: int) -> int:
+        data = ctx.step("fetch", fetch, n)
+        result: int = ctx.step("total", total, n, data)
+        return result
+
+    return app.task(name="report")(report)
+
+
+def expected(n: int) -> int:
+    return sum(range(n * 100))
+
+
+def crash_in_batch(url: str, blobs: Path, clock: FakeClock, calls: Counter[str]) -> None:
+    """Run batch 'daily' until item 3 crashes just before its 'total' step."""
+    with Cairn(url, clock=clock, lease=LEASE, blobs=str(blobs), inline_limit=LIMIT) as app:
+        task = report_task(app, calls)
+        FaultPlan([Fault("before_step", step="total", task_id="daily/n=3")]).install(app)
+        with pytest.raises(InjectedCrash):
+            app.run_batch("daily", task, ITEMS, concurrency=1, progress=False)
+
+
+def test_backup_taken_while_a_batch_runs_resumes_on_another_machine(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """`cairn backup` taken while a batch is mid-step gives a copy (database and
+    blobs) that, moved to another directory, resumes the batch to the same results;
+    steps the copy had recorded are not called again."""
+    db = tmp_path / "laptop" / "cairn.db"
+    calls: Counter[str] = Counter()
+    gate, entered = threading.Event(), threading.Event()
+    with Cairn(f"sqlite:///{db}", clock=clock, lease=LEASE, inline_limit=LIMIT) as app:
+        task = report_task(app, calls, gate, entered)
+        runner = threading.Thread(
+            target=app.run_batch,
+            args=("daily", task, ITEMS),
+            kwargs={"concurrency": 1, "progress": False},
+        )
+        runner.start()
+        assert entered.wait(30)
+        copy = tmp_path / "backup" / "copy.db"
+        result = cli("backup", str(copy), "--store", str(db))
+        gate.set()
+        runner.join(60)
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in copy.parent.iterdir()) == ["copy.db", "copy.db-blobs"]
+
+    other_machine = tmp_path / "desktop"
+    shutil.copytree(copy.parent, other_machine)
+    before = calls.copy()
+    clock.advance(LEASE + 1)
+    with second_process(f"sqlite:///{other_machine / 'copy.db'}", clock, inline_limit=LIMIT) as b:
+        report = b.run_batch("daily", report_task(b, calls), progress=False)
+        results = {t: b.store.get_task(f"daily/n={t}") for t in range(1, 5)}
+    assert report.ok
+    for n, record in results.items():
+        assert record is not None
+        assert record.status == "completed"
+        assert b.codec_named(record.codec).decode(record.result or "") == expected(n)
+    resumed = calls - before
+    assert resumed["fetch/1"] == resumed["fetch/2"] == 0  # recorded in the copy
+    assert resumed["fetch/3"] == 1  # it was mid-call when the copy was taken
+
+
+def test_export_from_sqlite_import_into_postgres_resumes_the_batch(
+    tmp_path: Path, clock: FakeClock, pg_url: str
+) -> None:
+    """A batch crashed on SQLite, exported with `cairn export`, imported into
+    PostgreSQL with `cairn import`, resumes there: recorded steps (offloaded ones
+    included) are not called again and every result is right."""
+    calls: Counter[str] = Counter()
+    sqlite_url = f"sqlite:///{tmp_path / 'a.db'}"
+    crash_in_batch(sqlite_url, tmp_path / "a-blobs", clock, calls)
+    export = tmp_path / "daily.cairn"
+    out = cli(
+        "export",
+        "--batch",
+        "daily",
+        str(export),
+        "--store",
+        sqlite_url,
+        "--blobs",
+        str(tmp_path / "a-blobs"),
+    )
+    assert out.exit_code == 0, out.output
+    pg_blobs = tmp_path / "pg-blobs"
+    got = cli("import", str(export), "--store", pg_url, "--blobs", str(pg_blobs))
+    assert got.exit_code == 0, got.output
+
+    before = calls.copy()
+    with Cairn(pg_url, clock=clock, blobs=str(pg_blobs), inline_limit=LIMIT) as app:
+        imported = app.store.get_task("daily/n=3")
+        assert imported is not None
+        assert imported.status == "pending"
+        assert is_ref(app.store.load_history("daily/n=3")[1].output)
+        report = app.run_batch("daily", report_task(app, calls), progress=False)
+        results = [
+            app.run(app.registered("report"), task_id=f"daily/n={n}", n=n) for n in range(1, 5)
+        ]
+    assert report.ok
+    assert results == [expected(n) for n in range(1, 5)]
+    resumed = calls - before
+    assert resumed == Counter({"total/3": 1, "fetch/4": 1, "total/4": 1})
+
+
+def test_import_into_a_store_with_the_same_ids_writes_nothing(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """Importing a batch whose ids the store already has fails with an error naming
+    them, and the store is left exactly as it was."""
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    crash_in_batch(url, tmp_path / "a.db-blobs", clock, Counter())  # the default place
+    export = tmp_path / "daily.cairn"
+    assert cli("export", "-b", "daily", str(export), "--store", url).exit_code == 0
+    before = (tmp_path / "a.db").read_bytes()
+    result = cli("import", str(export), "--store", url)
+    assert result.exit_code == 2
+    assert "already has batch 'daily'" in result.output
+    assert "nothing was imported" in result.output
+    assert (tmp_path / "a.db").read_bytes() == before
+
+
+def test_an_export_of_an_unknown_version_is_refused(tmp_path: Path, clock: FakeClock) -> None:
+    """An export file of a version this cairn does not know is refused with a clear
+    error, and nothing is written; so is a file cut short."""
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    crash_in_batch(url, tmp_path / "a.db-blobs", clock, Counter())  # the default place
+    export = tmp_path / "daily.cairn"
+    assert cli("export", "-b", "daily", str(export), "--store", url).exit_code == 0
+    lines = export.read_text().splitlines()
+    header = json.loads(lines[0])
+    newer = tmp_path / "newer.cairn"
+    newer.write_text("\n".join([json.dumps({**header, "version": 99}), *lines[1:]]) + "\n")
+    cut = tmp_path / "cut.cairn"
+    cut.write_text("\n".join(lines[:-1]) + "\n")
+    target = f"sqlite:///{tmp_path / 'b.db'}"
+    Cairn(target).store.close()
+
+    refused = cli("import", str(newer), "--store", target)
+    assert refused.exit_code == 2
+    assert "version 99" in refused.output
+    assert "reads version 1 only" in refused.output
+    short = cli("import", str(cut), "--store", target)
+    assert short.exit_code == 2
+    assert "cut short" in short.output
+    assert cli("batches", "--store", target, "--json").output.strip() == "[]"
+
+
+def test_prune_keeps_unfinished_batches_and_gc_frees_only_old_unreferenced_blobs(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """prune refuses a batch with running tasks unless asked; it deletes a finished
+    one. gc then deletes the blobs only the pruned batch referred to once they are
+    past the grace period, keeps referenced ones, and --dry-run deletes nothing."""
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    blobs_dir = tmp_path / "blobs"
+    crash_in_batch(url, blobs_dir, clock, Counter())  # 'daily' is left with a running task
+    with Cairn(url, clock=clock, blobs=str(blobs_dir), inline_limit=LIMIT) as app:
+        done = app.run_batch("done", report_task(app, Counter()), [{"n": 7}], progress=False)
+        assert done.ok
+    store = FileBlobStore(blobs_dir)
+    all_blobs = {b.sha256 for b in store.blobs()}
+    assert len(all_blobs) == 4  # items 1, 2, 3 of 'daily' and item 7 of 'done'
+
+    refused = cli("prune", "--finished-before", "0s", "--batch", "daily", "--store", url)
+    assert refused.exit_code == 2
+    assert "pending or running" in refused.output
+    pruned = cli("prune", "--finished-before", "2100-01-01", "--store", url)
+    assert pruned.exit_code == 0, pruned.output
+    assert "deleted batch done" in pruned.output
+    assert "daily" not in pruned.stdout
+    with Cairn(url) as app:
+        assert app.store.get_task("done/n=7") is None
+        assert app.store.get_task("daily/n=1") is not None
+
+    young = cli("gc", "--store", url, "--blobs", str(blobs_dir))
+    assert young.exit_code == 0
+    assert "deleted 0 blob(s)" in young.output
+    for path in blobs_dir.rglob("*"):
+        if path.is_file():
+            os.utime(path, (time.time() - 2 * 86400, time.time() - 2 * 86400))
+    dry = cli("gc", "--dry-run", "--store", url, "--blobs", str(blobs_dir))
+    assert "would delete 1 blob(s)" in dry.output
+    assert {b.sha256 for b in store.blobs()} == all_blobs
+    real = cli("gc", "--store", url, "--blobs", str(blobs_dir))
+    assert real.exit_code == 0
+    assert "deleted 1 blob(s)" in real.output
+    left = {b.sha256 for b in store.blobs()}
+    assert len(left) == 3
+    assert left < all_blobs
+
+    clock.advance(LEASE + 1)
+    with second_process(url, clock, blobs=str(blobs_dir), inline_limit=LIMIT) as other:
+        assert other.run_batch("daily", report_task(other, Counter()), progress=False).ok
