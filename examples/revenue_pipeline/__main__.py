@@ -14,7 +14,7 @@ from cairn import TaskFailed
 
 from .pipeline import app, nightly_revenue
 from .report import data_window
-from .settings import ENV, TOKYO, Settings
+from .settings import TOKYO, Settings, env_name
 from .simulated import ReportingServer, Simulation, StoreServer
 
 FIRES_AT = time(4, 30)  # Asia/Tokyo, as the schedule says
@@ -62,7 +62,7 @@ def main(argv: list[str]) -> int:
     args.workdir.mkdir(parents=True, exist_ok=True)
     os.chdir(args.workdir)  # the cairn store (and the simulated database) live there
     if args.anomaly_parallelism is not None:  # the simulation sets it too
-        os.environ[ENV["anomaly_parallelism"]] = str(args.anomaly_parallelism)
+        os.environ[env_name("anomaly_parallelism")] = str(args.anomaly_parallelism)
     fired_at = datetime.combine(args.date, FIRES_AT, TOKYO)
     task_id = f"nightly-revenue/{args.date.isoformat()}"
     with services(args, fired_at) as simulation, app:

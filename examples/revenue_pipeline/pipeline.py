@@ -22,7 +22,7 @@ from cairn.notify import post_once
 from . import clients
 from .database import Database
 from .report import anomalies, data_window, report_text, week_before
-from .settings import APPS, CHUNK, COUNTRIES, STORES, Settings
+from .settings import CHUNK, STORES, Settings
 
 # The store comes from $CAIRN_STORE, else ./.cairn/cairn.db.
 app = Cairn()
@@ -55,12 +55,14 @@ def nightly_revenue(ctx: Context, fired_at: datetime) -> dict[str, Any]:
 
 def fetch_revenue(ctx: Context, settings: Settings, window: dict[str, Any]) -> dict[str, int]:
     """Step 1: every country's revenue, one checkpoint per chunk of countries."""
-    chunks = [list(COUNTRIES[i : i + CHUNK]) for i in range(0, len(COUNTRIES), CHUNK)]
+    countries = settings.countries
+    chunks = [list(countries[i : i + CHUNK]) for i in range(0, len(countries), CHUNK)]
     answers = ctx.map(
         partial(clients.fetch_revenue, settings.reporting_url, window),
         chunks,
         name="revenue",
         key="+".join,
+        concurrency=settings.fetch_concurrency,
         retry=API_RETRY,
     )
     return {country: micros for chunk in answers for country, micros in chunk.items()}
@@ -76,7 +78,7 @@ def fetch_installs(
     """
     url = settings.store_url(store)
     installs: dict[str, int] = {}
-    remaining = list(APPS)
+    remaining = list(settings.apps)
     for round_ in range(1, TOKEN_ROUNDS + 1):
         token = ctx.record(f"{store}-token-{round_}", clients.issue_token, url)
         answers = ctx.map(
@@ -84,6 +86,7 @@ def fetch_installs(
             remaining,
             name=f"{store}-installs-{round_}",
             key=str,
+            concurrency=settings.fetch_concurrency,
             retry=API_RETRY,
         )
         installs.update({a["app"]: a["installs"] for a in answers if not a.get("rejected")})
@@ -106,7 +109,7 @@ def detect_anomalies(
     """
     comparisons = ctx.map(
         partial(database.compare_week, day, week_before(day)),
-        list(COUNTRIES),
+        list(settings.countries),
         name="anomalies",
         key=str,
         concurrency=settings.anomaly_parallelism,

@@ -330,11 +330,12 @@ class Simulation:
         Database(self.database).seed_revenue(before, revenue)
 
     def settings(self, **knobs: Any) -> Settings:
-        return Settings(
-            reporting_url=self.reporting.url,
-            apple_url=self.apple.url,
-            google_url=self.google.url,
-            chat_url=f"{self.chat.url}/hooks/revenue",
-            database=self.database,
-            **knobs,
-        )
+        """Settings that point at these services; ``knobs`` sets or overrides the rest."""
+        services = {
+            "reporting_url": self.reporting.url,
+            "apple_url": self.apple.url,
+            "google_url": self.google.url,
+            "chat_url": f"{self.chat.url}/hooks/revenue",
+            "database": self.database,
+        }
+        return Settings(**{**services, **knobs})
