@@ -318,3 +318,80 @@ def wait_until(predicate: Callable[[], bool], timeout: float, poll: float = 0.00
             return False
         time.sleep(poll)  # real-sleep-ok: waiting on a real subprocess
     return True
+
+
+# -- a rate-limited outside API ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """One request as the API saw it: when it arrived (the server's own
+    ``time.monotonic()``), its path, and how many requests were in flight then,
+    itself included."""
+
+    at: float
+    path: str
+    in_flight: int
+
+
+class ApiServer(TestServer):
+    """A simulated outside API that keeps its own request log.
+
+    Every request is logged on arrival by the server's clock, so tests check a
+    rate limit as the server saw it, not as the client meant it. It answers
+    ``200 {"ok": true}`` after ``hold`` seconds, unless ``answer_next`` queued
+    other answers (a status and headers), which are used first, in order.
+    """
+
+    def __init__(self, *, hold: float = 0.0) -> None:
+        super().__init__()
+        self.hold = hold
+        self._arrivals: list[Arrival] = []
+        self._in_flight = 0
+        self._queued: list[tuple[int, dict[str, str]]] = []
+
+    @property
+    def arrivals(self) -> list[Arrival]:
+        with self._lock:
+            return list(self._arrivals)
+
+    def answer_next(
+        self, status: int, headers: dict[str, str] | None = None, count: int = 1
+    ) -> None:
+        with self._lock:
+            self._queued.extend([(status, dict(headers or {}))] * count)
+
+    def answer(self, request: _Handler, method: str) -> None:
+        request.read_body()
+        with self._lock:
+            self._in_flight += 1
+            self._arrivals.append(Arrival(time.monotonic(), request.path, self._in_flight))
+            status, headers = self._queued.pop(0) if self._queued else (HTTPStatus.OK, {})
+        try:
+            if self.hold:
+                time.sleep(self.hold)  # real-sleep-ok: a slow answer, served in the server thread
+            data = json.dumps({"ok": status == HTTPStatus.OK}).encode()
+            request.send_response(status)
+            for name, value in headers.items():
+                request.send_header(name, value)
+            request.send_header("Content-Type", "application/json")
+            request.send_header("Content-Length", str(len(data)))
+            request.end_headers()
+            request.wfile.write(data)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+
+
+def busiest_window(times: list[float], window: float) -> int:
+    """The most of ``times`` that fall in any half-open span ``[t, t + window)``.
+
+    The busiest span can always be slid to start at one of the times, so checking
+    the span starting at each time checks every sliding window."""
+    ordered = sorted(times)
+    busiest, end = 0, 0
+    for start, first in enumerate(ordered):
+        while end < len(ordered) and ordered[end] < first + window:
+            end += 1
+        busiest = max(busiest, end - start)
+    return busiest

@@ -9,6 +9,7 @@ from cairn.app import Cairn
 from cairn.clock import Clock, SystemClock
 from cairn.codec import Codec, JsonCodec, PickleCodec
 from cairn.context import Context
+from cairn.errorclass import is_transient
 from cairn.errors import (
     CairnControl,
     CairnError,
@@ -36,9 +37,11 @@ from cairn.errors import (
     TaskNotRegistered,
     TaskWaiting,
     TimeLimitExceeded,
+    Transient,
     UnknownTask,
 )
 from cairn.keys import op_key
+from cairn.limits import Concurrency, Rate
 from cairn.operations import operation
 from cairn.retry import Retry
 from cairn.task import TaskDef, step
@@ -56,6 +59,7 @@ __all__ = [
     "Clock",
     "Codec",
     "CodecError",
+    "Concurrency",
     "ConfigurationError",
     "Context",
     "Failure",
@@ -68,6 +72,7 @@ __all__ = [
     "OperationFailed",
     "Permanent",
     "PickleCodec",
+    "Rate",
     "Retry",
     "RetryAfter",
     "SchemaTooNew",
@@ -85,7 +90,9 @@ __all__ = [
     "TaskNotRegistered",
     "TaskWaiting",
     "TimeLimitExceeded",
+    "Transient",
     "UnknownTask",
+    "is_transient",
     "op_key",
     "operation",
     "step",

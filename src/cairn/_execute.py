@@ -110,6 +110,7 @@ def _prepare(app: Cairn, record: TaskRecord) -> _Prepared:
         poll_interval=app.poll_interval,
         deadline=deadline,
         max_duration=task.max_duration,
+        limits=app.limit_book(),
     )
     ctx = Context(run, app.step_retry, app)
     kwargs = run.decode(record.args, "task arguments")

@@ -101,6 +101,7 @@ def run_items(
     first_seq: int,
     concurrency: int,
     retry: Retry,
+    limit: str | None = None,
 ) -> list[Any]:
     """Run the map's items on up to ``concurrency`` threads; results in item order."""
     results: list[Any] = [None] * len(items)
@@ -111,7 +112,15 @@ def run_items(
 
     def one(index: int) -> None:
         machine = step_machine(
-            run, "step", names[index], fn, (items[index],), {}, retry, seq=first_seq + index
+            run,
+            "step",
+            names[index],
+            fn,
+            (items[index],),
+            {},
+            retry,
+            limit=limit,
+            seq=first_seq + index,
         )
         results[index] = drive(machine, run.clock)
 
@@ -156,6 +165,7 @@ async def arun_items(
     first_seq: int,
     concurrency: int,
     retry: Retry,
+    limit: str | None = None,
 ) -> list[Any]:
     """Run an async map's items as coroutines, up to ``concurrency`` at once."""
     results: list[Any] = [None] * len(items)
@@ -168,7 +178,15 @@ async def arun_items(
             if fatal:
                 return
             machine = step_machine(
-                run, "step", names[index], fn, (items[index],), {}, retry, seq=first_seq + index
+                run,
+                "step",
+                names[index],
+                fn,
+                (items[index],),
+                {},
+                retry,
+                limit=limit,
+                seq=first_seq + index,
             )
             try:
                 results[index] = await adrive(machine, run.clock)

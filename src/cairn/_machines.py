@@ -15,6 +15,7 @@ from typing import Any
 from cairn._effects import Call, Machine, Wait
 from cairn._taskrun import TaskRun, describe_error
 from cairn.clock import from_iso, to_iso
+from cairn.limits import acquire, release
 from cairn.retry import Retry
 from cairn.store.records import StepKind, StepRecord, StepStatus
 
@@ -48,6 +49,7 @@ def entry(
     error: BaseException | None = None,
     retry_at: datetime | None = None,
     started_at: datetime,
+    deferred: float = 0.0,
 ) -> StepRecord:
     # Positional: this runs once per step, and keywords cost measurably here.
     return StepRecord(
@@ -64,6 +66,7 @@ def entry(
         retry_at,
         started_at,
         run.now(),
+        deferred,
     )
 
 
@@ -75,10 +78,15 @@ def step_machine(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     retry: Retry,
+    limit: str | None = None,
     seq: int | None = None,
 ) -> Machine[Any]:
     """Run ``fn`` as the history entry at the next position (or at ``seq``, for
-    the items of a map), or replay it."""
+    the items of a map), or replay it.
+
+    ``limit`` names a shared limit: each call holds one of its permits (waited
+    for without spending an attempt), given back when the call ends.
+    """
     if seq is None:
         seq = run.next_seq()
     record = run.replayed(seq, kind, name)
@@ -88,16 +96,44 @@ def step_machine(
     # Attempts are durable: a crash during attempt 3 resumes at attempt 3. The
     # budget restarts when a new task attempt replays into a failed step.
     total = 0 if record is None else record.attempts
-    used = record.run_attempts if record is not None and record.task_attempt == run.attempt else 0
-    if record is not None and record.retry_at is not None and used:
+    same_attempt = record is not None and record.task_attempt == run.attempt
+    used = record.run_attempts if record is not None and same_attempt else 0
+    deferred = record.deferred if record is not None and same_attempt else 0.0
+    if record is not None and record.retry_at is not None and same_attempt:
         yield Wait(max(0.0, (record.retry_at - run.now()).total_seconds()))
     while True:
         started = run.now()
         run.hook(f"before_{kind}", run.task_id, seq, name)
         try:
-            value = yield Call(fn, args, kwargs)
+            if limit is None:
+                value = yield Call(fn, args, kwargs)
+            else:
+                value = yield from _limited(run, limit, Call(fn, args, kwargs))
         except Exception as exc:
-            total, used = total + 1, used + 1
+            total += 1
+            # "Call again in N seconds" (RetryAfter) is waited out without
+            # spending an attempt, up to the policy's max_deferral in all.
+            pause = retry.deferral(exc, deferred)
+            if pause is not None:
+                deferred += pause
+                run.write(
+                    entry(
+                        run,
+                        seq,
+                        kind,
+                        name,
+                        "retrying",
+                        attempts=total,
+                        run_attempts=used,
+                        error=exc,
+                        retry_at=run.now() + timedelta(seconds=pause),
+                        started_at=started,
+                        deferred=deferred,
+                    )
+                )
+                yield Wait(pause)
+                continue
+            used += 1
             if not retry.should_retry(exc, used):
                 run.write(
                     entry(
@@ -110,6 +146,7 @@ def step_machine(
                         run_attempts=used,
                         error=exc,
                         started_at=started,
+                        deferred=deferred,
                     )
                 )
                 raise
@@ -126,6 +163,7 @@ def step_machine(
                     error=exc,
                     retry_at=run.now() + timedelta(seconds=delay),
                     started_at=started,
+                    deferred=deferred,
                 )
             )
             yield Wait(delay)
@@ -145,6 +183,7 @@ def step_machine(
                 attempts=total + 1,
                 run_attempts=used + 1,
                 started_at=started,
+                deferred=deferred,
             )
         )
         run.hook(f"after_{kind}", run.task_id, seq, name)
@@ -154,6 +193,16 @@ def step_machine(
         if type(value) in _SELF_DECODING:
             return value
         return run.decode(output, what)
+
+
+def _limited(run: TaskRun, limit: str, call: Call) -> Machine[Any]:
+    """``call`` while holding a permit of ``limit``; the permit is given back when
+    the call ends, whatever the outcome (a crash leaves it to lapse with the lease)."""
+    permit = yield from acquire(run, limit)
+    try:
+        return (yield call)
+    finally:
+        release(run, permit)
 
 
 def sleep_machine(run: TaskRun, seconds: float) -> Machine[None]:

@@ -26,6 +26,7 @@ from cairn.errors import (
     NonDeterminismError,
     TimeLimitExceeded,
 )
+from cairn.limits import NO_LIMITS, LimitBook
 from cairn.store.protocol import Store
 from cairn.store.records import StepKind, StepRecord
 
@@ -68,6 +69,8 @@ class TaskRun:
     # The task's time limit (first start + max_duration), and the limit itself.
     deadline: datetime | None = None
     max_duration: float | None = None
+    # The app's shared limits, and the owner and lease their permits are held under.
+    limits: LimitBook = NO_LIMITS
     seq: int = field(default=0)
     # Set once replay has diverged: every later call raises it again, so an
     # agent's ``except Exception:`` cannot carry on at misaligned positions.

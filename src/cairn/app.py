@@ -38,9 +38,11 @@ from cairn.errors import (
     TaskWaiting,
 )
 from cairn.leases import LeaseKeeper
+from cairn.limits import Limit, LimitBook, checked_limits
 from cairn.ownership import claim_lock, current_owner, mark_active, may_take_over
 from cairn.progress import choose_progress
 from cairn.retry import NO_RETRY, Retry
+from cairn.schedule import Catchup, Schedule, check_spec, fire_due, make_schedule
 from cairn.signals import send_signal
 from cairn.store import DEFAULT_URL, Store, open_store
 from cairn.store.records import NewTask, TaskRecord
@@ -72,6 +74,7 @@ class Cairn:
         clock: Clock | None = None,
         blobs: str | BlobStore | None = None,
         inline_limit: int = DEFAULT_INLINE_LIMIT,
+        limits: Mapping[str, Limit] | None = None,
     ) -> None:
         self._store_arg = store
         self._synchronous = synchronous
@@ -86,11 +89,14 @@ class Cairn:
         self._lease = timedelta(seconds=lease)
         self._leases: LeaseKeeper | None = None
         self._tasks: dict[str, TaskDef[..., Any]] = {}
+        self._schedules: dict[str, Schedule] = {}
         self.fault_hook: FaultHook = no_fault
         self._blobs_arg = blobs
         self._inline_limit = inline_limit
         self._offloader: Offloader | None = None
         self._offloading: dict[str, Codec] = {}
+        # Shared limits steps may name (limit=): held across every process on the store.
+        self.limits: Mapping[str, Limit] = checked_limits(limits)
 
     # -- the store -----------------------------------------------------------------
     @property
@@ -126,6 +132,10 @@ class Cairn:
                 else:
                     self._store = self._store_arg
             return self._store
+
+    def limit_book(self) -> LimitBook:
+        """The app's limits, with the owner and lease its permits are held under."""
+        return LimitBook(self.limits, self.owner, self._lease)
 
     @property
     def leases(self) -> LeaseKeeper:
@@ -214,12 +224,54 @@ class Cairn:
             "(on this Cairn instance) and pass the decorated function."
         )
 
+    def schedule(
+        self,
+        cron: str,
+        *,
+        tz: str = "UTC",
+        catchup: Catchup = "latest",
+        name: str | None = None,
+    ) -> Callable[[TaskDef[P, R]], TaskDef[P, R]]:
+        """Run a task at the times ``cron`` names, read in the time zone ``tz``.
+
+        Goes above ``@app.task``; the task takes the firing time as ``fired_at``.
+        Workers create each firing once, as a task with id
+        ``schedule:NAME/<time in UTC>``. Firings missed while no worker ran:
+        ``catchup="latest"`` runs the most recent one, ``"all"`` every one,
+        ``"none"`` none. ``name`` (default: the task's) is what the store records.
+        Needs ``pip install 'cairn[schedule]'``.
+        """
+        check_spec(cron, tz, catchup)
+
+        def register(task: TaskDef[P, R]) -> TaskDef[P, R]:
+            made = make_schedule(task, cron, tz, catchup, name)
+            self._definition(made.task)
+            if made.name in self._schedules:
+                raise ConfigurationError(
+                    f"two schedules are named {made.name!r}; give each of a task's "
+                    "schedules a name= of its own"
+                )
+            self._schedules[made.name] = made
+            return task
+
+        return register
+
+    def schedules(self) -> list[Schedule]:
+        """The schedules registered on this app, by name."""
+        return [self._schedules[name] for name in sorted(self._schedules)]
+
+    def fire_due_schedules(self) -> list[str]:
+        """Create every scheduled firing due now (by this app's clock) and return
+        the ids of the tasks created; workers do this on their own. Safe to call
+        from many processes at once: each firing is created once."""
+        return fire_due(self, self.schedules(), self.clock.now())
+
     @overload
     def step(self, fn: Callable[P, R]) -> Callable[P, R]: ...
 
     @overload
     def step(
-        self, *, name: str | None = None, retry: Retry | None = None
+        self, *, name: str | None = None, retry: Retry | None = None, limit: str | None = None
     ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 
     def step(
@@ -228,11 +280,14 @@ class Cairn:
         *,
         name: str | None = None,
         retry: Retry | None = None,
+        limit: str | None = None,
     ) -> Any:
         """Declare a step once; calling it inside a task checkpoints it (``cairn.step``)."""
+        if limit is not None:
+            self.limit_book().get(limit)  # an unknown name fails where it is declared
         if fn is None:
-            return step(name=name, retry=retry)
-        return step(name=name, retry=retry)(fn)
+            return step(name=name, retry=retry, limit=limit)
+        return step(name=name, retry=retry, limit=limit)(fn)
 
     # -- one task ---------------------------------------------------------------------
     @overload

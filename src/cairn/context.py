@@ -120,6 +120,7 @@ class Context:
         /,
         *args: Any,
         retry: Retry | None = None,
+        limit: str | None = None,
         **kwargs: Any,
     ) -> Coroutine[Any, Any, T]: ...
 
@@ -131,6 +132,7 @@ class Context:
         /,
         *args: Any,
         retry: Retry | None = None,
+        limit: str | None = None,
         **kwargs: Any,
     ) -> T: ...
 
@@ -141,6 +143,7 @@ class Context:
         /,
         *args: Any,
         retry: Retry | None = None,
+        limit: str | None = None,
         **kwargs: Any,
     ) -> Any:
         """Run ``fn(*args, **kwargs)`` as a checkpointed step called ``name``.
@@ -148,9 +151,13 @@ class Context:
         On replay, a step that completed returns its recorded output and ``fn``
         is not called. ``retry`` overrides the step's retry policy (by default a
         step makes one attempt and the task's policy retries the task).
+        ``limit`` names one of the app's shared limits (``Cairn(limits=...)``):
+        each call of ``fn`` waits for, and holds, one of its permits.
         """
+        if limit is not None:
+            self._run.limits.get(limit)  # an unknown name fails here, replay or not
         machine = step_machine(
-            self._run, "step", name, fn, args, kwargs, retry or self._default_step_retry
+            self._run, "step", name, fn, args, kwargs, retry or self._default_step_retry, limit
         )
         if _is_async(fn):
             return adrive(machine, self._run.clock)
@@ -262,6 +269,7 @@ class Context:
         concurrency: int = 4,
         key: Callable[[Any], Any] | None = None,
         retry: Retry | None = None,
+        limit: str | None = None,
     ) -> Any:
         """Run ``fn(item)`` for each item as a checkpointed step, up to
         ``concurrency`` at once (threads; coroutines when ``fn`` is async, and
@@ -273,7 +281,8 @@ class Context:
         checkpoint, and ``concurrency`` may differ between runs. An item that
         fails (after its ``retry``) does not stop the others; the first failure
         is raised once they end, their checkpoints kept. ``fn`` runs as a plain
-        step: it must not call ``ctx`` itself.
+        step: it must not call ``ctx`` itself. ``limit`` names a shared limit
+        (see ``Cairn(limits=...)``) each item's call holds a permit of.
         """
         from cairn import _fanout
 
@@ -285,9 +294,10 @@ class Context:
         first = _fanout.open_map(self._run, label, len(listed))
         plain = _outside_context(fn)
         policy = retry or self._default_step_retry
+        run = self._run
         if _is_async(fn):
-            return _fanout.arun_items(self._run, plain, listed, names, first, concurrency, policy)
-        return _fanout.run_items(self._run, plain, listed, names, first, concurrency, policy)
+            return _fanout.arun_items(run, plain, listed, names, first, concurrency, policy, limit)
+        return _fanout.run_items(run, plain, listed, names, first, concurrency, policy, limit)
 
     def spawn(
         self, task: TaskDef[..., Any], /, *, key: str | None = None, **kwargs: Any

@@ -27,6 +27,7 @@ The hierarchy::
         ├── InDoubtOperation        claimed by an attempt that died; settle it first
         └── OperationFailed         the key failed permanently; settle it to try again
     Permanent                       raise it (or from it) to fail without retrying
+    Transient                       raise it (or from it) to say "this may work later"
     RetryAfter                      the outside service said "not now, try in N seconds"
 
     CairnControl (BaseException)    control flow an agent must not swallow
@@ -189,6 +190,16 @@ class Permanent(Exception):
     """
 
 
+class Transient(Exception):
+    """An outside error that may go away if the call is made again later
+    (a 5xx answer, a timeout, a dropped connection, gRPC ``UNAVAILABLE``).
+
+    ``cairn.errorclass`` raises it ``from`` the original error, and
+    ``cairn.errorclass.is_transient`` recognises it; use that as
+    ``Retry(retry_on=is_transient)`` to retry only what may succeed later.
+    """
+
+
 class RetryAfter(Exception):
     """The outside service asked to be called again later (HTTP 429 with
     ``Retry-After``, gRPC ``RESOURCE_EXHAUSTED``, a quota error).
@@ -199,7 +210,7 @@ class RetryAfter(Exception):
     """
 
     def __init__(self, seconds: float, message: str = "") -> None:
-        if seconds < 0:
+        if not seconds >= 0:  # also refuses NaN
             raise ValueError(f"RetryAfter({seconds}): seconds must be zero or positive")
         super().__init__(message or f"the service asked to retry after {seconds:g}s")
         self.seconds = float(seconds)

@@ -18,9 +18,11 @@ from cairn.errors import (
     CairnControl,
     ChildFailed,
     CodecError,
+    ConfigurationError,
     NonDeterminismError,
     OperationError,
     Permanent,
+    RetryAfter,
 )
 
 ErrorPredicate = Callable[[BaseException], bool]
@@ -29,6 +31,7 @@ ErrorPredicate = Callable[[BaseException], bool]
 # said so. They fail the step or task at once whatever the policy says.
 _NEVER_RETRIED: tuple[type[BaseException], ...] = (
     Permanent,
+    ConfigurationError,
     NonDeterminismError,
     CodecError,
     BlobMissing,  # an operator must restore it; BlobError alone (a network fault) may pass
@@ -61,8 +64,13 @@ class Retry:
             so that many tasks failing together do not retry together.
         retry_on: an error is retried only if this returns True (default: all).
         give_up_on: an error for which this returns True is never retried.
+        max_deferral: seconds a step may spend, in all, waiting because the
+            outside service raised ``RetryAfter``. Such waits spend no attempt;
+            a deferral that would go past this counts as a failed attempt
+            instead, so a service that says "later" forever cannot hang a task.
 
-    ``Permanent`` errors, non-determinism and encoding errors are never retried.
+    ``Permanent`` errors, configuration errors, non-determinism and encoding
+    errors are never retried.
     """
 
     attempts: int = 3
@@ -72,6 +80,7 @@ class Retry:
     jitter: float = 0.1
     retry_on: ErrorPredicate = field(default=_always, compare=False)
     give_up_on: ErrorPredicate = field(default=_never, compare=False)
+    max_deferral: float = 3600.0
 
     def __post_init__(self) -> None:
         if self.attempts < 1:
@@ -82,12 +91,27 @@ class Retry:
             raise ValueError(f"Retry(backoff={self.backoff}): backoff must be at least 1")
         if not 0 <= self.jitter <= 1:
             raise ValueError(f"Retry(jitter={self.jitter}): jitter must be between 0 and 1")
+        if not self.max_deferral >= 0:  # also refuses NaN
+            raise ValueError(
+                f"Retry(max_deferral={self.max_deferral}): must be zero or positive seconds"
+            )
 
     def should_retry(self, error: BaseException, attempts_made: int) -> bool:
         """True if ``error``, raised by attempt number ``attempts_made``, may be retried."""
         if attempts_made >= self.attempts or is_permanent(error):
             return False
         return self.retry_on(error) and not self.give_up_on(error)
+
+    def deferral(self, error: BaseException, deferred: float) -> float | None:
+        """Seconds to wait before calling again without spending an attempt, when
+        ``error`` is (or wraps) a ``RetryAfter`` and the step has waited
+        ``deferred`` seconds so far this way; None if it counts as a failure."""
+        asked = retry_after_of(error)
+        if asked is None or is_permanent(error) or self.give_up_on(error):
+            return None
+        if deferred + asked.seconds > self.max_deferral:
+            return None
+        return asked.seconds
 
     def delay(self, attempts_made: int, *, rng: random.Random | None = None) -> float:
         """Seconds to wait after attempt number ``attempts_made`` failed."""
@@ -113,3 +137,15 @@ def is_permanent(error: BaseException) -> bool:
         seen.add(id(current))
         current = current.__cause__
     return False
+
+
+def retry_after_of(error: BaseException) -> RetryAfter | None:
+    """The ``RetryAfter`` that ``error`` is, or wraps through ``__cause__``, if any."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, RetryAfter):
+            return current
+        seen.add(id(current))
+        current = current.__cause__
+    return None

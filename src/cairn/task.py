@@ -86,29 +86,35 @@ def step(fn: Callable[P, R], /) -> Callable[P, R]: ...
 
 @overload
 def step(
-    *, name: str | None = None, retry: Retry | None = None
+    *, name: str | None = None, retry: Retry | None = None, limit: str | None = None
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 
 
 def step(
-    fn: Callable[P, R] | None = None, /, *, name: str | None = None, retry: Retry | None = None
+    fn: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    retry: Retry | None = None,
+    limit: str | None = None,
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
     """Declare a step once; calling it inside a task checkpoints it.
 
-    Outside a task, the function runs plainly (handy in unit tests).
+    Outside a task, the function runs plainly (handy in unit tests). ``limit``
+    names a shared limit of the app each call holds a permit of.
     """
 
     def decorate(func: Callable[P, R]) -> Callable[P, R]:
         step_name = name or func.__name__
         if inspect.iscoroutinefunction(func):
-            return _async_step(func, step_name, retry)  # type: ignore[return-value]
+            return _async_step(func, step_name, retry, limit)  # type: ignore[return-value]
 
         @functools.wraps(func)
         def run_step(*args: P.args, **kwargs: P.kwargs) -> R:
             ctx = current_context()
             if ctx is None:
                 return func(*args, **kwargs)
-            result: R = ctx.step(step_name, func, *args, retry=retry, **kwargs)
+            result: R = ctx.step(step_name, func, *args, retry=retry, limit=limit, **kwargs)
             return result
 
         return run_step
@@ -117,14 +123,17 @@ def step(
 
 
 def _async_step(
-    func: Callable[P, Coroutine[Any, Any, R]], step_name: str, retry: Retry | None
+    func: Callable[P, Coroutine[Any, Any, R]],
+    step_name: str,
+    retry: Retry | None,
+    limit: str | None,
 ) -> Callable[P, Coroutine[Any, Any, R]]:
     @functools.wraps(func)
     async def run_step(*args: P.args, **kwargs: P.kwargs) -> R:
         ctx = current_context()
         if ctx is None:
             return await func(*args, **kwargs)
-        result: R = await ctx.step(step_name, func, *args, retry=retry, **kwargs)
+        result: R = await ctx.step(step_name, func, *args, retry=retry, limit=limit, **kwargs)
         return result
 
     return run_step

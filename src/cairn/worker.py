@@ -11,6 +11,9 @@ comes first. SIGTERM (or Ctrl-C) stops claiming and lets running tasks finish;
 a second one hands them back at once (their fence moves, so this process can
 write nothing more for them) and exits. After SIGKILL, the leases expire and
 other workers take the tasks over; on the same host, at once.
+
+A worker also ticks its app's schedules (``cairn.schedule``): each firing is
+created once however many workers tick, and idle threads wake for it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from cairn._batch import WAIT, Claimer
 from cairn._execute import Outcome, aexecute, execute
+from cairn.schedule import Scheduler
 from cairn.store.postgres import redacted
 from cairn.store.records import TaskRecord
 
@@ -73,6 +77,7 @@ class Worker:
         self._lock = threading.Lock()
         self._running: dict[str, int] = {}
         self._errors: list[BaseException] = []
+        self._scheduler = Scheduler(app, lambda created: self._wake.set())
 
     # -- control -----------------------------------------------------------------
     def stop(self) -> None:
@@ -123,6 +128,9 @@ class Worker:
             self.concurrency,
             ", ".join(self._names),
         )
+        # Firings due now exist before the threads look for work (so a burst
+        # worker runs them too).
+        self._tick_schedules()
         threads = [
             threading.Thread(target=self._loop, name=f"cairn-worker-{i}", daemon=True)
             for i in range(self.concurrency)
@@ -139,9 +147,21 @@ class Worker:
                 continue
             if self.app.store.wait_for_work(min(self.idle_wait, 1.0)):
                 self._wake.set()
+            self._tick_schedules()
         if self._errors:
             raise self._errors[0]
         return self.report
+
+    def _tick_schedules(self) -> None:
+        if not self.app.schedules():
+            return
+        try:
+            self._scheduler.maybe_tick()
+        except Exception as exc:  # re-raised by run(), as a worker thread's error is
+            log.exception("cairn worker: ticking schedules failed; stopping")
+            with self._lock:
+                self._errors.append(exc)
+            self.stop()
 
     def _loop(self) -> None:
         try:

@@ -272,3 +272,35 @@ def test_an_item_retries_under_its_own_policy(url: str, clock: FakeClock) -> Non
         us = next(r for r in app.store.load_history("f").values() if r.name == "fetch[us]")
     assert flaky == Counter({"jp": 1, "us": 3})
     assert us.attempts == 3
+
+
+def test_map_items_share_a_concurrency_limit(url: str) -> None:
+    """``limit=`` makes every item hold a permit of the app's shared limit: with
+    Concurrency(2), eight threads never have more than two calls in flight."""
+    api = Api()
+    # The real clock: waiting for a permit must really wait (a fake clock's
+    # sleep returns at once and moves time past the holders' leases).
+    app = Cairn(url, limits={"reporting": cairn.Concurrency(2)})
+    lock = threading.Lock()
+    flight = {"now": 0, "most": 0}
+
+    def slow_fetch(country: str) -> dict[str, Any]:
+        with lock:
+            flight["now"] += 1
+            flight["most"] = max(flight["most"], flight["now"])
+        try:
+            threading.Event().wait(0.01)  # real-sleep-ok: lets the threads overlap
+            return api.fetch(country)
+        finally:
+            with lock:
+                flight["now"] -= 1
+
+    @app.task
+    def revenue(ctx: Context) -> int:
+        rows = ctx.map(slow_fetch, COUNTRIES, concurrency=8, limit="reporting")
+        return len(rows)
+
+    with app:
+        assert app.run(revenue, task_id="r") == 12
+    assert flight["most"] == 2
+    assert sum(api.calls.values()) == 12

@@ -27,6 +27,7 @@ from .otel import otel_command
 from .prune import gc_command, prune_command
 from .report import report_command
 from .retry import retry_command
+from .schedules import schedules_command
 from .show import show_command
 from .signal import signal_command
 from .tasks import tasks_command
@@ -60,6 +61,7 @@ app.command("chaos")(chaos_command)
 app.add_typer(ops_app, name="ops")
 app.command("worker")(worker_command)
 app.command("migrate")(migrate_command)
+app.command("schedules")(schedules_command)
 app.command("conversation")(conversation_command)
 app.command("cost")(cost_command)
 app.command("fidelity")(fidelity_command)

@@ -118,6 +118,7 @@ class PostgresStore(SQLStore):
 
     capabilities = Capabilities(multi_host=True, multi_process=True)
     claim_lock_clause: ClassVar[str] = " FOR UPDATE SKIP LOCKED"
+    row_lock_clause: ClassVar[str] = " FOR UPDATE"
 
     def __init__(
         self,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from cairn.store.records import (
@@ -21,7 +21,9 @@ from cairn.store.records import (
     NewTask,
     OperationClaim,
     OperationRecord,
+    PermitRefused,
     RecordedCall,
+    ScheduleRecord,
     SignalRecord,
     StepRecord,
     TaskRecord,
@@ -102,7 +104,32 @@ class Store(Protocol):
         ...
 
     def renew_leases(self, owner: str, lease_until: datetime) -> int:
-        """Push the lease of every running task ``owner`` holds. Returns the count."""
+        """Push the lease of every running task ``owner`` holds, and of the shared-limit
+        permits its running calls hold. Returns the count of tasks."""
+        ...
+
+    def acquire_permit(
+        self,
+        limit: str,
+        capacity: int,
+        window: timedelta,
+        permit: str,
+        owner: str,
+        task_id: str,
+        now: datetime,
+        lease_until: datetime,
+    ) -> PermitRefused | None:
+        """Take permit ``permit`` of shared limit ``limit`` if fewer than ``capacity``
+        permits count against it now, atomically across every process on the store.
+
+        A permit counts while its call runs (until ``lease_until``, pushed on by
+        ``renew_leases`` while ``task_id`` runs under ``owner``), then for
+        ``window`` after ``release_permit``. None when granted (also when this
+        very permit was granted already); otherwise why not."""
+        ...
+
+    def release_permit(self, limit: str, permit: str, now: datetime) -> None:
+        """The call holding ``permit`` ended at ``now``, whatever its outcome."""
         ...
 
     def release_task(self, task_id: str, fence: int, now: datetime) -> bool:
@@ -301,4 +328,33 @@ class Store(Protocol):
         self, *, batch: str | None = None, task_id: str | None = None
     ) -> Iterator[RecordedCall]:
         """Completed history entries of kind ``llm`` or ``conv``, in task then seq order."""
+        ...
+
+    # -- schedules (cairn.schedule) ------------------------------------------------------
+    def add_schedule(self, schedule: ScheduleRecord) -> bool:
+        """Insert the row of a schedule seen for the first time, unless it exists.
+        True if it was inserted."""
+        ...
+
+    def get_schedule(self, name: str) -> ScheduleRecord | None:
+        """One schedule's row, or None."""
+        ...
+
+    def list_schedules(self) -> list[ScheduleRecord]:
+        """Every schedule's row, by name."""
+        ...
+
+    def advance_schedule(
+        self,
+        expected_covered_until: datetime,
+        schedule: ScheduleRecord,
+        firings: Sequence[NewTask],
+        now: datetime,
+    ) -> bool:
+        """In one transaction: overwrite the row of ``schedule.name`` with
+        ``schedule``'s spec, ``covered_until`` and (when not None)
+        ``last_fired_at``, if its ``covered_until`` still equals
+        ``expected_covered_until`` (compare-and-set), and then insert the tasks
+        ``firings`` (skipping ids that exist). False, with nothing written, if
+        another writer moved the row first."""
         ...

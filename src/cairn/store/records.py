@@ -93,6 +93,9 @@ class StepRecord(NamedTuple):
     retry_at: datetime | None
     started_at: datetime
     finished_at: datetime
+    # Seconds this task attempt has spent waiting on ``RetryAfter`` at this step
+    # (deferrals spend no attempt; ``Retry.max_deferral`` bounds their total).
+    deferred: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,3 +213,30 @@ class RecordedCall:
     kind: StepKind
     name: str
     output: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PermitRefused:
+    """A shared limit had no room: ``held`` of its counted permits belong to calls
+    still running (any may end at any moment); the earliest of the others stops
+    counting at ``frees_at`` (None if every counted permit is held)."""
+
+    held: int
+    frees_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRecord:
+    """A schedule's row: the spec it was counted under, and how far it got.
+
+    Every firing at or before ``covered_until`` has been created or passed over
+    on purpose; ``last_fired_at`` is the latest firing actually created."""
+
+    name: str
+    task_name: str
+    cron: str
+    tz: str
+    covered_until: datetime
+    last_fired_at: datetime | None
+    created_at: datetime
+    updated_at: datetime

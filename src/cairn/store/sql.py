@@ -13,7 +13,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cairn.clock import from_iso
-from cairn.store.records import MessageRecord, OperationRecord, StepRecord, TaskRecord
+from cairn.store.records import (
+    MessageRecord,
+    OperationRecord,
+    ScheduleRecord,
+    StepRecord,
+    TaskRecord,
+)
 
 TASK_COLUMNS = (
     "id, batch, item_key, name, args, codec, status, attempts, retry_base, fence, owner, "
@@ -22,7 +28,7 @@ TASK_COLUMNS = (
 )
 STEP_COLUMNS = (
     "task_id, seq, kind, name, status, output, attempts, task_attempt, run_attempts, "
-    "error, retry_at, started_at, finished_at"
+    "error, retry_at, started_at, finished_at, deferred"
 )
 OP_COLUMNS = (
     "scope, key, status, calls, permanent, task_id, step_seq, claim_fence, result, error, "
@@ -131,14 +137,15 @@ _FENCE = "EXISTS (SELECT 1 FROM tasks WHERE id = ? AND fence = ?)"
 # written before (a retried step) pays for the upsert.
 INSERT_STEP = (
     f"INSERT INTO steps ({STEP_COLUMNS}) "
-    f"SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {_FENCE}"
+    f"SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {_FENCE}"
 )
 UPSERT_STEP = (
     f"{INSERT_STEP} ON CONFLICT (task_id, seq) DO UPDATE SET "
     "status = excluded.status, output = excluded.output, attempts = excluded.attempts, "
     "task_attempt = excluded.task_attempt, run_attempts = excluded.run_attempts, "
     "error = excluded.error, retry_at = excluded.retry_at, "
-    "started_at = excluded.started_at, finished_at = excluded.finished_at"
+    "started_at = excluded.started_at, finished_at = excluded.finished_at, "
+    "deferred = excluded.deferred"
 )
 LOAD_HISTORY = f"SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?"
 # An operation a task claimed and completed is part of that task's history at
@@ -180,6 +187,54 @@ OP_CALL_COUNTS = (
 )
 
 
+# -- shared limits (cairn.limits) --------------------------------------------------------
+# An acquire is one transaction: make sure the limit's row exists, lock it
+# ({lock}: FOR UPDATE where the backend has row locks; SQLite's BEGIN IMMEDIATE
+# already serialises writers), drop the permits that no longer count, count the
+# rest, and insert ours if there is room.
+ENSURE_LIMIT = "INSERT INTO limits (name) VALUES (?) ON CONFLICT (name) DO NOTHING"
+LOCK_LIMIT = "SELECT name FROM limits WHERE name = ?{lock}"
+# A permit counts until ends_at plus the window (zero for a concurrency limit).
+DROP_SPENT_PERMITS = "DELETE FROM permits WHERE limit_name = ? AND ends_at <= ?"
+HAS_PERMIT = "SELECT 1 FROM permits WHERE limit_name = ? AND permit = ?"
+# Counted permits, how many are still held, and when the first ended one stops counting.
+COUNT_PERMITS = (
+    "SELECT COUNT(*), COALESCE(SUM(held), 0), "
+    "MIN(CASE WHEN held = 0 THEN ends_at END) FROM permits WHERE limit_name = ?"
+)
+INSERT_PERMIT = (
+    "INSERT INTO permits (limit_name, permit, owner, task_id, held, granted_at, ends_at) "
+    "VALUES (?, ?, ?, ?, 1, ?, ?)"
+)
+# The call ended: from now on the permit counts only for the window after this.
+RELEASE_PERMIT = (
+    "UPDATE permits SET held = 0, ends_at = ? WHERE limit_name = ? AND permit = ? AND held = 1"
+)
+# The heartbeat: push on the permits of calls still running in tasks this owner
+# runs. A task lost or cancelled meanwhile stops renewing, so its permit ends.
+RENEW_PERMITS = (
+    "UPDATE permits SET ends_at = ? WHERE owner = ? AND held = 1 AND task_id IN "
+    "(SELECT id FROM tasks WHERE owner = ? AND status = 'running')"
+)
+
+
+# -- schedules (cairn.schedule) -----------------------------------------------------
+SCHEDULE_COLUMNS = "name, task_name, cron, tz, covered_until, last_fired_at, created_at, updated_at"
+INSERT_SCHEDULE = (
+    f"INSERT INTO schedules ({SCHEDULE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (name) DO NOTHING"
+)
+GET_SCHEDULE = f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE name = ?"
+LIST_SCHEDULES = f"SELECT {SCHEDULE_COLUMNS} FROM schedules ORDER BY name"
+# Compare-and-set on covered_until: of several workers that read the same row,
+# only the first to write moves it; the others change nothing and read again.
+ADVANCE_SCHEDULE = (
+    "UPDATE schedules SET task_name = ?, cron = ?, tz = ?, covered_until = ?, "
+    "last_fired_at = COALESCE(?, last_fired_at), updated_at = ? "
+    "WHERE name = ? AND covered_until = ?"
+)
+
+
 # -- rows to records ------------------------------------------------------------------
 def time_of(value: Any) -> datetime:
     """A stored time as an aware UTC datetime, from ISO text or a datetime."""
@@ -218,6 +273,19 @@ def task_record(row: tuple[Any, ...]) -> TaskRecord:
     )
 
 
+def schedule_record(row: tuple[Any, ...]) -> ScheduleRecord:
+    return ScheduleRecord(
+        name=row[0],
+        task_name=row[1],
+        cron=row[2],
+        tz=row[3],
+        covered_until=time_of(row[4]),
+        last_fired_at=opt_time(row[5]),
+        created_at=time_of(row[6]),
+        updated_at=time_of(row[7]),
+    )
+
+
 def step_record(row: tuple[Any, ...]) -> StepRecord:
     return StepRecord(
         row[0],
@@ -233,6 +301,7 @@ def step_record(row: tuple[Any, ...]) -> StepRecord:
         opt_time(row[10]),
         time_of(row[11]),
         time_of(row[12]),
+        row[13],
     )
 
 

@@ -14,7 +14,7 @@ import contextlib
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import partial
 from itertools import islice
 from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar
@@ -28,7 +28,9 @@ from cairn.store.records import (
     NewTask,
     OperationClaim,
     OperationRecord,
+    PermitRefused,
     RecordedCall,
+    ScheduleRecord,
     SignalRecord,
     StepRecord,
     TaskRecord,
@@ -78,6 +80,9 @@ class SQLStore(ABC):
     # Appended to the claim query's inner SELECT: FOR UPDATE SKIP LOCKED where
     # the backend has row locks, so concurrent claimers never wait on each other.
     claim_lock_clause: ClassVar[str] = ""
+    # Appended to the read of a limit's row in an acquire: FOR UPDATE where the
+    # backend has row locks (SQLite's BEGIN IMMEDIATE already serialises writers).
+    row_lock_clause: ClassVar[str] = ""
     # A statement that wakes idle workers when new tasks are committed, if the
     # backend can (PostgreSQL's NOTIFY); others are found by polling.
     announce_work: str | None = None
@@ -188,8 +193,11 @@ class SQLStore(ABC):
         return [sql.task_record(r) for r in rows]
 
     def renew_leases(self, owner: str, lease_until: datetime) -> int:
+        stamp = self._ts(lease_until)
         with self._writing():
-            return self._exec(sql.RENEW, (self._ts(lease_until), owner)).rowcount
+            renewed = self._exec(sql.RENEW, (stamp, owner)).rowcount
+            self._exec(sql.RENEW_PERMITS, (stamp, owner, owner))
+        return renewed
 
     def release_task(self, task_id: str, fence: int, now: datetime) -> bool:
         with self._writing():
@@ -268,6 +276,7 @@ class SQLStore(ABC):
             None if step.retry_at is None else self._ts(step.retry_at),
             self._ts(step.started_at),
             self._ts(step.finished_at),
+            step.deferred,
             step.task_id,
             fence,
         )
@@ -533,6 +542,42 @@ class SQLStore(ABC):
         row = self._exec(sql.OP_CALL_COUNTS).rows[0]
         return int(row[0]), int(row[1])
 
+    # -- shared limits (cairn.limits) ----------------------------------------------------
+    def acquire_permit(
+        self,
+        limit: str,
+        capacity: int,
+        window: timedelta,
+        permit: str,
+        owner: str,
+        task_id: str,
+        now: datetime,
+        lease_until: datetime,
+    ) -> PermitRefused | None:
+        spent_before = self._ts(now - window)
+        lock = sql.LOCK_LIMIT.format(lock=self.row_lock_clause)
+
+        def take(tx: Tx) -> PermitRefused | None:
+            tx.exec(sql.ENSURE_LIMIT, (limit,))
+            tx.exec(lock, (limit,))
+            if tx.exec(sql.HAS_PERMIT, (limit, permit)).rows:
+                return None  # a retried transaction whose first try committed
+            tx.exec(sql.DROP_SPENT_PERMITS, (limit, spent_before))
+            counted, held, first_ended = tx.exec(sql.COUNT_PERMITS, (limit,)).rows[0]
+            if counted < capacity:
+                params = (limit, permit, owner, task_id, self._ts(now), self._ts(lease_until))
+                tx.exec(sql.INSERT_PERMIT, params)
+                return None
+            frees_at = None if first_ended is None else sql.time_of(first_ended) + window
+            return PermitRefused(int(held), frees_at)
+
+        with self._writing():
+            return self._atomically(take)
+
+    def release_permit(self, limit: str, permit: str, now: datetime) -> None:
+        with self._writing():
+            self._exec(sql.RELEASE_PERMIT, (self._ts(now), limit, permit))
+
     # -- conversations (cairn.agent) -------------------------------------------------------
     def open_conversation(self, task_id: str, name: str, fence: int) -> int | None:
         found = self._exec(sql.FIND_CONVERSATION, (task_id, name)).rows
@@ -616,6 +661,61 @@ class SQLStore(ABC):
             where, params = "1 = 1", ()
         for r in self._exec(sql.RECORDED_CALLS.format(filter=where), params).rows:
             yield RecordedCall(r[0], r[1], r[2], r[3], r[4], r[5], r[6])
+
+    # -- schedules (cairn.schedule) ----------------------------------------------------------
+    def add_schedule(self, schedule: ScheduleRecord) -> bool:
+        params = (
+            schedule.name,
+            schedule.task_name,
+            schedule.cron,
+            schedule.tz,
+            self._ts(schedule.covered_until),
+            None if schedule.last_fired_at is None else self._ts(schedule.last_fired_at),
+            self._ts(schedule.created_at),
+            self._ts(schedule.updated_at),
+        )
+        with self._writing():
+            return self._exec(sql.INSERT_SCHEDULE, params).rowcount == 1
+
+    def get_schedule(self, name: str) -> ScheduleRecord | None:
+        rows = self._exec(sql.GET_SCHEDULE, (name,)).rows
+        return sql.schedule_record(rows[0]) if rows else None
+
+    def list_schedules(self) -> list[ScheduleRecord]:
+        return [sql.schedule_record(row) for row in self._exec(sql.LIST_SCHEDULES).rows]
+
+    def advance_schedule(
+        self,
+        expected_covered_until: datetime,
+        schedule: ScheduleRecord,
+        firings: Sequence[NewTask],
+        now: datetime,
+    ) -> bool:
+        stamp = self._ts(now)
+        params = (
+            schedule.task_name,
+            schedule.cron,
+            schedule.tz,
+            self._ts(schedule.covered_until),
+            None if schedule.last_fired_at is None else self._ts(schedule.last_fired_at),
+            stamp,
+            schedule.name,
+            self._ts(expected_covered_until),
+        )
+        batch_rows = sorted({(t.batch, t.name, stamp) for t in firings if t.batch is not None})
+        task_rows = [
+            (t.id, t.batch, t.item_key, t.name, t.args, t.codec, stamp, stamp) for t in firings
+        ]
+
+        def advance(tx: Tx) -> bool:
+            if tx.exec(sql.ADVANCE_SCHEDULE, params).rowcount != 1:
+                return False  # another worker moved first: nothing was written
+            if task_rows:
+                _write_chunk(batch_rows, task_rows, self.announce_work, tx)
+            return True
+
+        with self._writing():
+            return self._atomically(advance)
 
 
 class _FencedOut(Exception):

@@ -66,6 +66,7 @@ CREATE TABLE steps (
     retry_at     TIMESTAMPTZ,
     started_at   TIMESTAMPTZ NOT NULL,
     finished_at  TIMESTAMPTZ NOT NULL,
+    deferred     DOUBLE PRECISION NOT NULL DEFAULT 0,
     PRIMARY KEY (task_id, seq)
 );
 
@@ -129,3 +130,34 @@ CREATE TABLE messages (
 );
 
 CREATE INDEX messages_summaries ON messages (conv_id, idx) WHERE kind = 'summary';
+
+-- Shared limits (cairn.limits); see the SQLite schema for the meaning.
+CREATE TABLE limits (
+    name TEXT PRIMARY KEY
+);
+
+CREATE TABLE permits (
+    limit_name TEXT NOT NULL,
+    permit     TEXT NOT NULL,
+    owner      TEXT NOT NULL,
+    task_id    TEXT NOT NULL,
+    held       INTEGER NOT NULL,
+    granted_at TIMESTAMPTZ NOT NULL,
+    ends_at    TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (limit_name, permit)
+);
+
+CREATE INDEX permits_held_by_owner ON permits (owner) WHERE held = 1;
+
+-- One row per schedule (cairn.schedule); see the SQLite schema for the meaning
+-- of each column.
+CREATE TABLE schedules (
+    name          TEXT PRIMARY KEY,
+    task_name     TEXT NOT NULL,
+    cron          TEXT NOT NULL,
+    tz            TEXT NOT NULL,
+    covered_until TIMESTAMPTZ NOT NULL,
+    last_fired_at TIMESTAMPTZ,
+    created_at    TIMESTAMPTZ NOT NULL,
+    updated_at    TIMESTAMPTZ NOT NULL
+);

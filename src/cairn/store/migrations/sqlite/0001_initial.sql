@@ -78,6 +78,8 @@ CREATE TABLE steps (
     retry_at     TEXT,
     started_at   TEXT NOT NULL,
     finished_at  TEXT NOT NULL,
+    -- seconds this task attempt waited on RetryAfter here (no attempt spent)
+    deferred     REAL NOT NULL DEFAULT 0,
     PRIMARY KEY (task_id, seq)
 ) WITHOUT ROWID;
 
@@ -160,3 +162,44 @@ CREATE TABLE messages (
 
 -- Finding a conversation's latest summary is one index probe, whatever its length.
 CREATE INDEX messages_summaries ON messages (conv_id, idx) WHERE kind = 'summary';
+
+-- Shared limits (cairn.limits). One row per limit name, locked by every acquire
+-- so that two processes can never both take the last free permit.
+CREATE TABLE limits (
+    name TEXT PRIMARY KEY
+);
+
+-- The permits of every limit. A permit counts against its limit until ends_at
+-- (plus the window, for a rate): while its call runs, ends_at is the holder's
+-- lease, pushed on by its heartbeat, so a killed holder's permit comes back;
+-- when the call ends, ends_at is the time it ended and held is 0.
+CREATE TABLE permits (
+    limit_name TEXT NOT NULL,
+    permit     TEXT NOT NULL,
+    owner      TEXT NOT NULL,
+    task_id    TEXT NOT NULL,
+    held       INTEGER NOT NULL,
+    granted_at TEXT NOT NULL,
+    ends_at    TEXT NOT NULL,
+    PRIMARY KEY (limit_name, permit)
+) WITHOUT ROWID;
+
+-- The heartbeat finds the permits a process holds without a scan.
+CREATE INDEX permits_held_by_owner ON permits (owner) WHERE held = 1;
+
+-- One row per schedule (cairn.schedule). covered_until is the latest firing time
+-- already dealt with (created, or passed over by the catch-up policy), or the
+-- moment the schedule was first seen; firings after it are still to come. A
+-- worker creates firings only by moving covered_until forward with a
+-- compare-and-set in the same transaction, so two workers never both act on the
+-- same firings. cron, tz and task_name are the spec the row was counted under.
+CREATE TABLE schedules (
+    name          TEXT PRIMARY KEY,
+    task_name     TEXT NOT NULL,
+    cron          TEXT NOT NULL,
+    tz            TEXT NOT NULL,
+    covered_until TEXT NOT NULL,
+    last_fired_at TEXT,
+    created_at    TEXT NOT NULL,
+    updated_at    TEXT NOT NULL
+) WITHOUT ROWID;

@@ -1,0 +1,106 @@
+"""``cairn schedules MODULE:APP``: each schedule of an app, its last and next firing."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+import typer
+
+from cairn.schedule import ON_TIME, Schedule
+from cairn.store.records import ScheduleRecord
+
+from ._common import JsonOption, note, now, opened_store
+from ._format import iso_time
+from ._json import print_json
+from ._render import RowTable, stdout_console
+from .worker import load_app
+
+_COLUMNS = ("schedule", "task", "cron", "tz", "catchup", "last firing", "next firing", "note")
+
+
+def schedules_command(
+    target: Annotated[str, typer.Argument(metavar="MODULE:APP", help="Where the app is.")],
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            envvar="CAIRN_STORE",
+            show_envvar=True,
+            metavar="URL",
+            help="Override the app's store (default: the app's own).",
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List the schedules MODULE:APP registers: last firing created, next one due.
+
+    Times are shown in each schedule's own time zone.
+    """
+    app = load_app(target)
+    if store is not None:
+        app.use_store(store)
+    schedules = app.schedules()
+    if not schedules:
+        note(f"{target} registers no schedules")
+        return
+    # Opened as every listing command does: a store that does not exist is an
+    # error, never created.
+    with opened_store(app.store_url) as opened:
+        rows = {row.name: row for row in opened.list_schedules()}
+    moment = now()
+    described = [_describe(s, rows.get(s.name), moment) for s in schedules]
+    if as_json:
+        print_json(described)
+        return
+    table = RowTable(stdout_console(), _COLUMNS)
+    for entry in described:
+        table.add_row(
+            entry["name"],
+            entry["task"],
+            entry["cron"],
+            entry["tz"],
+            entry["catchup"],
+            _local(entry["last_fired_at_local"]),
+            _local(entry["next_fire_at_local"]),
+            entry["note"],
+        )
+    table.print()
+
+
+def _describe(schedule: Schedule, row: ScheduleRecord | None, moment: datetime) -> dict[str, Any]:
+    """What is known of one schedule: its spec, and its row's state."""
+    zone = schedule.zone
+    last = row.last_fired_at if row is not None else None
+    if row is None:
+        upcoming = schedule.next_after(moment)
+        remark = "no worker has ticked it yet"
+    elif (row.task_name, row.cron, row.tz) != (schedule.task.name, schedule.cron, schedule.tz):
+        upcoming = schedule.next_after(max(row.covered_until, moment))
+        remark = (
+            f"changed: the store has {row.cron!r} in {row.tz}; a worker switches it "
+            "at its next tick"
+        )
+    else:
+        upcoming = schedule.next_after(row.covered_until)
+        # Later than on time, and the row not moved past it: no worker ticked it.
+        remark = "overdue: is a worker running?" if moment - upcoming > ON_TIME else ""
+    return {
+        "name": schedule.name,
+        "task": schedule.task.name,
+        "cron": schedule.cron,
+        "tz": schedule.tz,
+        "catchup": schedule.catchup,
+        "last_fired_at": iso_time(last),
+        "last_fired_at_local": None if last is None else last.astimezone(zone).isoformat(),
+        "next_fire_at": iso_time(upcoming),
+        "next_fire_at_local": upcoming.astimezone(zone).isoformat(),
+        "note": remark,
+    }
+
+
+def _local(text: str | None) -> str:
+    """An ISO time with its offset, shortened to what a person reads."""
+    if text is None:
+        return "-"
+    return datetime.fromisoformat(text).strftime("%Y-%m-%d %H:%M:%S %z")
