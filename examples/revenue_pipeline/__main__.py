@@ -64,7 +64,10 @@ def main(argv: list[str]) -> int:
     if args.anomaly_parallelism is not None:  # the simulation sets it too
         os.environ[env_name("anomaly_parallelism")] = str(args.anomaly_parallelism)
     fired_at = datetime.combine(args.date, FIRES_AT, TOKYO)
-    task_id = f"nightly-revenue/{args.date.isoformat()}"
+    # The id a worker gives the 04:30 firing of that date: a manual run and the
+    # scheduled one are the same task, so the work is never done twice.
+    [schedule] = app.schedules()
+    task_id = schedule.task_id(fired_at)
     with services(args, fired_at) as simulation, app:
         if _failed_before(task_id):
             print(f"{task_id} failed before; running it again (finished work is kept)")

@@ -1,10 +1,10 @@
 """Calls to the outside services, and what their errors mean for a retry.
 
 Each function is one call; the pipeline wraps them in checkpointed steps.
-Errors are classified at the edge: a quota error is ``RetryAfter`` (wait, then
-call again, without spending an attempt), a 5xx or a dropped connection is
-transient, and any other 4xx is ``Permanent`` (PERMISSION_DENIED fails the run
-at once, with the answer recorded).
+Errors are classified at the edge by ``cairn.errorclass``: a quota error is
+``RetryAfter`` (wait, then call again, without spending an attempt), a 5xx or a
+dropped connection is transient, and any other 4xx is ``Permanent``
+(PERMISSION_DENIED fails the run at once, with the answer recorded).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from cairn import Permanent, RetryAfter
+from cairn import Permanent, Transient, errorclass
 
 from .settings import LOS_ANGELES
 
@@ -23,26 +23,20 @@ from .settings import LOS_ANGELES
 _http = httpx.Client(timeout=10.0)
 
 
-class Unavailable(Exception):
-    """The service failed in a way that may pass (5xx, network): retry it."""
-
-
-def is_transient(error: BaseException) -> bool:
-    """The errors a retry can fix."""
-    return isinstance(error, Unavailable | RetryAfter | httpx.TransportError)
-
-
 def raise_for_status(response: httpx.Response) -> None:
-    """Map an HTTP answer to cairn's retry vocabulary."""
-    code = response.status_code
-    if code < 400:
-        return
-    status, message = _error_of(response)
-    if code == 429:
-        raise RetryAfter(_retry_delay(response), f"{status}: {message}")
-    if code >= 500:
-        raise Unavailable(f"{response.request.url.path} answered {code} {status}: {message}")
-    raise Permanent(f"{response.request.url.path} answered {code} {status}: {message}")
+    """cairn's error for an error answer, saying what the API said.
+
+    ``cairn.errorclass`` classifies: 429 is ``RetryAfter`` (honouring
+    ``Retry-After``), 5xx ``Transient``, any other 4xx ``Permanent``. The
+    message adds the API's own status (``PERMISSION_DENIED``), which is what a
+    person reading the failed task needs.
+    """
+    try:
+        errorclass.raise_for_status(response)
+    except (Transient, Permanent) as exc:
+        status, message = _error_of(response)
+        said = f"{response.request.url.path} answered {response.status_code} {status}: {message}"
+        raise type(exc)(said) from exc
 
 
 def _error_of(response: httpx.Response) -> tuple[str, str]:
@@ -54,11 +48,6 @@ def _error_of(response: httpx.Response) -> tuple[str, str]:
     if isinstance(error, dict):
         return str(error.get("status", "")), str(error.get("message", ""))
     return str(error), str(response.json().get("error_description", ""))
-
-
-def _retry_delay(response: httpx.Response) -> float:
-    header = response.headers.get("Retry-After", "")
-    return float(header) if header.isdigit() else 60.0
 
 
 def utc_text(moment: datetime) -> str:

@@ -16,7 +16,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
-from cairn import Cairn, Context, Permanent, Retry, op_key
+from cairn import Cairn, Concurrency, Context, Permanent, Rate, Retry, is_transient, op_key
 from cairn.notify import post_once
 
 from . import clients
@@ -24,16 +24,19 @@ from .database import Database
 from .report import anomalies, data_window, report_text, week_before
 from .settings import CHUNK, STORES, Settings
 
-# The store comes from $CAIRN_STORE, else ./.cairn/cairn.db.
-app = Cairn()
+# The store comes from $CAIRN_STORE, else ./.cairn/cairn.db. The limits hold
+# across every process on that store: the reporting API's rate, and what the
+# database's pool leaves for the upsert.
+app = Cairn(limits={"reporting-api": Rate(20, per=60), "db": Concurrency(4)})
 
-# Transient answers are retried in the step; a quota error waits as long as the
-# API asks without spending an attempt; PERMISSION_DENIED is never retried.
-API_RETRY = Retry(attempts=4, initial_delay=2.0, max_delay=60.0, retry_on=clients.is_transient)
+# Transient answers are retried in the step; a quota error (RetryAfter) waits as
+# long as the API asks without spending an attempt; PERMISSION_DENIED is never retried.
+API_RETRY = Retry(attempts=4, initial_delay=2.0, max_delay=60.0, retry_on=is_transient)
 # A new token rejected this many times in a row is a credentials problem.
 TOKEN_ROUNDS = 3
 
 
+@app.schedule("30 4 * * *", tz="Asia/Tokyo", catchup="latest")
 @app.task(retry=Retry(attempts=1))
 def nightly_revenue(ctx: Context, fired_at: datetime) -> dict[str, Any]:
     """The pipeline for the Tokyo day before ``fired_at``. A failed run stops at
@@ -46,7 +49,7 @@ def nightly_revenue(ctx: Context, fired_at: datetime) -> dict[str, Any]:
         settings.database, max_connections=settings.db_max_connections, latency=settings.db_latency
     )
     day = window["day"]
-    ctx.step("upsert", database.upsert_day, day, revenue, installs, retry=API_RETRY)
+    ctx.step("upsert", database.upsert_day, day, revenue, installs, limit="db", retry=API_RETRY)
     moved = detect_anomalies(ctx, settings, database, day)
     text = report_text(window, revenue, installs, moved, ctx.now())
     post_once(ctx, op_key("daily-report", day), settings.chat_url, text)
@@ -64,6 +67,7 @@ def fetch_revenue(ctx: Context, settings: Settings, window: dict[str, Any]) -> d
         key="+".join,
         concurrency=settings.fetch_concurrency,
         retry=API_RETRY,
+        limit="reporting-api",
     )
     return {country: micros for chunk in answers for country, micros in chunk.items()}
 
@@ -106,6 +110,8 @@ def detect_anomalies(
     Too much parallelism exhausts the database's connections: that fails the run
     (retrying at the same parallelism would only hammer the database again).
     Rerun with less; the countries already compared are not compared again.
+    (``limit="db"`` here would have kept it from happening at all; it is left
+    off so that the example can show the failure.)
     """
     comparisons = ctx.map(
         partial(database.compare_week, day, week_before(day)),

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FIRED_AT = datetime(2026, 11, 28, 4, 30, tzinfo=TOKYO)
 WINDOW = data_window(FIRED_AT)
 DAY = "2026-11-27"
-TASK_ID = "nightly-revenue/2026-11-28"
+TASK_ID = "schedule:nightly_revenue/2026-11-27T19:30:00Z"  # 04:30 in Tokyo
 EVERY_COUNTRY_ONCE = dict.fromkeys(COUNTRIES, 1)
 EVERY_APP_ONCE = dict.fromkeys(APPS, 1)
 RUN_TIMEOUT_SECONDS = 60
@@ -114,6 +114,28 @@ def test_a_clean_run_does_each_call_once_and_reports_in_tokyo_time(
     recorded = pipeline.store.get_task(TASK_ID)
     assert recorded is not None
     assert recorded.status == "completed"
+
+
+def test_the_schedule_fires_at_0430_tokyo_and_a_manual_run_of_that_date_is_the_same_task(
+    pipeline: Cairn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ticked a minute before 04:30 Asia/Tokyo, the schedule creates nothing; at
+    04:30 it creates the firing, whose run reports the Tokyo day before. Running
+    the CLI's way for that date afterwards finds the same task done: no call."""
+    clock = FakeClock(FIRED_AT.astimezone(UTC) - timedelta(minutes=1))
+    monkeypatch.setattr(pipeline, "clock", clock)
+    with Simulation(tmp_path) as sim:
+        point_at(sim, monkeypatch)
+        assert pipeline.fire_due_schedules() == []
+        clock.advance(60)
+        assert pipeline.fire_due_schedules() == [TASK_ID]
+        report = pipeline.run_batch("schedule:nightly_revenue", nightly_revenue, progress=False)
+        assert (report.completed, report.total) == (1, 1)
+        result = run(pipeline)
+        assert_fetched_once(sim)
+        (post,) = sim.chat.delivered
+    assert result["day"] == DAY
+    assert post.json()["text"] == result["report"]
 
 
 def test_failure_1_quota_exhausted_mid_countries_asks_only_the_rejected_chunks_again(
@@ -217,7 +239,7 @@ def test_the_report_is_posted_once_per_date_even_when_the_whole_pipeline_reruns(
     with Simulation(tmp_path) as sim:
         point_at(sim, monkeypatch)
         first = run(pipeline)
-        second = run(pipeline, task_id="nightly-revenue/2026-11-28/manual")
+        second = run(pipeline, task_id="nightly_revenue/2026-11-28/manual")
         requested, _ = sim.reporting.counts()
         posts = sim.chat.posts
     assert requested == dict.fromkeys(COUNTRIES, 2)
