@@ -59,6 +59,21 @@ class Tx(Protocol):
         ...
 
 
+def task_row(task: NewTask, stamp: Any) -> tuple[Any, ...]:
+    """The parameters of ``sql.INSERT_TASK`` for one new task."""
+    return (
+        task.id,
+        task.batch,
+        task.item_key,
+        task.name,
+        task.args,
+        task.codec,
+        stamp,
+        stamp,
+        task.parent_id,
+    )
+
+
 def _write_chunk(
     batch_rows: list[tuple[Any, ...]],
     task_rows: list[tuple[Any, ...]],
@@ -135,10 +150,7 @@ class SQLStore(ABC):
             # stream that fails in its first chunk leaves no empty batch.
             batches = sorted({(t.batch, t.name) for t in chunk if t.batch is not None})
             batch_rows = [(b, n, stamp) for b, n in batches]
-            task_rows = [
-                (t.id, t.batch, t.item_key, t.name, t.args, t.codec, stamp, stamp, t.parent_id)
-                for t in chunk
-            ]
+            task_rows = [task_row(t, stamp) for t in chunk]
             with self._writing():
                 write = partial(_write_chunk, batch_rows, task_rows, self.announce_work)
                 inserted += self._atomically(write)
@@ -703,9 +715,7 @@ class SQLStore(ABC):
             self._ts(expected_covered_until),
         )
         batch_rows = sorted({(t.batch, t.name, stamp) for t in firings if t.batch is not None})
-        task_rows = [
-            (t.id, t.batch, t.item_key, t.name, t.args, t.codec, stamp, stamp) for t in firings
-        ]
+        task_rows = [task_row(t, stamp) for t in firings]
 
         def advance(tx: Tx) -> bool:
             if tx.exec(sql.ADVANCE_SCHEDULE, params).rowcount != 1:
