@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 import time
 from collections import Counter
 from contextlib import ExitStack
@@ -63,17 +62,6 @@ def revenue_micros(
         total += usual_hour * wobble * factor
         hour += timedelta(hours=1)
     return round(total * 1_000_000)
-
-
-def _send(request: _Handler, status: int, body: object, headers: dict[str, str]) -> None:
-    data = json.dumps(body).encode()
-    request.send_response(status)
-    request.send_header("Content-Type", "application/json")
-    request.send_header("Content-Length", str(len(data)))
-    for name, value in headers.items():
-        request.send_header(name, value)
-    request.end_headers()
-    request.wfile.write(data)
 
 
 def _grpc_error(code: int, status: str, message: str, **extra: Any) -> dict[str, Any]:
@@ -146,7 +134,7 @@ class ReportingServer(TestServer):
             if status == HTTPStatus.OK:
                 self.served_by_country.update(countries)
             self.statuses[status] += 1
-        _send(request, status, body, headers)
+        request.send_json(status, body, headers)
 
     def _decide(
         self, countries: list[str], query: dict[str, str]
