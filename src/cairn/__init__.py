@@ -11,6 +11,9 @@ from cairn.codec import Codec, JsonCodec, PickleCodec
 from cairn.context import Context
 from cairn.errorclass import is_transient
 from cairn.errors import (
+    BlobCorrupt,
+    BlobError,
+    BlobMissing,
     CairnControl,
     CairnError,
     Cancelled,
@@ -37,6 +40,7 @@ from cairn.errors import (
     TaskNotRegistered,
     TaskWaiting,
     TimeLimitExceeded,
+    TransferError,
     Transient,
     UnknownTask,
 )
@@ -50,6 +54,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BatchReport",
+    "BlobCorrupt",
+    "BlobError",
+    "BlobMissing",
     "Cairn",
     "CairnControl",
     "CairnError",
@@ -90,6 +97,7 @@ __all__ = [
     "TaskNotRegistered",
     "TaskWaiting",
     "TimeLimitExceeded",
+    "TransferError",
     "Transient",
     "UnknownTask",
     "is_transient",

@@ -6,6 +6,8 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from cairn.blobs.ref import is_ref, parse_ref
+
 MISSING = "-"
 _ERROR_WIDTH = 80
 _VALUE_WIDTH = 400
@@ -87,6 +89,9 @@ def stored_value(text: str | None, codec: str) -> str:
     """
     if text is None:
         return MISSING
+    if is_ref(text):
+        ref = parse_ref(text)
+        return f"<in the blob store: {ref.size:,} bytes, sha256 {ref.sha256[:12]}…, {ref.uri}>"
     if codec != "json":
         return f"<{codec}-encoded, {len(text)} characters>"
     if len(text) > _VALUE_WIDTH:

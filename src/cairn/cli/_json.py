@@ -7,6 +7,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
+from cairn.blobs.ref import is_ref, parse_ref
 from cairn.store.records import TASK_STATUSES, BatchSummary, StepRecord, TaskRecord
 
 from ._format import iso_time, parse_error, seconds_between
@@ -45,9 +46,12 @@ def task_dict(task: TaskRecord) -> dict[str, Any]:
     }
 
 
-def _value(text: str | None, codec: str) -> Any:
+def value_for_json(text: str | None, codec: str) -> Any:
     # JSON-codec values are JSON already; anything else stays the stored text
     # (decoding a pickle would run code from the store).
+    if text is not None and is_ref(text):
+        ref = parse_ref(text)  # not fetched: it can be large; say where it is
+        return {"blob": {"uri": ref.uri, "size": ref.size, "sha256": ref.sha256}}
     if text is None or codec != "json":
         return text
     return json.loads(text)
@@ -57,8 +61,8 @@ def task_detail_dict(task: TaskRecord) -> dict[str, Any]:
     """One task with its arguments and result."""
     detail = task_dict(task)
     detail["codec"] = task.codec
-    detail["args"] = _value(task.args, task.codec)
-    detail["result"] = _value(task.result, task.codec)
+    detail["args"] = value_for_json(task.args, task.codec)
+    detail["result"] = value_for_json(task.result, task.codec)
     return detail
 
 

@@ -24,6 +24,7 @@ from typing import Annotated, Any, get_args
 import typer
 from rich.text import Text
 
+from cairn.blobs.ref import is_ref
 from cairn.codec import JsonCodec, codec_for
 from cairn.errors import CairnError
 from cairn.ownership import owner_is_gone
@@ -32,7 +33,7 @@ from cairn.store.records import OperationRecord, OperationStatus, TaskRecord
 
 from ._common import DEFAULT_URL, JsonOption, StoreOption, fail, note, now, opened_store, streamed
 from ._format import MISSING, clip, error_line, iso_time, parse_error, short_time, stored_value
-from ._json import print_json
+from ._json import print_json, value_for_json
 from ._render import RowTable, status_text, stdout_console
 
 __all__ = ["claimant_gone", "ops_app", "parse_since"]
@@ -276,8 +277,7 @@ def _print_table(rows: list[_Row], redundant: int, keys: int) -> None:
 
 def _result_value(row: _Row) -> Any:
     # JSON-codec results are JSON already; other codecs stay text (never unpickled here).
-    text = row.op.result
-    return json.loads(text) if text is not None and row.codec == "json" else text
+    return value_for_json(row.op.result, row.codec)
 
 
 def _op_dict(row: _Row) -> dict[str, Any]:
@@ -305,7 +305,8 @@ def _print_csv(rows: list[_Row]) -> None:
     writer.writerow(_CSV_COLUMNS)
     for row in rows:
         op = row.op
-        result = op.result if row.codec == "json" else stored_value(op.result, row.codec)
+        plain = row.codec == "json" and not is_ref(op.result)
+        result = op.result if plain else stored_value(op.result, row.codec)
         writer.writerow(
             (
                 op.key,
