@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -273,6 +274,11 @@ def test_sigkilled_while_waiting_out_the_quota_the_rerun_asks_only_the_missing_c
         try:
             rejected = wait_until(lambda: sim.reporting.statuses[429] >= 3, RUN_TIMEOUT_SECONDS)
             assert rejected, "the run never hit the quota"
+            # Kill only once the three answered chunks are checkpointed: a kill
+            # between an answer and its commit (the at-least-once window) would
+            # rightly ask that chunk again, which is not what this test is about.
+            recorded = wait_until(lambda: committed_chunks(tmp_path) == 3, RUN_TIMEOUT_SECONDS)
+            assert recorded, "the answered chunks were never checkpointed"
         finally:
             first.send_signal(signal.SIGKILL)
             first.communicate(timeout=RUN_TIMEOUT_SECONDS)
@@ -292,6 +298,24 @@ def test_sigkilled_while_waiting_out_the_quota_the_rerun_asks_only_the_missing_c
         for store in (sim.apple, sim.google):
             assert store.counts() == (1, EVERY_APP_ONCE, EVERY_APP_ONCE)
         assert len(sim.chat.delivered) == 1
+
+
+def committed_chunks(workdir: Path) -> int:
+    """How many revenue chunks the CLI's store has checkpointed (read-only)."""
+    path = workdir / ".cairn" / "cairn.db"
+    if not path.exists():
+        return 0
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+    try:
+        (count,) = conn.execute(
+            "SELECT COUNT(*) FROM steps WHERE kind = 'step' AND name LIKE 'revenue[%' "
+            "AND status = 'completed'"
+        ).fetchone()
+        return int(count)
+    except sqlite3.OperationalError:
+        return 0  # the schema is not there yet
+    finally:
+        conn.close()
 
 
 def database_rows() -> dict[str, Any]:
