@@ -18,6 +18,8 @@ from cairn import Cairn, Context, TaskDef, TaskError, TaskWaiting, UnknownTask
 from cairn.cli import app as cli
 from cairn.clock import FakeClock
 from cairn.portable import export_batch, import_batch
+from cairn.testing import set_fault_hook
+from tests.crashes import LEASE, Crash, second_process
 from tests.crashes import url as url  # a fixture: pytest finds it by this name
 
 
@@ -233,4 +235,36 @@ def test_a_waiting_task_moves_with_its_batch_and_keeps_its_signal(
         assert other.store.get_signal("changes/app_id=a9", "approval") is not None
         report = other.run_batch("changes", change_there, progress=False)
         assert report.counts == {"completed": 1}
+    assert effects == Counter({"propose": 1, "apply": 1})
+
+
+def test_a_crash_just_before_suspending_resumes_into_the_same_wait(
+    url: str, clock: FakeClock
+) -> None:
+    """The process dies after recording the wait and before suspending: the
+    restart replays the proposal (not run again), keeps the deadline recorded
+    the first time, suspends, and completes once the signal comes."""
+    effects: Counter[str] = Counter()
+    app, change = approval_app(url, clock, effects)
+
+    def die_before_suspend(point: str, task_id: str, seq: int, name: str) -> None:
+        if point == "before_suspend":
+            raise Crash("killed between recording the wait and suspending")
+
+    set_fault_hook(app, die_before_suspend)
+    with pytest.raises(Crash):
+        app.run(change, task_id="c", app_id="b1")
+    deadline = app.store.load_history("c")[2].retry_at
+    app.close()
+    clock.advance(LEASE + 3600)
+    again = second_process(url, clock)
+    with again:
+        registered = again.task(name="change")(change.fn)
+        with pytest.raises(TaskWaiting):
+            again.run(registered, task_id="c", app_id="b1")
+        row = again.store.get_task("c")
+        assert row is not None
+        assert row.wake_at == deadline  # the first deadline, not one from the restart
+        again.signal("c", "approval", {"ok": True})
+        assert again.run(registered, task_id="c", app_id="b1")["applied"] is True
     assert effects == Counter({"propose": 1, "apply": 1})
