@@ -17,7 +17,9 @@ our fence): one statement, one commit, nothing else written. Rows are never upda
 storage grows linearly with the conversation. A compaction appends one more
 row, of kind ``summary``, whose ``covers_until`` says which messages it stands
 in for; nothing is deleted, so the compacted head stays in the table as the
-archive.
+archive. A message whose JSON is above the app's ``inline_limit`` goes to the
+blob store before its row is written, and the row holds the reference
+(``cairn.agent.offload``); rows read back are resolved and hash-checked.
 
 The rows themselves are the record that replay reads, keyed by their position
 in the conversation; appends take no position in the task's history (no
