@@ -111,6 +111,7 @@ def _prepare(app: Cairn, record: TaskRecord) -> _Prepared:
         deadline=deadline,
         max_duration=task.max_duration,
         limits=app.limit_book(),
+        offloader=app.offloader,
     )
     ctx = Context(run, app.step_retry, app)
     kwargs = run.decode(record.args, "task arguments")

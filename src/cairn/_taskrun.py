@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NoReturn
 
-from cairn.blobs.offload import WARN_ABOVE, warn_if_large
+from cairn.blobs.offload import WARN_ABOVE, Offloader, warn_if_large
 from cairn.clock import Clock
 from cairn.codec import Codec
 from cairn.errors import (
@@ -71,6 +71,8 @@ class TaskRun:
     max_duration: float | None = None
     # The app's shared limits, and the owner and lease their permits are held under.
     limits: LimitBook = NO_LIMITS
+    # Where large conversation messages go (cairn.agent.offload); None: no blob store.
+    offloader: Offloader | None = None
     seq: int = field(default=0)
     # Set once replay has diverged: every later call raises it again, so an
     # agent's ``except Exception:`` cannot carry on at misaligned positions.

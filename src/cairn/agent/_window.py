@@ -89,7 +89,8 @@ class Window:
         window = cls()
         summaries = [r for r in ordered if r.kind == "summary"]
         latest = summaries[-1] if summaries else None
-        cut = 0 if latest is None or latest.covers_until is None else latest.covers_until
+        # Without a summary nothing is cut: row 0 is in the tail unless it is the system prompt.
+        cut = -1 if latest is None or latest.covers_until is None else latest.covers_until
         for row in ordered:
             if row.kind == "summary":
                 continue

@@ -3,8 +3,11 @@
 ``load_conversation(store, task_id)`` reads the active context in time
 proportional to it (as ``ctx.conversation`` does when it opens);
 ``iter_history`` streams every row, the compacted head included, in pages.
-Archived heads stay in the ``messages`` table; moving them to a blob store is
-for when cairn has one.
+Archived heads stay in the ``messages`` table, row by row; a message above the
+app's ``inline_limit`` is in the blob store (``cairn.agent.offload``), and both
+read it back transparently, checking its hash. ``blobs`` names the blob store to
+read from; by default it is the store's own (``$CAIRN_BLOBS``, else the
+directory beside a SQLite file), opened only if a message needs it.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from typing import IO, TYPE_CHECKING, Any
 
 from cairn.agent._window import Row, Window
 from cairn.agent.messages import Message
+from cairn.agent.offload import MessageReader
 from cairn.agent.summarize import summary_text
+from cairn.blobs import BlobStore, Offloader
 from cairn.clock import to_iso
 from cairn.store.protocol import Store
 from cairn.store.records import MessageRecord
@@ -67,13 +72,24 @@ class StoredMessage:
         return data
 
 
+Blobs = BlobStore | Offloader | MessageReader | None
+
+
+def reader_of(store: Store, blobs: Blobs) -> MessageReader:
+    """The reader for messages of ``store`` offloaded to ``blobs`` (or the default)."""
+    if isinstance(blobs, MessageReader):
+        return blobs
+    return MessageReader(blobs, store_url=store.url)
+
+
 def iter_history(
-    store: Store, task_id: str, name: str, *, start: int = 0
+    store: Store, task_id: str, name: str, *, start: int = 0, blobs: Blobs = None
 ) -> Iterator[StoredMessage]:
     """Every row of conversation ``name``, oldest first, read ``PAGE`` rows at a time."""
+    reader = reader_of(store, blobs)
     position = start
     while True:
-        page = store.load_messages(task_id, name, position, PAGE)
+        page = reader.read(store.load_messages(task_id, name, position, PAGE))
         for record in page:
             yield StoredMessage.of(record)
         if len(page) < PAGE:
@@ -128,10 +144,12 @@ class ConversationView:
         return build_handoff(self.task_id, self.name, self.window, self.stats, metadata, now)
 
 
-def load_conversation(store: Store, task_id: str, name: str = "main") -> ConversationView | None:
+def load_conversation(
+    store: Store, task_id: str, name: str = "main", *, blobs: Blobs = None
+) -> ConversationView | None:
     """The stored active context of conversation ``name``, or None if it has no rows.
     Reads only the active rows, however long the conversation has grown."""
-    records = store.load_active_messages(task_id, name)
+    records = reader_of(store, blobs).read(store.load_active_messages(task_id, name))
     if not records:
         return None
     rows = [Row.of(record) for record in records]

@@ -35,6 +35,7 @@ from cairn.retry import NO_RETRY
 
 if TYPE_CHECKING:
     from cairn.agent.conversation import Conversation
+    from cairn.store.records import StepRecord
 
 Outcome = dict[str, Any]
 
@@ -87,7 +88,7 @@ def _due(conv: Conversation, force: bool) -> bool:
     run = conv._run
     upcoming = run.history.get(run.seq + 1)
     if upcoming is not None and (upcoming.kind, upcoming.name) == ("conv", _entry_name(conv)):
-        return True
+        return _recorded_here(conv, upcoming)
     if conv.replaying:
         # A summary row the entry did not get to record (a crash between the two
         # commits) still means a compaction happened here.
@@ -95,6 +96,19 @@ def _due(conv: Conversation, force: bool) -> bool:
     if not force and (conv.tokens <= conv.threshold or conv._failed_at == conv.position):
         return False
     return _plan(conv) is not None
+
+
+def _recorded_here(conv: Conversation, entry: StepRecord) -> bool:
+    """Whether the recorded compaction ``entry`` ran at this point of the code.
+    ``compact()`` may be called at many points with no history entry between them
+    (nothing is recorded where none was due), so the next entry alone does not
+    say where it ran: a successful one wrote its summary row at its position, a
+    failed one noted the position it ran at."""
+    if entry.status != "completed" or entry.output is None:
+        return True
+    outcome = conv._run.decode(entry.output, f"compaction {entry.name!r}")
+    at = outcome.get("idx") if outcome.get("ok") else outcome.get("at")
+    return at is None or int(at) == conv.position
 
 
 def compaction_machine(conv: Conversation, *, force: bool = False) -> Machine[Compaction | None]:
@@ -172,6 +186,7 @@ def _async_compact(conv: Conversation) -> Callable[[], Awaitable[Outcome]]:
 def _failed(conv: Conversation, plan: _Plan | None, error: str) -> Outcome:
     return {
         "ok": False,
+        "at": conv.position,
         "error": error,
         "tokens_before": conv.tokens if plan is None else plan.tokens_before,
         "summarizer": _summarizer_name(conv),

@@ -17,7 +17,9 @@ our fence): one statement, one commit, nothing else written. Rows are never upda
 storage grows linearly with the conversation. A compaction appends one more
 row, of kind ``summary``, whose ``covers_until`` says which messages it stands
 in for; nothing is deleted, so the compacted head stays in the table as the
-archive.
+archive. A message whose JSON is above the app's ``inline_limit`` goes to the
+blob store before its row is written, and the row holds the reference
+(``cairn.agent.offload``); rows read back are resolved and hash-checked.
 
 The rows themselves are the record that replay reads, keyed by their position
 in the conversation; appends take no position in the task's history (no
@@ -57,6 +59,7 @@ from cairn.agent._window import Row, Window
 from cairn.agent.archive import StoredMessage, iter_history
 from cairn.agent.handoff import build_handoff, seed_rows
 from cairn.agent.messages import Message, dumps, normalize, text_of
+from cairn.agent.offload import MessageReader, offload_content
 from cairn.agent.pricing import DEFAULT_PRICES, PriceTable
 from cairn.agent.summarize import (
     ExtractiveSummarizer,
@@ -130,6 +133,10 @@ class Conversation:
         self._anchor: tuple[int, int] | None = None
         self._failed_at = -1  # a failed compaction is not retried at the same position
         self._conv_id = -1  # the store's key for this conversation, set by open()
+        # Messages above the inline limit go to the blob store (cairn.agent.offload).
+        self._offloader = run.offloader
+        self._inline_limit = -1 if run.offloader is None else run.offloader.inline_limit
+        self._reader = MessageReader(run.offloader)
         self.handed_off: dict[str, Any] | None = None
 
     # -- what the agent reads --------------------------------------------------------
@@ -224,7 +231,7 @@ class Conversation:
     # -- the archive and handoff -------------------------------------------------------------
     def history(self, *, include_summaries: bool = True) -> Iterator[StoredMessage]:
         """Every stored row up to this point, archived ones included, oldest first."""
-        for stored in iter_history(self._run.store, self.task_id, self.name):
+        for stored in iter_history(self._run.store, self.task_id, self.name, blobs=self._reader):
             if stored.idx >= self._pos:
                 return
             if include_summaries or stored.kind == "message":
@@ -244,7 +251,7 @@ class Conversation:
         if conv_id is None:
             self._run.lost()
         self._conv_id = conv_id
-        records = self._run.store.load_active_messages(self.task_id, self.name)
+        records = self._reader.read(self._run.store.load_active_messages(self.task_id, self.name))
         rows = [Row.of(record) for record in records]
         self._cache = {row.idx: row for row in rows}
         self._end = rows[-1].idx + 1 if rows else 0
@@ -270,7 +277,9 @@ class Conversation:
         """The stored row at ``idx`` (read in pages while replaying)."""
         row = self._cache.get(idx)
         if row is None:
-            page = self._run.store.load_messages(self.task_id, self.name, idx, PAGE)
+            page = self._reader.read(
+                self._run.store.load_messages(self.task_id, self.name, idx, PAGE)
+            )
             self._cache.update((record.idx, Row.of(record)) for record in page)
             row = self._cache.get(idx)
             if row is None:
@@ -295,12 +304,16 @@ class Conversation:
 
     def record(self, row: Row) -> MessageRecord:
         meta = None if row.meta is None else json.dumps(row.meta, separators=(",", ":"))
+        content = dumps(row.message)
+        if self._inline_limit >= 0 and len(content) > self._inline_limit:
+            assert self._offloader is not None
+            content = offload_content(content, self._offloader)  # durable before the row
         return MessageRecord(
             self.task_id,
             self.name,
             row.idx,
             row.role,
-            dumps(row.message),
+            content,
             row.tokens,
             "summary" if row.kind == "summary" else "message",
             row.covers_until,

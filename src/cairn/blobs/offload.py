@@ -41,12 +41,16 @@ class Offloader:
         self._fresh: OrderedDict[str, str] = OrderedDict()
         self._lock = threading.Lock()
 
-    def offload(self, text: str) -> str:
-        """Write ``text`` to the blob store; return the reference to record."""
+    def offload(self, text: str, *, remember: bool = True) -> str:
+        """Write ``text`` to the blob store; return the reference to record.
+        ``remember=False`` when the caller keeps the value itself (a conversation
+        keeps its rows): the next ``load`` of the reference then reads the blob."""
         data = text.encode("utf-8")
         digest = hashlib.sha256(data).hexdigest()
         uri = self.blobs.put(digest, data)
         ref = BlobRef(digest, len(data), uri).text()
+        if not remember:
+            return ref
         with self._lock:
             self._fresh[ref] = text
             while len(self._fresh) > _FRESH:

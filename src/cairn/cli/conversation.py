@@ -22,9 +22,11 @@ from cairn.agent.archive import (
     load_conversation,
 )
 from cairn.agent.messages import text_of
+from cairn.agent.offload import MessageReader
 from cairn.errors import UnknownTask
 from cairn.store import Store
 
+from ._blobs import BlobsOption, blobs_for
 from ._common import DEFAULT_URL, JsonOption, StoreOption, now, opened_store
 from ._format import clip, short_time
 from ._json import print_json
@@ -71,16 +73,19 @@ def conversation_command(
         bool, typer.Option("--handoff", help="Print the handoff document (JSON).")
     ] = False,
     store: StoreOption = DEFAULT_URL,
+    blobs: BlobsOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Show a task's conversation: its active context, or with --all every message."""
     with opened_store(store) as opened:
         get_task_or_fail(opened, task_id)
         conv = conversation_name(opened, task_id, name)
-        view = load_conversation(opened, task_id, conv)
+        # Messages above the inline limit are read from the blob store.
+        reader = MessageReader(blobs_for(store, blobs), store_url=opened.url)
+        view = load_conversation(opened, task_id, conv, blobs=reader)
         assert view is not None  # it has rows: conversation_name found it
         active = {row.idx for row in view.active_rows()}
-        rows = list(iter_history(opened, task_id, conv)) if show_all else None
+        rows = list(iter_history(opened, task_id, conv, blobs=reader)) if show_all else None
     if handoff:
         print_json(view.handoff(now=now()))
         return

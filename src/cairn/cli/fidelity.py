@@ -18,6 +18,7 @@ from cairn.agent.fidelity import fidelity, next_tool_call, same_tool
 from cairn.agent.providers import default_client
 from cairn.errors import CairnError
 
+from ._blobs import BlobsOption, blobs_for
 from ._common import DEFAULT_URL, JsonOption, StoreOption, fail, opened_store
 from ._json import print_json
 from ._render import RowTable, stdout_console
@@ -35,13 +36,14 @@ def fidelity_command(
         typer.Option("--compare", help="'tool': same tool agrees; 'call': same tool and args."),
     ] = "tool",
     store: StoreOption = DEFAULT_URL,
+    blobs: BlobsOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Agreement between next-tool-call decisions on the full and the compacted history."""
     with opened_store(store) as opened:
         get_task_or_fail(opened, task_id)
         conv = conversation_name(opened, task_id, name)
-        rows = list(iter_history(opened, task_id, conv))
+        rows = list(iter_history(opened, task_id, conv, blobs=blobs_for(store, blobs)))
     try:
         decide = next_tool_call(default_client(), model=model)
     except CairnError as exc:

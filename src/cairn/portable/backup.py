@@ -53,8 +53,8 @@ def _referenced(path: Path) -> set[str]:
     conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
     try:
         found: set[str] = set()
-        for query in sqlmove.BLOB_REFERENCES:
-            found |= hashes_in(row[0] for row in conn.execute(query))
+        for query, params in sqlmove.BLOB_REFERENCES:
+            found |= hashes_in(row[0] for row in conn.execute(query, params))
         return found
     finally:
         conn.close()

@@ -174,7 +174,8 @@ class MessageRecord(NamedTuple):
     keep ``content`` as bytes (plain or zlib-compressed, see
     ``cairn.store.sql.pack_content``) and ``created_at`` as integer microseconds,
     and convert both back when they read a row: a record always holds the JSON
-    text and an aware UTC datetime.
+    text (or, for a message offloaded to the blob store, its reference text
+    ``!blob:…``, which ``cairn.agent.offload`` resolves) and an aware UTC datetime.
     """
 
     task_id: str

@@ -395,16 +395,22 @@ def time_of_micros(micros: int) -> datetime:
 
 # A message's content is stored as bytes: b"j" + the UTF-8 JSON, or b"z" + the
 # JSON zlib-compressed when that is at least a fifth smaller. Short JSON is never
-# tried: it rarely shrinks enough to pay for the compressor's time.
+# tried: it rarely shrinks enough to pay for the compressor's time. A message
+# offloaded to the blob store (cairn.agent.offload) is stored as its reference
+# text as it is: its first byte, "!", is neither format byte, so a reference is
+# exact to find (sqlmove.BLOB_REFERENCES) and a record carries it as the text.
 _PLAIN = b"j"
 _ZLIB = b"z"
+_REF = b"!"
 _COMPRESS_FROM = 256
 _COMPRESS_LEVEL = 6
 
 
 def pack_content(text: str) -> bytes:
-    """A message's JSON text as the bytes its ``content`` column holds."""
+    """A message's JSON text (or blob reference) as the bytes its ``content`` column holds."""
     raw = text.encode()
+    if raw[:1] == _REF:  # message JSON is an object: it starts with "{", never "!"
+        return raw
     if len(raw) >= _COMPRESS_FROM:
         packed = zlib.compress(raw, _COMPRESS_LEVEL)
         if len(packed) <= len(raw) * 0.8:
@@ -413,12 +419,14 @@ def pack_content(text: str) -> bytes:
 
 
 def unpack_content(stored: bytes) -> str:
-    """The JSON text ``pack_content`` made ``stored`` from."""
+    """The JSON text (or blob reference) ``pack_content`` made ``stored`` from."""
     body = memoryview(stored)[1:]
     if stored[:1] == _ZLIB:
         return zlib.decompress(body).decode()
     if stored[:1] == _PLAIN:
         return bytes(body).decode()
+    if stored[:1] == _REF:
+        return bytes(stored).decode()
     raise ValueError(f"unknown message content format {bytes(stored[:1])!r}")
 
 

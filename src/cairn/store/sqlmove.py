@@ -102,11 +102,24 @@ PRUNE_BATCH = (
     "DELETE FROM batches WHERE name = ?",
 )
 
-# Every value that may be a blob reference (cairn.blobs.ref: text starting '!blob:').
-_REF = "LIKE '!blob:%'"
-BLOB_REFERENCES = (
-    f"SELECT output FROM steps WHERE output {_REF}",
-    f"SELECT result FROM tasks WHERE result {_REF}",
-    f"SELECT args FROM tasks WHERE args {_REF}",
-    f"SELECT result FROM operations WHERE result {_REF}",
+# Every value that may be a blob reference (cairn.blobs.ref: text starting '!blob:'),
+# each query with its parameters: the first bytes compared with the prefix, which is
+# exact and alike on both backends (LIKE is not: SQLite's does not match a BLOB, and
+# psycopg would take its '%' for a placeholder). A message's content is bytes (BLOB,
+# BYTEA); an offloaded message's bytes are the reference text itself
+# (cairn.store.sql.pack_content), so it is compared with the prefix as bytes.
+_PREFIX = "!blob:"
+
+
+def _refs_in(table: str, column: str, prefix: str | bytes) -> tuple[str, tuple[object, ...]]:
+    where = f"substr({column}, 1, {len(prefix)}) = ?"
+    return f"SELECT {column} FROM {table} WHERE {where}", (prefix,)
+
+
+BLOB_REFERENCES: tuple[tuple[str, tuple[object, ...]], ...] = (
+    _refs_in("steps", "output", _PREFIX),
+    _refs_in("tasks", "result", _PREFIX),
+    _refs_in("tasks", "args", _PREFIX),
+    _refs_in("operations", "result", _PREFIX),
+    _refs_in("messages", "content", _PREFIX.encode()),
 )
