@@ -153,5 +153,12 @@ def load_conversation(
     if not records:
         return None
     rows = [Row.of(record) for record in records]
-    stored = tuple(StoredMessage.of(record) for record in records)
+    # Built from the rows: each message's JSON is parsed once, not twice (the
+    # two views share the parsed dicts, which neither changes).
+    stored = tuple(
+        StoredMessage(
+            row.idx, row.kind, row.message, row.tokens, row.covers_until, row.meta, rec.created_at
+        )
+        for row, rec in zip(rows, records, strict=True)
+    )
     return ConversationView(task_id, name, Window.from_rows(rows), rows[-1].idx + 1, stored)
