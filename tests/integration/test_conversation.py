@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from cairn import Cairn, Context, TaskFailed
+from cairn import Cairn, Context, TaskCancelled, TaskFailed
 from cairn.agent import (
     ExtractiveSummarizer,
     Summary,
@@ -90,6 +90,42 @@ def test_appends_are_one_row_each_and_a_resumed_task_rereads_them(
         (4, "user"),
     ]
     assert json.loads(rows[2].content) == {"role": "assistant", "content": "two"}
+
+
+def test_extend_writes_new_messages_together_and_replays_recorded_ones(
+    any_app: Cairn, store_url: str, clock: FakeClock
+) -> None:
+    """``extend`` checks the messages the record holds (as append does) and writes
+    the new ones in one transaction: a task whose fence moved before the write
+    leaves none of them, and a resumed task re-reads a recorded pair and writes
+    only the rest."""
+    phase = ["cancel before the second pair"]
+
+    @any_app.task(name="talk")
+    def talk(ctx: Context) -> int:
+        conv = ctx.conversation("main")
+        conv.extend([user("q1"), {"role": "assistant", "content": "a1"}])
+        if phase[0] == "cancel before the second pair":
+            any_app.store.cancel_task(ctx.task_id, clock.now())  # the fence moves
+        conv.extend([user("q2"), {"role": "assistant", "content": "a2"}])
+        return len(conv.messages)
+
+    with pytest.raises(TaskCancelled):
+        any_app.run(talk, task_id="t")
+    written = any_app.store.load_messages("t", "main", 0, 100)
+    assert [json.loads(r.content)["content"] for r in written] == ["q1", "a1"]
+    phase[0] = "run through"
+    assert any_app.store.retry_task("t", clock.now())
+    with resume(store_url, clock) as other:
+        again = other.task(name="talk")(talk.fn)
+        assert other.run(again, task_id="t") == 4
+        rows = other.store.load_messages("t", "main", 0, 100)
+    assert [(r.idx, json.loads(r.content)["content"]) for r in rows] == [
+        (0, "q1"),
+        (1, "a1"),
+        (2, "q2"),
+        (3, "a2"),
+    ]
 
 
 def test_a_different_message_at_a_recorded_position_is_nondeterminism(app: Cairn) -> None:

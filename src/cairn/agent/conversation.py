@@ -211,9 +211,28 @@ class Conversation:
         self.take(row)
 
     def extend(self, messages: Iterable[Mapping[str, Any] | Any]) -> None:
-        """``append`` each message in turn."""
+        """Add several messages in order. Those the record holds already are
+        checked as ``append`` checks them; the new ones are written together, in
+        one commit, all or none: a user message and its reply cost one commit."""
+        self._check_live_task()
+        fresh: list[Row] = []
         for message in messages:
-            self.append(message)
+            plain = normalize(message)
+            if not fresh and self._pos < self._end:
+                row = self.row_at(self._pos)
+                if row.kind != "message" or row.message != plain:
+                    self.diverge(row, f"message {describe(plain)}")
+                self.take(row)
+                continue
+            fresh.append(Row(self._pos + len(fresh), plain, count_message(plain, self.counter)))
+        if not fresh:
+            return
+        records = [self.record(row) for row in fresh]
+        if not self._run.store.append_messages(self._conv_id, records, self._run.fence):
+            self._run.lost()
+        self._end = max(self._end, fresh[-1].idx + 1)
+        for row in fresh:
+            self.take(row)
 
     # -- compaction -----------------------------------------------------------------------
     def compact(self, *, force: bool = False) -> Any:
