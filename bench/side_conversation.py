@@ -5,7 +5,8 @@ Each turn appends one user message (~120 characters) and one assistant reply
 text for every library; no model is called. Contenders, each on a fresh SQLite
 file:
 
-* cairn ``ctx.conversation``: ``conv.append`` per message (one commit each), at
+* cairn ``ctx.conversation``: one ``conv.extend([user, reply])`` per turn (one
+  commit, as the Agents SDK's ``add_items``), at
   ``synchronous=NORMAL`` (cairn's default) and ``FULL`` (the peers' default), and
   at ``FULL`` with ``conv.compact()`` after each turn (the default summarizer and
   thresholds), which bounds what a resume loads;
@@ -103,8 +104,7 @@ def cairn_runner(synchronous: Synchronous, compact: bool) -> Runner:
             conv = ctx.conversation("main")
             for i in range(turns):
                 start = time.perf_counter()
-                for message in message_pair(i):
-                    conv.append(message)
+                conv.extend(message_pair(i))
                 if compact:
                     conv.compact()
                 timings.append(time.perf_counter() - start)
