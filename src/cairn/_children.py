@@ -25,7 +25,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from cairn._effects import Call, Machine, Wait
-from cairn._machines import _What, entry
+from cairn._machines import _What, record_completed
 from cairn._taskrun import TaskRun
 from cairn.errors import ChildFailed, Suspended, TaskConflict, UnknownTask
 from cairn.ownership import claim_lock, mark_active
@@ -67,20 +67,7 @@ def spawn(
             f"({None if existing is None else existing.name!r}); give spawn a key= of its own",
             task_id=run.task_id,
         )
-    output = run.encode(child_id, what)
-    run.write(
-        entry(
-            run,
-            seq,
-            "spawn",
-            task_def.name,
-            "completed",
-            output=output,
-            attempts=1,
-            run_attempts=1,
-            started_at=started,
-        )
-    )
+    record_completed(run, seq, "spawn", task_def.name, run.encode(child_id, what), started)
     return ChildTask(child_id)
 
 
@@ -125,19 +112,7 @@ def join_machine(
                 app.codec_named(child.codec).decode(child.result or "null") for child in records
             ]
             output = run.encode(results, what)
-            run.write(
-                entry(
-                    run,
-                    seq,
-                    "join",
-                    "join",
-                    "completed",
-                    output=output,
-                    attempts=1,
-                    run_attempts=1,
-                    started_at=started,
-                )
-            )
+            record_completed(run, seq, "join", "join", output, started)
             return run.decode(output, what)  # type: ignore[no-any-return]
         now = run.now()
         runnable = next((c for c in records if _startable(app, c, now)), None)

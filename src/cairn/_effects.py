@@ -13,6 +13,7 @@ the machine is closed so its ``finally`` blocks run.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
 from collections.abc import Callable, Generator
@@ -41,6 +42,16 @@ class Wait(NamedTuple):
 
 Effect = Call | Wait
 Machine = Generator[Effect, Any, T]
+
+
+def in_event_loop() -> bool:
+    """True when called from a coroutine (a running event loop in this thread):
+    the sync-or-async question for calls that take no function to look at."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def drive(machine: Machine[T], clock: Clock) -> T:

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from cairn._effects import adrive, drive
-from cairn._machines import _What, entry, step_machine
+from cairn._effects import Machine, adrive, drive
+from cairn._machines import _What, record_completed, step_machine
 from cairn._taskrun import TaskRun
 from cairn.errors import NonDeterminismError
 from cairn.keys import bounded_key
@@ -57,21 +58,7 @@ def open_map(run: TaskRun, name: str, count: int) -> int:
     record = run.replayed(seq, "map", name)
     what = _What("map", name)
     if record is None:
-        started = run.now()
-        output = run.encode(count, what)
-        run.write(
-            entry(
-                run,
-                seq,
-                "map",
-                name,
-                "completed",
-                output=output,
-                attempts=1,
-                run_attempts=1,
-                started_at=started,
-            )
-        )
+        record_completed(run, seq, "map", name, run.encode(count, what), run.now())
     else:
         recorded = run.decode(record.output or "0", what)
         if recorded != count:
@@ -93,36 +80,41 @@ def _first_error(errors: dict[int, BaseException], fatal: list[BaseException]) -
         raise errors[min(errors)]
 
 
-def run_items(
-    run: TaskRun,
-    fn: Callable[[Any], Any],
-    items: Sequence[Any],
-    names: list[str],
-    first_seq: int,
-    concurrency: int,
-    retry: Retry,
-    limit: str | None = None,
-) -> list[Any]:
+@dataclass(frozen=True, slots=True)
+class MapPlan:
+    """One map's items and how each runs: item ``i`` is a step named
+    ``names[i]`` at position ``first_seq + i``."""
+
+    run: TaskRun
+    fn: Callable[[Any], Any]
+    items: Sequence[Any]
+    names: list[str]
+    first_seq: int
+    retry: Retry
+    limit: str | None
+
+    def machine(self, index: int) -> Machine[Any]:
+        return step_machine(
+            self.run,
+            "step",
+            self.names[index],
+            self.fn,
+            (self.items[index],),
+            {},
+            self.retry,
+            limit=self.limit,
+            seq=self.first_seq + index,
+        )
+
+
+def run_items(plan: MapPlan, concurrency: int) -> list[Any]:
     """Run the map's items on up to ``concurrency`` threads; results in item order."""
-    results: list[Any] = [None] * len(items)
+    run = plan.run
+    results: list[Any] = [None] * len(plan.items)
     errors: dict[int, BaseException] = {}
     fatal: list[BaseException] = []
-    todo = list(range(len(items)))
+    todo = list(range(len(plan.items)))
     lock = threading.Lock()
-
-    def one(index: int) -> None:
-        machine = step_machine(
-            run,
-            "step",
-            names[index],
-            fn,
-            (items[index],),
-            {},
-            retry,
-            limit=limit,
-            seq=first_seq + index,
-        )
-        results[index] = drive(machine, run.clock)
 
     def work(own_thread: bool) -> None:
         try:
@@ -132,7 +124,7 @@ def run_items(
                         return
                     index = todo.pop(0)
                 try:
-                    one(index)
+                    results[index] = drive(plan.machine(index), run.clock)
                 except Exception as exc:  # noqa: BLE001 - raised after the other items
                     errors[index] = exc
                 except BaseException as exc:  # noqa: BLE001 - lease lost, cancel: stop all
@@ -157,18 +149,9 @@ def run_items(
     return results
 
 
-async def arun_items(
-    run: TaskRun,
-    fn: Callable[[Any], Coroutine[Any, Any, Any]],
-    items: Sequence[Any],
-    names: list[str],
-    first_seq: int,
-    concurrency: int,
-    retry: Retry,
-    limit: str | None = None,
-) -> list[Any]:
+async def arun_items(plan: MapPlan, concurrency: int) -> list[Any]:
     """Run an async map's items as coroutines, up to ``concurrency`` at once."""
-    results: list[Any] = [None] * len(items)
+    results: list[Any] = [None] * len(plan.items)
     errors: dict[int, BaseException] = {}
     fatal: list[BaseException] = []
     gate = asyncio.Semaphore(concurrency)
@@ -177,24 +160,13 @@ async def arun_items(
         async with gate:
             if fatal:
                 return
-            machine = step_machine(
-                run,
-                "step",
-                names[index],
-                fn,
-                (items[index],),
-                {},
-                retry,
-                limit=limit,
-                seq=first_seq + index,
-            )
             try:
-                results[index] = await adrive(machine, run.clock)
+                results[index] = await adrive(plan.machine(index), plan.run.clock)
             except Exception as exc:  # noqa: BLE001 - raised after the other items
                 errors[index] = exc
             except BaseException as exc:  # noqa: BLE001 - lease lost, cancel: stop all
                 fatal.append(exc)
 
-    await asyncio.gather(*(one(index) for index in range(len(items))))
+    await asyncio.gather(*(one(index) for index in range(len(plan.items))))
     _first_error(errors, fatal)
     return results

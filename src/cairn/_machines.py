@@ -70,6 +70,26 @@ def entry(
     )
 
 
+def record_completed(
+    run: TaskRun, seq: int, kind: StepKind, name: str, output: str, started_at: datetime
+) -> None:
+    """Write a one-shot history entry (a map's head, a spawn, a join, a wait's
+    answer, a durable sleep's wake-up time) as completed, under the fence."""
+    run.write(
+        entry(
+            run,
+            seq,
+            kind,
+            name,
+            "completed",
+            output=output,
+            attempts=1,
+            run_attempts=1,
+            started_at=started_at,
+        )
+    )
+
+
 def step_machine(
     run: TaskRun,
     kind: StepKind,
@@ -212,19 +232,7 @@ def sleep_machine(run: TaskRun, seconds: float) -> Machine[None]:
     if record is None:
         started = run.now()
         wake = started + timedelta(seconds=seconds)
-        run.write(
-            entry(
-                run,
-                seq,
-                "sleep",
-                "sleep",
-                "completed",
-                output=to_iso(wake),
-                attempts=1,
-                run_attempts=1,
-                started_at=started,
-            )
-        )
+        record_completed(run, seq, "sleep", "sleep", to_iso(wake), started)
     else:
         wake = from_iso(record.output or to_iso(run.now()))
     remaining = (wake - run.now()).total_seconds()

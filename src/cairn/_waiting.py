@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from cairn._machines import entry
+from cairn._machines import entry, record_completed
 from cairn._taskrun import TaskRun
 from cairn.codec import codec_for
 from cairn.errors import Suspended
@@ -103,19 +103,7 @@ def _finish(
     received = run.now()
     value = {"payload": payload, "timed_out": timed_out, "received_at": received}
     output = run.encode(value, f"signal {name!r}")
-    run.write(
-        entry(
-            run,
-            seq,
-            "wait",
-            name,
-            "completed",
-            output=output,
-            attempts=1,
-            run_attempts=1,
-            started_at=started,
-        )
-    )
+    record_completed(run, seq, "wait", name, output, started)
     return _signal_of(run.decode(output, f"signal {name!r}"), name)
 
 

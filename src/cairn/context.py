@@ -11,7 +11,6 @@ function, and an awaitable when ``fn`` is an ``async def``; the same goes for
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import random as _random
 import uuid as _uuid
@@ -20,7 +19,7 @@ from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from cairn._effects import adrive, drive
+from cairn._effects import adrive, drive, in_event_loop
 from cairn._machines import sleep_machine, step_machine
 from cairn._once import OncePolicy, OnDoubt, Reconcile, once_machine
 from cairn._taskrun import TaskRun
@@ -53,14 +52,6 @@ def _is_async(fn: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
         getattr(fn, "__call__", None)  # noqa: B004 - async callable objects count too
     )
-
-
-def _in_event_loop() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
 
 
 def _outside_context(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -294,10 +285,10 @@ class Context:
         first = _fanout.open_map(self._run, label, len(listed))
         plain = _outside_context(fn)
         policy = retry or self._default_step_retry
-        run = self._run
+        plan = _fanout.MapPlan(self._run, plain, listed, names, first, policy, limit)
         if _is_async(fn):
-            return _fanout.arun_items(run, plain, listed, names, first, concurrency, policy, limit)
-        return _fanout.run_items(run, plain, listed, names, first, concurrency, policy, limit)
+            return _fanout.arun_items(plan, concurrency)
+        return _fanout.run_items(plan, concurrency)
 
     def spawn(
         self, task: TaskDef[..., Any], /, *, key: str | None = None, **kwargs: Any
@@ -324,7 +315,7 @@ class Context:
         for child in children:
             handles.extend([child] if isinstance(child, ChildTask) else child)
         app = self._need_app("join")
-        if _in_event_loop():
+        if in_event_loop():
             return adrive(join_machine(app, self._run, handles, poll, True), self._run.clock)
         return drive(join_machine(app, self._run, handles, poll, False), self._run.clock)
 

@@ -21,11 +21,10 @@ conversation's summarizer) is async, as ``ctx.step`` does for async functions.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from cairn._effects import Machine, adrive, drive
+from cairn._effects import Machine, adrive, drive, in_event_loop
 from cairn._machines import step_machine
 from cairn.agent._window import Row
 from cairn.agent.compaction import compaction_machine
@@ -45,16 +44,8 @@ if TYPE_CHECKING:
 Tools = Sequence[Mapping[str, Any]] | None
 
 
-def _in_event_loop() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
-
-
 def _provider(client: Any) -> Provider:
-    return provider_for(client if client is not None else default_client(is_async=_in_event_loop()))
+    return provider_for(client if client is not None else default_client(is_async=in_event_loop()))
 
 
 def _completion_meta(
