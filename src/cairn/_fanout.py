@@ -23,7 +23,6 @@ from typing import Any
 from cairn._effects import Machine, adrive, drive
 from cairn._machines import _What, record_completed, step_machine
 from cairn._taskrun import TaskRun
-from cairn.errors import NonDeterminismError
 from cairn.keys import bounded_key
 from cairn.retry import Retry
 
@@ -62,13 +61,7 @@ def open_map(run: TaskRun, name: str, count: int) -> int:
     else:
         recorded = run.decode(record.output or "0", what)
         if recorded != count:
-            run.diverged = NonDeterminismError(
-                task_id=run.task_id,
-                seq=seq,
-                recorded=f"map {name} of {recorded} items",
-                current=f"map {name} of {count} items",
-            )
-            raise run.diverged
+            run.diverge(seq, f"map {name} of {recorded} items", f"map {name} of {count} items")
     run.seq = seq + count  # the items take the next `count` positions
     return seq + 1
 

@@ -114,14 +114,16 @@ class TaskRun:
         """The record at ``seq``, checked against what the code asks for now."""
         record = self.history.get(seq)
         if record is not None and (record.kind != kind or record.name != name):
-            self.diverged = NonDeterminismError(
-                task_id=self.task_id,
-                seq=seq,
-                recorded=f"{record.kind} {record.name}",
-                current=f"{kind} {name}",
-            )
-            raise self.diverged
+            self.diverge(seq, f"{record.kind} {record.name}", f"{kind} {name}")
         return record
+
+    def diverge(self, seq: int, recorded: str, current: str) -> NoReturn:
+        """Replay found ``recorded`` where the code asks for ``current``: stop, and
+        make every later call of this run raise the same error."""
+        self.diverged = NonDeterminismError(
+            task_id=self.task_id, seq=seq, recorded=recorded, current=current
+        )
+        raise self.diverged
 
     def encode(self, value: Any, what: object) -> str:
         try:
