@@ -6,6 +6,7 @@ Every test runs on SQLite and on PostgreSQL (``store_url``).
 from __future__ import annotations
 
 import io
+import json
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
@@ -210,6 +211,12 @@ def test_the_cli_lists_and_shows_waiting_tasks(url: str, clock: FakeClock) -> No
         show = runner.invoke(cli, ["show", "changes/app_id=a8", "--store", url])
         assert show.exit_code == 0, show.output
         assert "approval" in show.output
+        assert "or sooner when signalled" in show.output
+        as_json = runner.invoke(cli, ["tasks", "--status", "waiting", "--store", url, "--json"])
+        assert as_json.exit_code == 0, as_json.output
+        (task,) = json.loads(as_json.stdout)
+        assert task["status"] == "waiting"
+        assert task["wake_at"] is not None
 
 
 def test_a_waiting_task_moves_with_its_batch_and_keeps_its_signal(

@@ -43,6 +43,8 @@ def task_dict(task: TaskRecord) -> dict[str, Any]:
         "finished_at": iso_time(task.finished_at),
         "duration_seconds": seconds_between(task.started_at, task.finished_at),
         "error": parse_error(task.error),
+        "wake_at": iso_time(task.wake_at),
+        "parent_id": task.parent_id,
     }
 
 

@@ -80,6 +80,15 @@ def _header(task: TaskRecord) -> list[tuple[str, Text | str]]:
     if task.status == "running":
         rows.append(("owner", task.owner or MISSING))
         rows.append(("lease until", short_time(task.lease_expires_at)))
+    if task.status == "waiting":
+        wakes = (
+            "when signalled (cairn signal)"
+            if task.wake_at is None
+            else f"{short_time(task.wake_at)}, or sooner when signalled (cairn signal)"
+        )
+        rows.append(("wakes", wakes))
+    if task.parent_id is not None:
+        rows.append(("parent", task.parent_id))
     rows += [
         ("started", short_time(task.started_at)),
         ("finished", short_time(task.finished_at)),
