@@ -136,41 +136,25 @@ def step_machine(
             pause = retry.deferral(exc, deferred)
             if pause is not None:
                 deferred += pause
-                run.write(
-                    entry(
-                        run,
-                        seq,
-                        kind,
-                        name,
-                        "retrying",
-                        attempts=total,
-                        run_attempts=used,
-                        error=exc,
-                        retry_at=run.now() + timedelta(seconds=pause),
-                        started_at=started,
-                        deferred=deferred,
+            else:
+                used += 1
+                if not retry.should_retry(exc, used):
+                    run.write(
+                        entry(
+                            run,
+                            seq,
+                            kind,
+                            name,
+                            "failed",
+                            attempts=total,
+                            run_attempts=used,
+                            error=exc,
+                            started_at=started,
+                            deferred=deferred,
+                        )
                     )
-                )
-                yield Wait(pause)
-                continue
-            used += 1
-            if not retry.should_retry(exc, used):
-                run.write(
-                    entry(
-                        run,
-                        seq,
-                        kind,
-                        name,
-                        "failed",
-                        attempts=total,
-                        run_attempts=used,
-                        error=exc,
-                        started_at=started,
-                        deferred=deferred,
-                    )
-                )
-                raise
-            delay = retry.delay(used)
+                    raise
+                pause = retry.delay(used)
             run.write(
                 entry(
                     run,
@@ -181,12 +165,12 @@ def step_machine(
                     attempts=total,
                     run_attempts=used,
                     error=exc,
-                    retry_at=run.now() + timedelta(seconds=delay),
+                    retry_at=run.now() + timedelta(seconds=pause),
                     started_at=started,
                     deferred=deferred,
                 )
             )
-            yield Wait(delay)
+            yield Wait(pause)
             continue
         # The at-least-once window: the work is done, nothing is recorded yet.
         run.hook(f"{kind}_returned", run.task_id, seq, name)

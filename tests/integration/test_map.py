@@ -232,7 +232,7 @@ def test_an_async_map_runs_items_as_coroutines_and_resumes_the_same_way(
 
     async def square(n: int) -> int:
         calls[n] += 1
-        await asyncio.sleep(0)  # not a real wait: lets the other items interleave
+        await asyncio.sleep(0)  # real-sleep-ok: zero seconds, only lets the other items interleave
         if n in broken:
             raise Quota(f"no quota for {n}")
         return n * n
