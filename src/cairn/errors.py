@@ -6,6 +6,8 @@ The hierarchy::
     ├── ConfigurationError          bad store URL, missing extra, bad option
     ├── TransferError               an export file or import cannot be used; nothing written
     ├── StoreError                  the store cannot be used as asked
+    │   ├── StoreUnavailable        unreachable or busy right now; nothing was lost, try later
+    │   ├── StoreReadOnly           the store can be read but not written
     │   ├── NotACairnStore          the file or database is not cairn's
     │   └── SchemaTooNew            written by a newer cairn; upgrade cairn
     ├── TaskError                   about one task
@@ -59,6 +61,18 @@ class TransferError(CairnError):
 
 class StoreError(CairnError):
     """The store cannot be used as asked."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be reached (or stays locked) right now: a lost connection
+    that did not come back within the reconnect timeout, a SQLite file locked by
+    another writer past the busy timeout. Nothing recorded was lost; run again
+    once the store is back, and every task resumes from its last checkpoint."""
+
+
+class StoreReadOnly(StoreError):
+    """The store can be read but not written (a read-only file or directory, a
+    read-only mount, a replica). Reading commands work; running does not."""
 
 
 class NotACairnStore(StoreError):

@@ -284,7 +284,7 @@ class PostgresStore(SQLStore):
         time.sleep(delay)
         return deadline
 
-    def _exec(self, statement: str, params: Sequence[Any] = ()) -> Result:
+    def _exec(self, statement: str, params: Sequence[Any] = (), *, patient: bool = True) -> Result:
         text = _pg(statement)
 
         def run(conn: psycopg.Connection[Any]) -> Result:

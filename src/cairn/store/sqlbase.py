@@ -104,8 +104,14 @@ class SQLStore(ABC):
 
     # -- primitives each backend provides ---------------------------------------
     @abstractmethod
-    def _exec(self, statement: str, params: Sequence[Any] = ()) -> Result:
-        """Run one statement as its own transaction."""
+    def _exec(self, statement: str, params: Sequence[Any] = (), *, patient: bool = True) -> Result:
+        """Run one statement as its own transaction.
+
+        ``patient=False`` is for a caller that retries on its own schedule (the
+        lease heartbeat, which must recompute its lease for each try): a backend
+        that waits out lost connections gives up on the first attempt that
+        cannot reach the server, raising ``StoreUnavailable``, instead of waiting
+        up to its reconnect timeout."""
 
     @abstractmethod
     def _atomically(self, work: Callable[[Tx], T]) -> T:

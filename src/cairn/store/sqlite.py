@@ -219,7 +219,8 @@ class SQLiteStore(SQLStore):
             raise
 
     # -- the primitives the shared store is built on ------------------------------
-    def _exec(self, statement: str, params: Sequence[Any] = ()) -> Result:
+    def _exec(self, statement: str, params: Sequence[Any] = (), *, patient: bool = True) -> Result:
+        # ``patient`` changes nothing here: a local file has no connection to lose.
         cursor = self._conn().execute(statement, params)
         return Result(cursor.rowcount, cursor.fetchall() if cursor.description else [])
 
