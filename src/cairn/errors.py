@@ -19,7 +19,9 @@ The hierarchy::
     │   ├── TaskFailed              the task ended failed; carries the recorded error
     │   │   └── ChildFailed         a task joined by ctx.join ended failed or cancelled
     │   ├── TaskCancelled           the task ended cancelled
-    │   └── TaskWaiting             the task is suspended, waiting for a signal
+    │   ├── TaskWaiting             the task is suspended, waiting for a signal
+    │   ├── ResultTimeout           app.result gave up waiting for the task to end
+    │   └── NestedStepError         a step's function used ctx (a step inside a step)
     ├── NonDeterminismError         replay asked for something else at a position
     ├── CodecError                  a value cannot be encoded or decoded
     ├── BlobError                   a value offloaded to the blob store cannot be used
@@ -130,6 +132,17 @@ class TaskWaiting(TaskError):
     def __init__(self, message: str, *, task_id: str, waiting_for: str | None = None) -> None:
         super().__init__(message, task_id=task_id)
         self.waiting_for = waiting_for
+
+
+class ResultTimeout(TaskError, TimeoutError):
+    """``app.result(task_id, timeout=…)`` waited that long and the task had not
+    ended (it may still be running elsewhere, or waiting for a signal)."""
+
+
+class NestedStepError(TaskError):
+    """A step's function (or a map item's) used ``ctx`` while it ran: a step inside
+    a step. Refused at once and never retried: after a retry the inner entries
+    would be replayed at the wrong positions."""
 
 
 class NonDeterminismError(CairnError):

@@ -356,12 +356,12 @@ class Conversation:
             recorded=f"conversation {self.name!r} row {row.idx}: {recorded}",
             current=current,
         )
-        self._run.diverged = error
+        self._run.poisoned = error
         raise error
 
     def _check_live_task(self) -> None:
-        if self._run.diverged is not None:
-            raise self._run.diverged
+        if self._run.poisoned is not None:
+            raise self._run.poisoned
 
 
 def describe(message: Mapping[str, Any]) -> str:

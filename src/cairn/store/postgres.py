@@ -143,6 +143,7 @@ class PostgresStore(SQLStore):
             else reconnect_timeout
         )
         self._conninfo = conninfo
+        self.identity = f"{_redacted(conninfo)}#schema={self.schema}"
         self._probe(driver, connect_timeout)
         self.integrity_errors = (driver.errors.UniqueViolation,)
         self._operational = driver.OperationalError

@@ -146,6 +146,9 @@ class OperationRecord:
     claimed_at: datetime
     completed_at: datetime | None
     updated_at: datetime
+    # An outcome a claimant learned after it had lost its task: audit only.
+    late_result: str | None = None
+    late_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,7 @@ STEP_COLUMNS = (
 )
 OP_COLUMNS = (
     "scope, key, status, calls, permanent, task_id, step_seq, claim_fence, result, error, "
-    "first_claimed_at, claimed_at, completed_at, updated_at"
+    "first_claimed_at, claimed_at, completed_at, updated_at, late_result, late_at"
 )
 
 # -- tasks and batches -----------------------------------------------------------
@@ -65,10 +65,30 @@ CLAIM_DUE = (
     "ORDER BY wake_at LIMIT 1{lock}"
     f") AND status = 'waiting' RETURNING {TASK_COLUMNS}"
 )
+# Taking one task by id, compare-and-set on the fence the claimer read. A running
+# task is taken only if the claimer knows its owner is gone (the first ?, 1), or
+# if its lease expired before the second ?: checked here, in the same statement,
+# so a renewal that lands between the claimer's look and its claim wins.
 CLAIM_TASK = (
-    f"UPDATE tasks SET {CLAIM_SET} WHERE id = ? AND fence = ? "
-    "AND (status = 'pending' OR status = 'running' OR (status = 'waiting' AND wake_at <= ?)) "
+    f"UPDATE tasks SET {CLAIM_SET} WHERE id = ? AND fence = ? AND (status = 'pending' "
+    "OR (status = 'running' AND (? = 1 OR lease_expires_at < ?)) "
+    "OR (status = 'waiting' AND wake_at <= ?)) "
     f"RETURNING {TASK_COLUMNS}"
+)
+# Orphans: running tasks whose lease expired before ?, oldest expiry first
+# (through the partial index of running rows by lease).
+EXPIRED_RUNNING = (
+    f"SELECT {TASK_COLUMNS} FROM tasks WHERE status = 'running' AND lease_expires_at < ? "
+    "AND {filter} ORDER BY lease_expires_at LIMIT ?"
+)
+# The owners of running tasks (one row per process), to look for dead ones.
+RUNNING_OWNERS = "SELECT DISTINCT owner FROM tasks WHERE status = 'running' AND {filter}"
+OWNED_RUNNING = (
+    f"SELECT {TASK_COLUMNS} FROM tasks WHERE status = 'running' AND owner = ? "
+    "AND {filter} ORDER BY pos LIMIT ?"
+)
+RUNNING_ELSEWHERE = (
+    "SELECT 1 FROM tasks WHERE status = 'running' AND owner <> ? AND {filter} LIMIT 1"
 )
 # Suspend a running task (ctx.wait_for) unless the signal it waits for is there
 # already: checked in the same statement, so a signal sent at any moment either
@@ -94,7 +114,16 @@ RUNNING_ALL = f"SELECT {TASK_COLUMNS} FROM tasks WHERE status = 'running' ORDER 
 RUNNING_OF_BATCH = (
     f"SELECT {TASK_COLUMNS} FROM tasks WHERE batch = ? AND status = 'running' ORDER BY pos"
 )
-RENEW = "UPDATE tasks SET lease_expires_at = ? WHERE owner = ? AND status = 'running'"
+# The heartbeat: every running task of one owner; the answer says which (and
+# under which fence), so the owner knows each lease it still holds.
+RENEW = (
+    "UPDATE tasks SET lease_expires_at = ? WHERE owner = ? AND status = 'running' "
+    "RETURNING id, fence"
+)
+# One task's lease, renewed at once before an outside call (fenced).
+RENEW_TASK = (
+    "UPDATE tasks SET lease_expires_at = ? WHERE id = ? AND fence = ? AND status = 'running'"
+)
 # The fence moves, so the process handing the task back can write nothing more.
 RELEASE = (
     "UPDATE tasks SET status = 'pending', owner = NULL, lease_expires_at = NULL, "
@@ -133,6 +162,7 @@ RETRY = (
 
 # -- history: the per-step write -------------------------------------------------
 _FENCE = "EXISTS (SELECT 1 FROM tasks WHERE id = ? AND fence = ?)"
+_RUNNING_FENCE = "EXISTS (SELECT 1 FROM tasks WHERE id = ? AND fence = ? AND status = 'running')"
 # The first write at a position is a plain fenced insert; only a position
 # written before (a retried step) pays for the upsert.
 INSERT_STEP = (
@@ -163,18 +193,34 @@ CLAIM_OP = (
     f"SELECT ?, ?, 'claimed', 1, 0, ?, ?, ?, ?, ?, ? WHERE {_FENCE} "
     "ON CONFLICT (scope, key) DO NOTHING"
 )
+# A claim still standing ('claimed') is taken over only if the caller knows its
+# claimant is gone (the second-to-last ?, 1), or if the claimant's task no longer
+# runs under the claim's fence with a lease valid after the last ?: checked in
+# the same statement, so a claimant that renewed its lease after the caller
+# judged it dead keeps its claim.
 RECLAIM_OP = (
     "UPDATE operations SET status = 'claimed', calls = calls + 1, permanent = 0, "
     "task_id = ?, step_seq = ?, claim_fence = ?, claimed_at = ?, updated_at = ? "
-    f"WHERE scope = ? AND key = ? AND calls = ? AND status != 'completed' AND {_FENCE}"
+    f"WHERE scope = ? AND key = ? AND calls = ? AND status != 'completed' AND {_FENCE} "
+    "AND (status != 'claimed' OR ? = 1 OR NOT EXISTS (SELECT 1 FROM tasks c "
+    "WHERE c.id = operations.task_id AND c.fence = operations.claim_fence "
+    "AND c.status = 'running' AND c.lease_expires_at >= ?))"
 )
-# A key already in doubt may still be settled (a reconcile found the outside world
-# did act), as long as nobody claimed it since: ``calls`` must still match.
+# Settling claim number ``calls`` of a key (completed by its claimant, failed, in
+# doubt, or completed from a reconcile). Fenced on the settling task: a process
+# that no longer owns its task changes no key (see LATE_OP). A key already in
+# doubt may still be settled (its claimant, or a reconcile, knows what
+# happened), as long as nobody claimed it since: ``calls`` must still match.
 SETTLE_OP = (
     "UPDATE operations SET status = ?, result = COALESCE(?, result), "
     "error = COALESCE(?, error), permanent = ?, completed_at = ?, updated_at = ? "
     "WHERE scope = ? AND key = ? AND calls = ? "
-    "AND (status = 'claimed' OR status = 'in_doubt')"
+    f"AND (status = 'claimed' OR status = 'in_doubt') AND {_RUNNING_FENCE}"
+)
+# An outcome learned by a claimant after it lost its task: kept for the audit,
+# never the key's result, and nothing else about the key changes.
+LATE_OP = (
+    "UPDATE operations SET late_result = ?, late_at = ?, updated_at = ? WHERE scope = ? AND key = ?"
 )
 RESOLVE_OP = (
     "UPDATE operations SET status = ?, result = ?, permanent = ?, completed_at = ?, "
@@ -321,6 +367,8 @@ def op_record(row: tuple[Any, ...]) -> OperationRecord:
         claimed_at=time_of(row[11]),
         completed_at=opt_time(row[12]),
         updated_at=time_of(row[13]),
+        late_result=row[14],
+        late_at=opt_time(row[15]),
     )
 
 

@@ -135,6 +135,7 @@ class SQLiteStore(SQLStore):
             raise StoreError(f"synchronous must be 'NORMAL' or 'FULL', not {synchronous!r}")
         self.path = Path(path)
         self.url = f"sqlite:///{self.path}"
+        self.identity = f"sqlite:{self.path.resolve()}"
         self.synchronous = synchronous
         self._busy_timeout_ms = busy_timeout_ms
         self._local = threading.local()
@@ -259,5 +260,7 @@ class SQLiteStore(SQLStore):
         if conn is not None:
             self._local.conn = None
             with self._all_lock:
+                if conn not in self._all:
+                    return  # close() closed every connection already, this one too
                 self._all.remove(conn)
             conn.close()
