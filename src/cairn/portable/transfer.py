@@ -50,6 +50,7 @@ FORMAT = "cairn-export"
 VERSION = 2
 _READS = (1, 2)  # the versions this cairn imports
 _TABLES: dict[str, Table] = {part.table.name: part.table for part in sqlmove.BATCH_PARTS}
+_INSERTS: dict[str, str] = {name: sqlmove.insert(table) for name, table in _TABLES.items()}
 
 
 @dataclass(frozen=True)
@@ -207,8 +208,8 @@ def _complete(table: Table, row: Any, where: str) -> dict[str, Any]:
     unknown = sorted(set(row) - set(table.names()))
     if unknown:
         raise TransferError(
-            f"{where}: {table.name} has no column {unknown[0]!r} here; the file was written "
-            "by a newer cairn, or is damaged"
+            f"{where}: table {table.name} has no column {unknown[0]!r}; the file was "
+            "written by a newer cairn, or is damaged"
         )
     complete: dict[str, Any] = {}
     for column in table.carried:
@@ -219,9 +220,6 @@ def _complete(table: Table, row: Any, where: str) -> dict[str, Any]:
         else:
             complete[column.name] = column.default
     return complete
-
-
-_INSERTS = {name: sqlmove.insert(table) for name, table in _TABLES.items()}
 
 
 def _released(row: dict[str, Any]) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 Statements use ``?`` placeholders; a backend that wants another style rewrites
 them once (PostgreSQL uses ``%s``). Times go in through the backend's ``ts``
 hook (ISO text for SQLite, datetimes for PostgreSQL's timestamptz) and come
-back through ``time_of``, which accepts either.
+back through ``time_of``, which accepts either. The column lists and the row
+converters come from the table descriptions (``cairn.store.tables``).
 """
 
 from __future__ import annotations
