@@ -146,7 +146,8 @@ class OperationRecord:
     claimed_at: datetime
     completed_at: datetime | None
     updated_at: datetime
-    # An outcome a claimant learned after it had lost its task: audit only.
+    # What a claimant learned after it had lost its task (another owner took it
+    # over meanwhile), and when: kept for the audit only, never the key's result.
     late_result: str | None = None
     late_at: datetime | None = None
 

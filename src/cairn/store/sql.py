@@ -3,16 +3,20 @@
 Statements use ``?`` placeholders; a backend that wants another style rewrites
 them once (PostgreSQL uses ``%s``). Times go in through the backend's ``ts``
 hook (ISO text for SQLite, datetimes for PostgreSQL's timestamptz) and come
-back through ``time_of``, which accepts either.
+back through ``time_of``, which accepts either. The column lists and the row
+converters come from the table descriptions (``cairn.store.tables``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from cairn.clock import from_iso
+from cairn.store import tables
 from cairn.store.records import (
     MessageRecord,
     OperationRecord,
@@ -20,20 +24,14 @@ from cairn.store.records import (
     StepRecord,
     TaskRecord,
 )
+from cairn.store.tables import Column, Kind, Table
 
-TASK_COLUMNS = (
-    "id, batch, item_key, name, args, codec, status, attempts, retry_base, fence, owner, "
-    "lease_expires_at, result, error, created_at, started_at, finished_at, updated_at, "
-    "interruptions, wake_at, parent_id"
-)
-STEP_COLUMNS = (
-    "task_id, seq, kind, name, status, output, attempts, task_attempt, run_attempts, "
-    "error, retry_at, started_at, finished_at, deferred"
-)
-OP_COLUMNS = (
-    "scope, key, status, calls, permanent, task_id, step_seq, claim_fence, result, error, "
-    "first_claimed_at, claimed_at, completed_at, updated_at, late_result, late_at"
-)
+R = TypeVar("R")
+
+# Each table's columns, in the order records hold them (cairn.store.tables).
+TASK_COLUMNS = tables.TASKS.listed()
+STEP_COLUMNS = tables.STEPS.listed()
+OP_COLUMNS = tables.OPERATIONS.listed()
 
 # -- tasks and batches -----------------------------------------------------------
 INSERT_BATCH = (
@@ -265,7 +263,7 @@ RENEW_PERMITS = (
 
 
 # -- schedules (cairn.schedule) -----------------------------------------------------
-SCHEDULE_COLUMNS = "name, task_name, cron, tz, covered_until, last_fired_at, created_at, updated_at"
+SCHEDULE_COLUMNS = tables.SCHEDULES.listed()
 INSERT_SCHEDULE = (
     f"INSERT INTO schedules ({SCHEDULE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (name) DO NOTHING"
@@ -281,7 +279,7 @@ ADVANCE_SCHEDULE = (
 )
 
 
-# -- rows to records ------------------------------------------------------------------
+# -- stored times -----------------------------------------------------------------------
 def time_of(value: Any) -> datetime:
     """A stored time as an aware UTC datetime, from ISO text or a datetime."""
     if isinstance(value, datetime):
@@ -293,85 +291,6 @@ def opt_time(value: Any) -> datetime | None:
     return None if value is None else time_of(value)
 
 
-def task_record(row: tuple[Any, ...]) -> TaskRecord:
-    return TaskRecord(
-        id=row[0],
-        batch=row[1],
-        item_key=row[2],
-        name=row[3],
-        args=row[4],
-        codec=row[5],
-        status=row[6],
-        attempts=row[7],
-        retry_base=row[8],
-        fence=row[9],
-        owner=row[10],
-        lease_expires_at=opt_time(row[11]),
-        result=row[12],
-        error=row[13],
-        created_at=time_of(row[14]),
-        started_at=opt_time(row[15]),
-        finished_at=opt_time(row[16]),
-        updated_at=time_of(row[17]),
-        interruptions=row[18],
-        wake_at=opt_time(row[19]),
-        parent_id=row[20],
-    )
-
-
-def schedule_record(row: tuple[Any, ...]) -> ScheduleRecord:
-    return ScheduleRecord(
-        name=row[0],
-        task_name=row[1],
-        cron=row[2],
-        tz=row[3],
-        covered_until=time_of(row[4]),
-        last_fired_at=opt_time(row[5]),
-        created_at=time_of(row[6]),
-        updated_at=time_of(row[7]),
-    )
-
-
-def step_record(row: tuple[Any, ...]) -> StepRecord:
-    return StepRecord(
-        row[0],
-        row[1],
-        row[2],
-        row[3],
-        row[4],
-        row[5],
-        row[6],
-        row[7],
-        row[8],
-        row[9],
-        opt_time(row[10]),
-        time_of(row[11]),
-        time_of(row[12]),
-        row[13],
-    )
-
-
-def op_record(row: tuple[Any, ...]) -> OperationRecord:
-    return OperationRecord(
-        scope=row[0],
-        key=row[1],
-        status=row[2],
-        calls=row[3],
-        permanent=bool(row[4]),
-        task_id=row[5],
-        step_seq=row[6],
-        claim_fence=row[7],
-        result=row[8],
-        error=row[9],
-        first_claimed_at=time_of(row[10]),
-        claimed_at=time_of(row[11]),
-        completed_at=opt_time(row[12]),
-        updated_at=time_of(row[13]),
-        late_result=row[14],
-        late_at=opt_time(row[15]),
-    )
-
-
 # -- conversations (cairn.agent) ---------------------------------------------------------
 # A conversation's integer key, resolved once when it is opened: looked up, and
 # created (under the fence) only the first time. Two openers racing both insert;
@@ -381,7 +300,8 @@ INSERT_CONVERSATION = (
     f"INSERT INTO conversations (task_id, name) SELECT ?, ? WHERE {_FENCE} "
     "ON CONFLICT (task_id, name) DO NOTHING"
 )
-MESSAGE_COLUMNS = "idx, role, content, tokens, kind, covers_until, meta, created_at"
+# A record names its conversation by (task, name), not by the conversation's key.
+MESSAGE_COLUMNS = tables.MESSAGES.listed(skip=("conv_id",))
 # An append is one fenced insert: one statement, one commit, and a row count of 0
 # means the fence moved.
 INSERT_MESSAGE = (
@@ -478,17 +398,85 @@ def unpack_content(stored: bytes) -> str:
     raise ValueError(f"unknown message content format {bytes(stored[:1])!r}")
 
 
-def message_record(task_id: str, conv: str, row: tuple[Any, ...]) -> MessageRecord:
-    """A row of ``MESSAGE_COLUMNS`` of conversation ``conv`` of ``task_id``."""
-    return MessageRecord(
-        task_id,
-        conv,
-        row[0],
-        row[1],
-        unpack_content(row[2]),
-        row[3],
-        row[4],
-        row[5],
-        row[6],
-        time_of_micros(row[7]),
-    )
+# -- rows to records ------------------------------------------------------------------
+# How a record holds a stored value of each kind that needs converting, from
+# what either driver returns; the other kinds are used as they come.
+_READ: dict[Kind, Callable[[Any], Any]] = {
+    "time": time_of,
+    "micros": time_of_micros,
+    "packed": unpack_content,
+    "bool": bool,
+}
+
+
+def value_reader(column: Column) -> Callable[[Any], Any] | None:
+    """What turns a stored value of ``column`` into the value a record holds
+    (None: the value is used as the driver returns it)."""
+    if column.kind == "time" and column.nullable:
+        return opt_time
+    read = _READ.get(column.kind)
+    if read is not None and column.nullable:
+        raise ValueError(f"cairn has no reader for a nullable {column.kind} ({column.name})")
+    return read
+
+
+def _fields_of(record: type[Any]) -> tuple[str, ...]:
+    if dataclasses.is_dataclass(record):
+        return tuple(f.name for f in dataclasses.fields(record))
+    return tuple(record._fields)  # a NamedTuple
+
+
+def record_reader(
+    name: str,
+    table: Table,
+    record: type[R],
+    *,
+    skip: tuple[str, ...] = (),
+    lead: tuple[str, ...] = (),
+) -> Callable[..., R]:
+    """A function ``name(*lead, row)`` that makes a ``record`` from the ``lead``
+    arguments and a row of ``table.listed(skip=skip)``, each value read as its
+    column's kind says. The record's fields must be those, in that order.
+
+    The function is written out and compiled once, as namedtuple and dataclasses
+    write their constructors, so a row costs what a hand-written positional
+    converter costs: no loop over the columns per row (``load_history`` reads a
+    task's whole history this way). Its source is its docstring.
+    """
+    columns = [c for c in table.carried if c.name not in skip]
+    given = (*lead, *(c.name for c in columns))
+    if _fields_of(record) != given:
+        raise TypeError(f"{record.__name__} has fields {_fields_of(record)}, not {given}")
+    namespace: dict[str, Any] = {"record": record}
+    args = list(lead)
+    for i, column in enumerate(columns):
+        read = value_reader(column)
+        if read is None:
+            args.append(f"row[{i}]")
+        else:
+            namespace[read.__name__] = read
+            args.append(f"{read.__name__}(row[{i}])")
+    source = f"def {name}({', '.join((*lead, 'row'))}):\n    return record({', '.join(args)})\n"
+    exec(source, namespace)  # noqa: S102 - the source is built from the table description only
+    function: Callable[..., R] = namespace[name]
+    function.__doc__ = source
+    function.__module__ = __name__
+    return function
+
+
+task_record: Callable[[tuple[Any, ...]], TaskRecord] = record_reader(
+    "task_record", tables.TASKS, TaskRecord
+)
+step_record: Callable[[tuple[Any, ...]], StepRecord] = record_reader(
+    "step_record", tables.STEPS, StepRecord
+)
+op_record: Callable[[tuple[Any, ...]], OperationRecord] = record_reader(
+    "op_record", tables.OPERATIONS, OperationRecord
+)
+schedule_record: Callable[[tuple[Any, ...]], ScheduleRecord] = record_reader(
+    "schedule_record", tables.SCHEDULES, ScheduleRecord
+)
+# A row of MESSAGE_COLUMNS of conversation ``conv`` of ``task_id``.
+message_record: Callable[[str, str, tuple[Any, ...]], MessageRecord] = record_reader(
+    "message_record", tables.MESSAGES, MessageRecord, skip=("conv_id",), lead=("task_id", "conv")
+)
