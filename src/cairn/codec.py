@@ -64,7 +64,7 @@ from typing import Any, Protocol
 
 from cairn.errors import CodecError, ConfigurationError
 
-__all__ = ["Codec", "JsonCodec", "PickleCodec", "codec_for"]
+__all__ = ["Codec", "JsonCodec", "PickleCodec", "codec_for", "storable_text"]
 
 TAG = "$cairn"
 _MARK = f'"{TAG}"'  # every tagged object's text contains this; plain JSON never does
@@ -398,6 +398,20 @@ def _pydantic_tree(v: Any) -> dict[str, Any]:
 
 
 # --- lone surrogates: where they are, found only once encoding has failed -----
+
+
+def storable_text(text: str) -> str:
+    """``text`` with each lone surrogate written out as its escape (``\\udcff``),
+    so that any store can hold it: for text cairn records about a value rather
+    than the value itself (an error message, a traceback). O(1) for ASCII."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
 
 _SURROGATE_ADVICE = (
     "such text is not valid Unicode, so it cannot be stored. It usually comes from "

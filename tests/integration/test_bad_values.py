@@ -13,7 +13,15 @@ from typing import Any
 
 import pytest
 
-from cairn import Cairn, CodecError, Context, InvalidName, TaskArgumentsError, TaskFailed
+from cairn import (
+    Cairn,
+    CodecError,
+    Context,
+    InvalidName,
+    Retry,
+    TaskArgumentsError,
+    TaskFailed,
+)
 
 LONE = "\ud800"
 
@@ -80,6 +88,29 @@ def test_an_operation_returning_a_lone_surrogate_is_left_in_doubt_not_completed(
     (op,) = app.store.list_operations()
     assert (op.key, op.status, op.result) == ("post/1", "in_doubt", None)
     assert calls == ["post/1"]
+
+
+def test_an_error_message_with_a_lone_surrogate_is_recorded_escaped(app: Cairn) -> None:
+    """A step that raises an error whose message holds a lone surrogate (a file
+    name decoded with surrogateescape) fails as any error does: the message is
+    recorded with the surrogate written as its escape, the task ends failed
+    (not left running with an empty error), and TaskFailed quotes it."""
+
+    def read() -> str:
+        raise ValueError("cannot read b\udcff.txt")
+
+    @app.task(retry=Retry(attempts=1))
+    def load(ctx: Context) -> str:
+        return ctx.step("read", read)
+
+    with pytest.raises(TaskFailed, match=r"ValueError: cannot read b\\udcff\.txt") as failed:
+        app.run(load, task_id="l")
+    assert failed.value.error["message"] == "cannot read b\\udcff.txt"
+    record = app.store.get_task("l")
+    assert record is not None
+    assert record.status == "failed"
+    (step,) = app.store.load_history("l").values()
+    assert (step.name, step.status) == ("read", "failed")
 
 
 def test_a_task_result_with_a_lone_surrogate_fails_the_task_naming_it(app: Cairn) -> None:

@@ -286,15 +286,23 @@ def test_a_lone_surrogate_that_reaches_the_driver_is_a_codec_error_naming_the_te
     tmp_path: Path,
 ) -> None:
     """Text holding a lone surrogate that reaches the store without going through
-    the codec (here a step name, which is not checked per step) raises CodecError
-    quoting the text, not the driver's UnicodeEncodeError; nothing is written."""
-    store = SQLiteStore(tmp_path / "cairn.db")
+    the codec or the name checks (a store method called directly, a command-line
+    argument that is not UTF-8) raises CodecError quoting the text, not the
+    driver's UnicodeEncodeError; nothing is written."""
+    path = tmp_path / "cairn.db"
+    store = SQLiteStore(path)
     try:
         with pytest.raises(CodecError) as refused:
             store.ensure_batch("batch\ud800", "task", FakeClock().now())
         message = str(refused.value)
         assert "lone surrogate ('\\ud800' at position 5" in message
         assert "'batch\\ud800'" in message
+        assert "Nothing was written" in message
         assert store.batch_summaries() == []
     finally:
         store.close()
+    # What Python makes of the argument bytes b"t\xff" in a UTF-8 locale.
+    result = CliRunner().invoke(cli_app, ["show", "t\udcff", "--store", str(path)])
+    assert result.exit_code == 2
+    assert "lone surrogate ('\\udcff' at position 1" in result.output
+    assert "Traceback" not in result.output

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cairn.codec import Codec, JsonCodec, PickleCodec, codec_for
+from cairn.codec import Codec, JsonCodec, PickleCodec, codec_for, storable_text
 from cairn.errors import CodecError, ConfigurationError
 
 CODEC = JsonCodec()
@@ -510,3 +510,11 @@ def test_pickle_codec_records_lone_surrogates() -> None:
     who needs them has a way."""
     codec = PickleCodec()
     assert codec.decode(codec.encode("abc" + LONE)) == "abc" + LONE
+
+
+def test_storable_text_escapes_only_lone_surrogates() -> None:
+    """storable_text writes each lone surrogate as its escape and leaves any other
+    text, ASCII or not, as it is (the same object)."""
+    assert storable_text("read b\udcff.txt") == "read b\\udcff.txt"
+    for text in ("plain", "naïve 日本語 \U0001f600"):
+        assert storable_text(text) is text

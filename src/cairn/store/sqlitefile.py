@@ -263,13 +263,16 @@ def store_error(
 
 def unstorable_text(exc: UnicodeEncodeError) -> CodecError:
     """The error for text the driver could not encode: a lone surrogate that got
-    past the codec and the name checks (an error message, a step name)."""
+    past the codec and the name checks (an error message, a step name, a
+    command-line argument that is not UTF-8)."""
     text = exc.object
     bad = text[exc.start : exc.end]
     start = max(0, exc.start - 20)
     return CodecError(
-        f"cannot write text holding a lone surrogate ({bad!r} at position {exc.start} of "
-        f"{len(text)} characters, around {text[start : exc.start + 20]!r}) to the store: "
-        "it is not valid Unicode. Nothing was written. Clean the text first, e.g. "
+        f"the store cannot take text holding a lone surrogate ({bad!r} at position "
+        f"{exc.start} of {len(text)} characters, around {text[start : exc.start + 20]!r}): "
+        "it is not valid Unicode. Nothing was written. Such text usually comes from "
+        "bytes decoded with errors='surrogateescape' (a file name, or a command-line "
+        "argument that is not UTF-8); clean it first, e.g. "
         "text.encode('utf-8', 'replace').decode('utf-8')."
     )
