@@ -433,6 +433,24 @@ def test_every_reading_command_works_on_a_read_only_mount(
         original.close()
 
 
+def test_a_backup_copy_on_a_read_only_mount_is_readable(template: Path, tmp_path: Path) -> None:
+    """A copy made by `cairn backup` (a rollback-journal file, not WAL) on a
+    read-only mount opens read-only without any -shm, and reads every task."""
+    shutil.copy(template, tmp_path / "cairn.db")
+    folder = tmp_path / "archive"
+    folder.mkdir()
+    copied = _cli("backup", str(folder / "copy.db"), "--store", str(tmp_path / "cairn.db"))
+    assert copied.exit_code == 0, copied.output
+    with read_only_mount(folder) as seen:
+        store = SQLiteStore(seen / "copy.db")
+        try:
+            assert store.read_only
+            assert len(list(store.list_tasks())) == 6
+        finally:
+            store.close()
+        assert sorted(p.name for p in seen.iterdir()) == ["copy.db"]
+
+
 WRITING_COMMANDS: dict[str, tuple[str, ...]] = {
     "retry": ("retry", FAILED),
     "cancel": ("cancel", PENDING),
