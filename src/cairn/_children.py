@@ -29,6 +29,7 @@ from cairn._effects import Call, Machine, Wait
 from cairn._machines import _What, record_completed
 from cairn._taskrun import TaskRun
 from cairn.errors import ChildFailed, Suspended, TaskConflict, UnknownTask
+from cairn.names import check_name
 from cairn.store.records import NewTask, TaskRecord
 
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ def spawn(
     started = run.now()
     args = app.encode_arguments(task_def, kwargs)
     child_id = f"{run.task_id}/{key if key is not None else f'{task_def.name}.{seq}'}"
+    check_name("child task id", child_id)
     child = NewTask(child_id, task_def.name, args, app.codec.name, run.batch, child_id, run.task_id)
     # Insert-if-absent: a parent that died after this and before its record
     # finds its child here on the next run, and the check below accepts it.

@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 from cairn._effects import inside_call
 from cairn.blobs.offload import WARN_ABOVE, Offloader, warn_if_large
 from cairn.clock import Clock
-from cairn.codec import Codec
+from cairn.codec import Codec, storable_text
 from cairn.errors import (
     BlobError,
     CairnError,
@@ -49,8 +49,8 @@ def describe_error(error: BaseException) -> str:
     return json.dumps(
         {
             "type": f"{kind.__module__}.{kind.__qualname__}",
-            "message": str(error),
-            "traceback": "".join(traceback.format_exception(error)),
+            "message": storable_text(str(error)),
+            "traceback": storable_text("".join(traceback.format_exception(error))),
         },
         ensure_ascii=False,
     )

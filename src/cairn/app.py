@@ -42,6 +42,7 @@ from cairn.errors import (
 )
 from cairn.leases import LeaseKeeper
 from cairn.limits import Limit, LimitBook, checked_limits
+from cairn.names import check_name
 from cairn.ownership import DEFAULT_LEASE_SECONDS, current_owner, takeover_grace
 from cairn.progress import choose_progress
 from cairn.retry import NO_RETRY, Retry
@@ -198,6 +199,7 @@ class Cairn:
 
         def register(func: Callable[..., Any]) -> TaskDef[..., Any]:
             task_def = TaskDef(name=name or func.__name__, fn=func, retry=retry, max_duration=limit)
+            check_name("task name", task_def.name)
             existing = self._tasks.get(task_def.name)
             if existing is not None and existing.fn is not func:
                 raise TaskConflict(
@@ -361,6 +363,7 @@ class Cairn:
         args = self.encode_arguments(task_def, kwargs)
         key = item_key(kwargs)
         tid = task_id or (f"{task_def.name}/{key}" if key else task_def.name)
+        check_name("task id", tid)
         now = self.clock.now()
         self.store.create_task(NewTask(tid, task_def.name, args, self.codec.name), now)
         record = self.store.get_task(tid)
@@ -556,6 +559,7 @@ class Cairn:
         batch never sits in memory.
         """
         task_def = self._definition(task)
+        check_name("batch name", batch)
         existing = self.store.batch_task_name(batch)
         if existing is not None and existing != task_def.name:
             raise TaskConflict(
@@ -566,7 +570,8 @@ class Cairn:
         def new_task(item: Mapping[str, Any]) -> NewTask:
             args = self.encode_arguments(task_def, item)
             ikey = key(item) if key is not None else item_key(item)
-            return NewTask(f"{batch}/{ikey}", task_def.name, args, self.codec.name, batch, ikey)
+            tid = check_name("task id", f"{batch}/{ikey}")
+            return NewTask(tid, task_def.name, args, self.codec.name, batch, ikey)
 
         now = self.clock.now()
         tasks: Iterable[NewTask]

@@ -5,6 +5,7 @@ The hierarchy::
     CairnError                      root of every ordinary cairn error
     ├── ConfigurationError          bad store URL, missing extra, bad option
     ├── TransferError               an export file or import cannot be used; nothing written
+    ├── InvalidName                 a task id, key or other name no store can hold (a ValueError)
     ├── StoreError                  the store cannot be used as asked
     │   ├── StoreUnavailable        unreachable or busy right now; nothing was lost, try later
     │   ├── StoreReadOnly           the store can be read but not written
@@ -59,6 +60,19 @@ class ConfigurationError(CairnError):
 
 class TransferError(CairnError):
     """An export, import, backup or prune was refused; nothing was written."""
+
+
+class InvalidName(CairnError, ValueError):
+    """A name cairn stores and indexes (a task id, batch name, operation key or
+    scope, signal, conversation, schedule or limit name) cannot be stored: it is
+    empty, too long for an index, or holds a lone surrogate or a NUL character.
+    Raised before anything is written. ``kind`` says which name, ``value`` is it.
+    """
+
+    def __init__(self, message: str, *, kind: str, value: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.value = value
 
 
 class StoreError(CairnError):

@@ -69,6 +69,7 @@ from cairn.agent.summarize import (
 )
 from cairn.agent.tokens import DEFAULT_COUNTER, TokenCounter, count_message
 from cairn.errors import NonDeterminismError, StoreError
+from cairn.names import check_name
 from cairn.store.records import MessageRecord
 
 if TYPE_CHECKING:
@@ -409,6 +410,7 @@ def open_conversation(
     """``ctx.conversation``: open (or create) conversation ``name`` of the task.
 
     Asked again in the same task attempt, it returns the same object."""
+    check_name("conversation name", name)
     run: TaskRun = ctx._run
     key = id(run)
     attempt, known = _open.get(key, (run.attempt, {}))
