@@ -180,9 +180,11 @@ class Claimer:
         return claimed
 
     def _orphan(self) -> TaskRecord | None:
-        """Claim a running task whose owner is gone or whose lease has lapsed."""
+        """Claim a running task whose owner is gone or whose lease has lapsed.
+
+        A look that finds one is due again at once (a dead worker leaves several);
+        a look that finds none waits ``poll_interval`` while pending work remains."""
         app = self._app
-        self._next_orphan_look = app.clock.monotonic() + app.poll_interval
         now = app.clock.now()
         for task in self._orphan_candidates(now):
             reason = reason_to_take(app, task, now)
@@ -190,6 +192,7 @@ class Claimer:
                 claimed = _take(app, task, reason, now)
                 if claimed is not None:
                     return claimed
+        self._next_orphan_look = app.clock.monotonic() + app.poll_interval
         return None
 
     def _orphan_candidates(self, now: datetime) -> list[TaskRecord]:

@@ -363,7 +363,8 @@ class Cairn:
         args = self.encode_arguments(task_def, kwargs)
         key = item_key(kwargs)
         tid = task_id or (f"{task_def.name}/{key}" if key else task_def.name)
-        check_name("task id", tid)
+        # A task_id given as "" is refused, not replaced by the default.
+        check_name("task id", task_id if task_id is not None else tid)
         now = self.clock.now()
         self.store.create_task(NewTask(tid, task_def.name, args, self.codec.name), now)
         record = self.store.get_task(tid)

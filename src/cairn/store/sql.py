@@ -51,9 +51,13 @@ CLAIM_SET = (
 )
 # {filter} picks the candidates (one batch, or any batch of some task names);
 # {lock} is where a backend that can adds FOR UPDATE SKIP LOCKED.
+# {index} is where a backend that can name the index of pending rows does so
+# (SQLite's INDEXED BY), so the claim never walks finished rows however many
+# there are; PostgreSQL's planner picks that partial index on its own.
 CLAIM_NEXT = (
     f"UPDATE tasks SET {CLAIM_SET} WHERE pos = ("
-    "SELECT pos FROM tasks WHERE {filter} AND status = 'pending' ORDER BY pos LIMIT 1{lock}"
+    "SELECT pos FROM tasks{index} WHERE {filter} AND status = 'pending' "
+    "ORDER BY pos LIMIT 1{lock}"
     f") AND status = 'pending' RETURNING {TASK_COLUMNS}"
 )
 # A waiting task whose timeout has passed is taken up like a pending one.

@@ -164,6 +164,11 @@ class SQLStore(ABC):
         return inserted
 
     # -- ownership -------------------------------------------------------------------
+    def _pending_index(self, batch: str | None) -> str:
+        """Names the index of pending rows the next claim must use, where the
+        backend lets a statement name one; "" leaves it to the planner."""
+        return ""
+
     @staticmethod
     def _filter(batch: str | None, names: Sequence[str] | None) -> tuple[str, list[Any]]:
         """The candidates of a claim: one batch, or any batch of some task names."""
@@ -182,20 +187,32 @@ class SQLStore(ABC):
         *,
         names: Sequence[str] | None = None,
     ) -> TaskRecord | None:
-        stamp = self._ts(now)
-        params: list[Any] = [owner, self._ts(lease_until), stamp, stamp]
-        where, filter_params = self._filter(batch, names)
-        statement = sql.CLAIM_NEXT.format(filter=where, lock=self.claim_lock_clause)
-        with self._writing():
-            rows = self._exec(statement, params + filter_params).rows
-        if not rows:
-            # Nothing pending: a waiting task whose timeout has come, if any.
-            due = sql.CLAIM_DUE.format(filter=where, lock=self.claim_lock_clause)
+        for statement, params in self.claim_statements(batch, names, owner, lease_until, now):
             with self._writing():
-                rows = self._exec(due, [*params, stamp, *filter_params]).rows
-        if rows:
-            return sql.task_record(rows[0])
+                rows = self._exec(statement, params).rows
+            if rows:
+                return sql.task_record(rows[0])
         return None
+
+    def claim_statements(
+        self,
+        batch: str | None,
+        names: Sequence[str] | None,
+        owner: str,
+        lease_until: datetime,
+        now: datetime,
+    ) -> list[tuple[str, list[Any]]]:
+        """The statements ``claim_next_pending`` tries, in order, with their
+        parameters: the oldest pending task, then a waiting task whose timeout
+        has come. (The claim-plan tests explain exactly these.)"""
+        stamp = self._ts(now)
+        claim_set = [owner, self._ts(lease_until), stamp, stamp]
+        where, filter_params = self._filter(batch, names)
+        pending = sql.CLAIM_NEXT.format(
+            filter=where, lock=self.claim_lock_clause, index=self._pending_index(batch)
+        )
+        due = sql.CLAIM_DUE.format(filter=where, lock=self.claim_lock_clause)
+        return [(pending, claim_set + filter_params), (due, [*claim_set, stamp, *filter_params])]
 
     def claim_task(
         self,
