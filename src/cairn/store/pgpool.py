@@ -298,16 +298,23 @@ class ConnectionPool:
             if self._down_since is None:
                 self._down_since = now
             if now - self._last_warning >= LOG_EVERY:
+                if self._last_warning == 0.0:
+                    log.warning(
+                        "cairn: cannot reach PostgreSQL at %s (%s); trying again every "
+                        "%gs at most, for up to %gs",
+                        self.where,
+                        one_line(cause),
+                        MAX_DELAY,
+                        self.reconnect_timeout,
+                    )
+                else:
+                    log.warning(
+                        "cairn: PostgreSQL at %s still unreachable after %.0fs (%s)",
+                        self.where,
+                        now - self._down_since,
+                        one_line(cause),
+                    )
                 self._last_warning = now
-                log.warning(
-                    "cairn: cannot reach PostgreSQL at %s for %.1fs (%s); trying again "
-                    "every %gs at most, for up to %gs",
-                    self.where,
-                    now - self._down_since,
-                    one_line(cause),
-                    MAX_DELAY,
-                    self.reconnect_timeout,
-                )
             if not self._closed:
                 self._opened.wait(delay)
 
