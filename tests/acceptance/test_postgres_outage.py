@@ -82,6 +82,10 @@ class Worker:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def tail(self, lines: int = 40) -> str:
+        """The end of the log, for failure messages."""
+        return "\n".join(self.log().splitlines()[-lines:])
+
 
 def start_worker(url: str, api: str, log_path: Path) -> Worker:
     """``cairn worker --burst``: runs until nothing is left that it could run."""
@@ -177,7 +181,7 @@ def test_an_outage_shorter_than_the_lease_runs_no_step_twice(
             workers.append(start_worker(store, api.url, tmp_path / f"{name}.log"))
             ready = partial(running, api, url, name, in_a_step)
             started = wait_until(ready, START_TIMEOUT_SECONDS, poll=0.02)
-            assert started, "\n".join(w.log()[-2000:] for w in workers)
+            assert started, "\n".join(w.tail() for w in workers)
         stopped, accepted = outage(pg_cluster, seconds)
         codes = [w.process.wait(FINISH_TIMEOUT_SECONDS) for w in workers]
     finally:
@@ -186,7 +190,7 @@ def test_an_outage_shorter_than_the_lease_runs_no_step_twice(
                 worker.process.send_signal(signal.SIGKILL)
                 worker.process.wait()
     found = calls(api)
-    logs = "\n".join(f"--- worker {i} ---\n{w.log()}" for i, w in enumerate(workers))
+    logs = "\n".join(f"--- worker {i} ---\n{w.tail()}" for i, w in enumerate(workers))
     print("\n" + report(seconds, stopped, accepted, found))
 
     assert codes == [0] * WORKERS, logs
@@ -195,8 +199,8 @@ def test_an_outage_shorter_than_the_lease_runs_no_step_twice(
     assert sorted(Counter(c.task_id for c in found).items()) == sorted(
         (task_id, len(STEPS)) for task_id in task_ids
     )
-    moved = [line for line in logs.splitlines() if "resuming task" in line]
-    assert moved == [], "tasks changed hands during an outage shorter than the lease"
+    moved = [line for w in workers for line in w.log().splitlines() if "resuming task" in line]
+    assert moved == [], f"tasks changed hands during an outage shorter than the lease: {moved}"
     assert all("PostgreSQL connection lost" in w.log() for w in workers), logs
     with make_app(url)[0] as check:
         assert dict(check.store.batch_counts(BATCH)) == {"completed": TASKS}
