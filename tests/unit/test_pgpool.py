@@ -371,3 +371,22 @@ def _poll(predicate: Callable[[], bool], timeout: float = 30) -> bool:
             return True
         done.wait(0.01)  # real-sleep-ok: waiting for the pool's own thread to log
     return False
+
+
+def test_impatient_run_gives_up_when_a_new_connection_is_lost_at_once(
+    server: Server, monkeypatch: pytest.MonkeyPatch, waits: list[float]
+) -> None:
+    """A server that accepts a connection and drops it straight away (still
+    shutting down, or flapping) is, for ``patient=False``, as good as down: the
+    call raises StoreUnavailable instead of waiting to try again."""
+    pool = make_pool(server, monkeypatch)
+
+    def work(conn: FakeConn) -> None:
+        conn.broken = True
+        raise lost()
+
+    with pytest.raises(StoreUnavailable):
+        pool.run(work, patient=False)  # type: ignore[arg-type]
+    assert len(server.opened) == 1
+    assert waits == []
+    assert (pool.in_use, pool.idle) == (0, 0)

@@ -75,7 +75,7 @@ def one_line(exc: BaseException) -> str:
 class _ConnectFailed(Exception):
     """Opening a new connection failed; ``cause`` is the driver's error."""
 
-    def __init__(self, cause: psycopg.Error) -> None:
+    def __init__(self, cause: psycopg.OperationalError) -> None:
         super().__init__(one_line(cause))
         self.cause = cause
 
@@ -164,8 +164,9 @@ class ConnectionPool:
 
         Reconnecting is retried with backoff for up to ``reconnect_timeout``
         seconds. With ``patient=False``, stale pooled connections are still
-        replaced, but the first new connection that cannot be opened raises
-        ``StoreUnavailable`` at once: the caller retries on its own schedule."""
+        replaced, but the first new connection that cannot be opened (or is
+        lost as soon as it is) raises ``StoreUnavailable`` at once: the caller
+        retries on its own schedule."""
         lost_at: float | None = None  # when this call first met a lost connection
         delay = FIRST_DELAY
         while True:
@@ -195,7 +196,12 @@ class ConnectionPool:
                 log.warning("cairn: PostgreSQL connection lost (%s); reconnecting", one_line(exc))
                 if fresh:
                     # Lost on a connection just opened: the server is not back
-                    # for good yet. Wait before the next one.
+                    # for good yet. Wait before the next one, or let an
+                    # impatient caller retry on its own schedule.
+                    if not patient:
+                        raise StoreUnavailable(
+                            f"lost PostgreSQL at {self.where}: {one_line(exc)}"
+                        ) from exc
                     self._wait_for_reopen(delay)
                     delay = min(delay * 2, MAX_DELAY)
                 continue
@@ -232,7 +238,7 @@ class ConnectionPool:
                 self._freed.wait(next_warning - now)
         try:
             conn = self.connect()
-        except psycopg.Error as exc:
+        except psycopg.OperationalError as exc:
             with self._lock:
                 self._opening -= 1
                 self._freed.notify()
