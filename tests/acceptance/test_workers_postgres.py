@@ -42,8 +42,8 @@ BATCH = "workers"
 RUN_TIMEOUT_SECONDS = 90
 BLOCK_TIMEOUT_SECONDS = 30
 SHORT_LEASE_SECONDS = 2
-# reconnect_timeout=2, plus the pool's own 5 s wait for a connection on each
-# of the few writes a worker makes before it gives up.
+# reconnect_timeout=2 from the first failed write, with room for a slow machine
+# (the worker then stops its other threads and exits).
 UNREACHABLE_DEADLINE_SECONDS = 30
 
 
