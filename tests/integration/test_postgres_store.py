@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -41,6 +41,7 @@ from cairn.errors import SchemaTooNew, StoreError, StoreReadOnly, StoreUnavailab
 from cairn.store import Capabilities, open_store, pgpool
 from cairn.store.migrate import latest_version
 from cairn.store.postgres import PostgresStore
+from cairn.store.records import NewTask
 from tests import pgcluster
 from tests.conftest import postgres_admin_url, with_database
 from tests.pgcluster import Cluster
@@ -219,6 +220,7 @@ _OPENER = """
 import sys, time
 from pathlib import Path
 from cairn.store.postgres import PostgresStore
+from cairn.store.records import NewTask
 
 url, ready, go = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 ready.touch()
@@ -721,21 +723,25 @@ def test_a_value_postgres_cannot_store_is_refused_at_once_and_nothing_is_written
     pg_url: str, case: str, expected: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A task id or batch name of 10,000 characters (too long for a PostgreSQL
-    index row) or a task id holding a NUL (which PostgreSQL text cannot hold) is
-    refused by the server or driver. cairn raises a StoreError at once, chained
-    from the driver's error, that says what was refused and what to do; it does
-    not treat it as a lost connection (no retry, nothing logged), and the store
-    holds no task and no batch afterwards."""
-    runs: Counter[str] = Counter()
-    with caplog.at_level(logging.WARNING, logger="cairn"), Cairn(pg_url, clock=FakeClock()) as app:
-        task = one_step_task(app, runs)
-        attempts: dict[str, Callable[[], object]] = {
-            "a 10,000-character task id": lambda: app.run(task, task_id=LONG, n=1),
-            "a 10,000-character batch name": lambda: app.enqueue(LONG, task, [{"n": 1}]),
-            "a NUL in a task id": lambda: app.run(task, task_id="bad\x00id", n=1),
-        }
-        with pytest.raises(StoreError) as refused:
-            attempts[case]()
+    index row) or a task id holding a NUL (which PostgreSQL text cannot hold),
+    handed to the store itself, is refused by the server or the driver. The
+    store raises a StoreError at once, chained from the driver's error, that says
+    what was refused and what to do; it does not treat it as a lost connection
+    (no retry, nothing logged), and the store holds no task and no batch
+    afterwards. (This is the store's own guard: the app also checks names before
+    they reach any store.)"""
+    now = FakeClock().now()
+    tasks = {
+        "a 10,000-character task id": NewTask(LONG, "work", "{}", "json"),
+        "a 10,000-character batch name": NewTask("t", "work", "{}", "json", batch=LONG),
+        "a NUL in a task id": NewTask("bad\x00id", "work", "{}", "json"),
+    }
+    store = PostgresStore(pg_url)
+    try:
+        with caplog.at_level(logging.WARNING, logger="cairn"), pytest.raises(StoreError) as refused:
+            store.enqueue([tasks[case]], now)
+    finally:
+        store.close()
     message = str(refused.value)
     assert message.startswith(expected), message
     assert ("too long" in message) or ("NUL" in message)
@@ -743,7 +749,6 @@ def test_a_value_postgres_cannot_store_is_refused_at_once_and_nothing_is_written
     assert isinstance(refused.value.__cause__, psycopg.Error)
     assert not isinstance(refused.value, StoreUnavailable)
     assert caplog.records == []
-    assert runs == Counter()
     assert sql(pg_url, "SELECT count(*) FROM cairn.tasks") == [(0,)]
     assert sql(pg_url, "SELECT count(*) FROM cairn.batches") == [(0,)]
 
