@@ -4,9 +4,9 @@ Three real ``cairn worker`` processes (six threads each) run 11 tasks of six
 steps on a private PostgreSQL cluster (tests/pgcluster.py), with cairn's
 default 30 s lease. As in the issue, two workers hold all 11 tasks (6 and 5)
 and the third is idle, polling for work it could take over: they are started
-one after the other so that this is so. Each step is one call to an HTTP server in this test
-process that holds its answer for 2 s, and the server counts every call per
-(task, step) as it arrives: that count, not cairn's own record, says whether a
+one after the other so that this is so. Each step is one call to an HTTP
+server in this test process that holds its answer for 2 s, and the server
+counts every call per (task, step) as it arrives: that count, not cairn's own record, says whether a
 step ran twice. Once every task is inside a step, the cluster is stopped (a
 fast shutdown) for 15 s or 20 s, shorter than the lease, then started again,
 and the batch is left to finish.
