@@ -2,20 +2,26 @@
 
 A crash is simulated by raising ``Crash`` from a fault hook or a fake clock. The
 restarted process is a new ``Cairn`` on the same store whose owner is on another
-host, so it may take the crashed task once the caller moved the clock past its lease.
+host, so it may take the crashed task once the caller moved the clock past its lease
+(``PAST_LEASE``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from cairn import Cairn
 from cairn.clock import FakeClock
+from cairn.ownership import takeover_grace
 
 LEASE = 10.0
+# Far enough past a crashed run's lease that another owner may take its task:
+# the lease, then the grace a taker still honours it for, then a second.
+PAST_LEASE = LEASE + takeover_grace(timedelta(seconds=LEASE)).total_seconds() + 1
 # An owner on another host: cairn cannot see whether it lives, only its lease can say.
 ELSEWHERE = "elsewhere-00000000/4242/1/cafef00d"
 

@@ -8,24 +8,19 @@ task (the claim reads only pending and running rows through an index).
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
+from cairn._claim import WAIT, Claimer
 from cairn._execute import Outcome, aexecute, execute
-from cairn.ownership import claim_lock, mark_active, may_take_over
 from cairn.progress import Progress
 from cairn.store.records import FINISHED_STATUSES, TaskRecord
 
 if TYPE_CHECKING:
     from cairn.app import Cairn
-
-log = logging.getLogger("cairn")
-
-WAIT: Literal["wait"] = "wait"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,48 +61,6 @@ class BatchReport:
     def ok(self) -> bool:
         """True when every task of the batch completed."""
         return self.completed == self.total
-
-
-class Claimer:
-    """Finds the next task this process may run: of one batch, or (``batch=None``)
-    of any batch whose task function is one of ``names``."""
-
-    def __init__(self, app: Cairn, batch: str | None, names: tuple[str, ...] | None = None) -> None:
-        self._app = app
-        self._batch = batch
-        self._names = names
-
-    def next(self) -> TaskRecord | Literal["wait"] | None:
-        """A claimed task; ``WAIT`` if live workers elsewhere still hold some; or
-        None when nothing is left for this process."""
-        with claim_lock:
-            found = self._claim()
-            if found is not None and found != WAIT:
-                mark_active(found.id)
-            return found
-
-    def _claim(self) -> TaskRecord | Literal["wait"] | None:
-        app = self._app
-        now = app.clock.now()
-        lease_until = app.leases.lease_until()
-        claimed = app.store.claim_next_pending(
-            self._batch, app.owner, lease_until, now, names=self._names
-        )
-        if claimed is not None:
-            return claimed
-        held_elsewhere = False
-        for task in app.store.running_tasks(self._batch):
-            if self._names is not None and task.name not in self._names:
-                continue
-            expired = task.lease_expires_at is not None and task.lease_expires_at < now
-            if may_take_over(task.id, task.owner, expired, app.owner):
-                claimed = app.store.claim_task(task.id, task.fence, app.owner, lease_until, now)
-                if claimed is not None:
-                    log.info("cairn: resuming task %s (its owner %s is gone)", task.id, task.owner)
-                    return claimed
-            if task.owner != app.owner:
-                held_elsewhere = True  # ours are finished by the thread running them
-        return WAIT if held_elsewhere else None
 
 
 class _Tally:
@@ -163,11 +116,7 @@ def run_sync(app: Cairn, batch: str, concurrency: int, progress: Progress) -> Ba
                 app.clock.sleep(app.poll_interval)
                 continue
             tally.started(task)
-            app.leases.hold()
-            try:
-                tally.add(execute(app, task))
-            finally:
-                app.leases.drop()
+            tally.add(execute(app, task))
 
     # Daemon threads: if the process is interrupted, its tasks stay "running"
     # under a dead pid and the next run reclaims them at once.
@@ -202,11 +151,7 @@ async def run_async(app: Cairn, batch: str, concurrency: int, progress: Progress
                 await app.clock.asleep(app.poll_interval)
                 continue
             tally.started(task)
-            app.leases.hold()
-            try:
-                tally.add(await aexecute(app, task))
-            finally:
-                app.leases.drop()
+            tally.add(await aexecute(app, task))
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     return _end(app, report, tally, progress)

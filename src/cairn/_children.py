@@ -24,11 +24,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from cairn._claim import claim_task, claimable
 from cairn._effects import Call, Machine, Wait
 from cairn._machines import _What, record_completed
 from cairn._taskrun import TaskRun
 from cairn.errors import ChildFailed, Suspended, TaskConflict, UnknownTask
-from cairn.ownership import claim_lock, mark_active
+from cairn.names import check_name
 from cairn.store.records import NewTask, TaskRecord
 
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ def spawn(
     started = run.now()
     args = app.encode_arguments(task_def, kwargs)
     child_id = f"{run.task_id}/{key if key is not None else f'{task_def.name}.{seq}'}"
+    check_name("child task id", child_id)
     child = NewTask(child_id, task_def.name, args, app.codec.name, run.batch, child_id, run.task_id)
     # Insert-if-absent: a parent that died after this and before its record
     # finds its child here on the next run, and the check below accepts it.
@@ -115,7 +117,7 @@ def join_machine(
             record_completed(run, seq, "join", "join", output, started)
             return run.decode(output, what)  # type: ignore[no-any-return]
         now = run.now()
-        runnable = next((c for c in records if _startable(app, c, now)), None)
+        runnable = next((c for c in records if claimable(app, c, now)), None)
         if runnable is not None:
             runner = _arun_inline if in_loop else _run_inline
             yield Call(runner, (app, runnable), {})
@@ -133,55 +135,27 @@ def join_machine(
         yield Wait(run.poll_interval)
 
 
-def _startable(app: Cairn, child: TaskRecord, now: Any) -> bool:
-    if child.status == "pending":
-        return True
-    if child.status == "waiting":
-        return child.wake_at is not None and child.wake_at <= now
-    if child.status == "running":
-        return app.reclaimable(child)
-    return False
-
-
-def _claim(app: Cairn, child: TaskRecord) -> TaskRecord | None:
-    with claim_lock:
-        claimed = app.store.claim_task(
-            child.id, child.fence, app.owner, app.leases.lease_until(), app.clock.now()
-        )
-        if claimed is not None:
-            mark_active(claimed.id)
-        return claimed
-
-
 def _run_inline(app: Cairn, child: TaskRecord) -> None:
     """Run a child no one has started in this thread (the parent's)."""
     from cairn._execute import aexecute, execute
 
-    claimed = _claim(app, child)
+    claimed = claim_task(app, child)
     if claimed is None:
         return  # another process took it first: the join polls for it
-    app.leases.hold()
-    try:
-        if app.registered(claimed.name).is_async:
-            asyncio.run(aexecute(app, claimed))
-        else:
-            execute(app, claimed)
-    finally:
-        app.leases.drop()
+    if app.registered(claimed.name).is_async:
+        asyncio.run(aexecute(app, claimed))
+    else:
+        execute(app, claimed)
 
 
 async def _arun_inline(app: Cairn, child: TaskRecord) -> None:
     """``_run_inline`` for a parent running in an event loop."""
     from cairn._execute import aexecute, execute
 
-    claimed = _claim(app, child)
+    claimed = claim_task(app, child)
     if claimed is None:
         return
-    app.leases.hold()
-    try:
-        if app.registered(claimed.name).is_async:
-            await aexecute(app, claimed)
-        else:
-            await asyncio.to_thread(execute, app, claimed)
-    finally:
-        app.leases.drop()
+    if app.registered(claimed.name).is_async:
+        await aexecute(app, claimed)
+    else:
+        await asyncio.to_thread(execute, app, claimed)

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import inspect
 from collections.abc import Callable, Generator
+from contextvars import ContextVar
 from typing import Any, NamedTuple, TypeVar
 
 from cairn.clock import Clock
@@ -27,11 +28,22 @@ T = TypeVar("T")
 # NamedTuples, not frozen dataclasses: one is made per step, and a frozen
 # dataclass's __init__ costs about a microsecond more on that path.
 class Call(NamedTuple):
-    """Call user code; the machine receives its return value or its exception."""
+    """Call user code; the machine receives its return value or its exception.
+
+    ``inside`` names the history entry whose work the call is, as (the task's
+    run, a label): set while the call runs, so a ``ctx`` call from inside it (a
+    step inside a step) is caught at once (``TaskRun.replayed``)."""
 
     fn: Callable[..., Any]
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
+    inside: tuple[object, object] | None = None
+
+
+# The entry whose function is running in this thread or coroutine, if any.
+inside_call: ContextVar[tuple[object, object] | None] = ContextVar(
+    "cairn_inside_call", default=None
+)
 
 
 class Wait(NamedTuple):
@@ -67,6 +79,7 @@ def drive(machine: Machine[T], clock: Clock) -> T:
         if isinstance(effect, Wait):
             clock.sleep(effect.seconds)
             continue
+        token = None if effect.inside is None else inside_call.set(effect.inside)
         try:
             value = effect.fn(*effect.args, **effect.kwargs)
         except Exception as exc:  # noqa: BLE001 - handed to the machine, which decides
@@ -74,6 +87,9 @@ def drive(machine: Machine[T], clock: Clock) -> T:
         except BaseException:
             _close(machine)
             raise
+        finally:
+            if token is not None:
+                inside_call.reset(token)
 
 
 async def adrive(machine: Machine[T], clock: Clock) -> T:
@@ -89,6 +105,7 @@ async def adrive(machine: Machine[T], clock: Clock) -> T:
         if isinstance(effect, Wait):
             await clock.asleep(effect.seconds)
             continue
+        token = None if effect.inside is None else inside_call.set(effect.inside)
         try:
             value = effect.fn(*effect.args, **effect.kwargs)
             if inspect.isawaitable(value):
@@ -98,6 +115,9 @@ async def adrive(machine: Machine[T], clock: Clock) -> T:
         except BaseException:
             _close(machine)
             raise
+        finally:
+            if token is not None:
+                inside_call.reset(token)
 
 
 def _close(machine: Machine[Any]) -> None:

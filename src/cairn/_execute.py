@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
+from cairn._claim import release
 from cairn._effects import Call, Machine, Wait, adrive, drive
 from cairn._taskrun import TaskRun, describe_error
 from cairn.context import Context, _current
@@ -19,7 +20,6 @@ from cairn.errors import (
     Suspended,
     TimeLimitExceeded,
 )
-from cairn.ownership import mark_inactive
 from cairn.retry import Retry
 from cairn.store.records import TaskRecord
 from cairn.task import TaskDef
@@ -56,8 +56,8 @@ def _task_machine(
     while True:
         try:
             result = yield Call(task.fn, (ctx,), kwargs)
-            if run.diverged is not None:
-                raise run.diverged  # swallowed by the task's code; still fatal
+            if run.poisoned is not None:
+                raise run.poisoned  # swallowed by the task's code; still fatal
             output = run.encode(result, f"task {task.name!r} result")
         except StoreError:
             raise  # the store is unreachable: not the task's failure, spend no attempt
@@ -106,6 +106,8 @@ def _prepare(app: Cairn, record: TaskRecord) -> _Prepared:
         fence=record.fence,
         attempt=record.attempts,
         history=history,
+        leases=app.leases,
+        takeover_grace=app.takeover_grace,
         hook=app.fault_hook,
         poll_interval=app.poll_interval,
         deadline=deadline,
@@ -150,15 +152,34 @@ def _prepare_or_settle(app: Cairn, record: TaskRecord) -> _Prepared | Outcome:
     try:
         return _prepare(app, record)
     except CodecError as exc:
-        app.store.finish_task(
-            record.id, record.fence, "failed", None, describe_error(exc), app.clock.now()
-        )
-        mark_inactive(record.id)
+        try:
+            app.store.finish_task(
+                record.id, record.fence, "failed", None, describe_error(exc), app.clock.now()
+            )
+        finally:
+            release(app, record.id)
         return Outcome(record.id, "failed", error=exc)
     except BaseException:
-        app.store.release_task(record.id, record.fence, app.clock.now())
-        mark_inactive(record.id)
+        try:
+            hand_back(app, record)
+        finally:
+            release(app, record.id)
         raise
+
+
+def hand_back(app: Cairn, record: TaskRecord) -> None:
+    """Give a claimed task back as pending (its fence moves), after an error of
+    the store or of cairn itself: never leave it ``running`` if the store lets
+    us write. If even that fails, the task waits for its lease to lapse (or for
+    this process to end), and is then taken up from its last checkpoint."""
+    try:
+        app.store.release_task(record.id, record.fence, app.clock.now(), patient=False)
+    except Exception:
+        log.warning(
+            "cairn: could not hand task %s back to the store; it resumes once its lease lapses",
+            record.id,
+            exc_info=True,
+        )
 
 
 def execute(app: Cairn, record: TaskRecord) -> Outcome:
@@ -170,11 +191,15 @@ def execute(app: Cairn, record: TaskRecord) -> Outcome:
     try:
         result = drive(prepared.machine, app.clock)
     except StoreError:
-        raise  # the worker or batch stops as a whole; the task stays claimed
+        # The store failed under the task (unreachable, locked, full): not the
+        # task's failure, so no attempt is spent. The task is handed back, and
+        # the worker or batch stops as a whole with the store's error.
+        hand_back(app, record)
+        raise
     except (CairnControl, Exception) as exc:  # noqa: BLE001 - becomes the outcome
         return _ended(app, record, exc, prepared.resumed)
     finally:
-        mark_inactive(record.id)
+        release(app, record.id)
         _current.reset(token)
     return Outcome(record.id, "completed", result=result, resumed=prepared.resumed)
 
@@ -188,10 +213,14 @@ async def aexecute(app: Cairn, record: TaskRecord) -> Outcome:
     try:
         result = await adrive(prepared.machine, app.clock)
     except StoreError:
-        raise  # the worker or batch stops as a whole; the task stays claimed
+        # The store failed under the task (unreachable, locked, full): not the
+        # task's failure, so no attempt is spent. The task is handed back, and
+        # the worker or batch stops as a whole with the store's error.
+        hand_back(app, record)
+        raise
     except (CairnControl, Exception) as exc:  # noqa: BLE001 - becomes the outcome
         return _ended(app, record, exc, prepared.resumed)
     finally:
-        mark_inactive(record.id)
+        release(app, record.id)
         _current.reset(token)
     return Outcome(record.id, "completed", result=result, resumed=prepared.resumed)

@@ -124,11 +124,12 @@ def step_machine(
     while True:
         started = run.now()
         run.hook(f"before_{kind}", run.task_id, seq, name)
+        work = Call(fn, args, kwargs, (run, what))
         try:
             if limit is None:
-                value = yield Call(fn, args, kwargs)
+                value = yield work
             else:
-                value = yield from _limited(run, limit, Call(fn, args, kwargs))
+                value = yield from _limited(run, limit, work)
         except Exception as exc:
             total += 1
             # "Call again in N seconds" (RetryAfter) is waited out without

@@ -2,8 +2,15 @@
 
 1. Claim: insert the key as ``claimed`` and commit, before the function runs.
 2. Act: call the function with the key, which it can forward as the outside
-   system's own idempotency key.
-3. Record: store the result (and the task's history entry) in one commit.
+   system's own idempotency key. Just before the call, the process makes sure
+   it still holds its task's lease by its own monotonic clock (a lease confirmed
+   less than half a lease ago), renewing it at once (fenced) if not: a process
+   that wakes from a pause longer than its lease finds its task taken, or its
+   claim taken, and never makes the call.
+3. Record: store the result (the operation row is the task's history entry),
+   fenced on the claiming task. A claimant that lost its task meanwhile writes
+   nothing into the history its successor owns; it keeps what it learned only
+   as the key's late result, for the audit.
 
 Finding the key already there: completed → its result, without calling; claimed
 by a live attempt → wait for it; claimed by an attempt that died → in doubt, and
@@ -23,13 +30,17 @@ from typing import Any, Literal
 from cairn._effects import Call, Machine, Wait
 from cairn._machines import entry
 from cairn._taskrun import TaskRun, describe_error
-from cairn.errors import CodecError, InDoubtOperation, OperationFailed
-from cairn.ownership import owner_is_gone
+from cairn.errors import CodecError, InDoubtOperation, OperationFailed, StoreUnavailable
+from cairn.ownership import claimant_alive, owner_is_gone
 from cairn.retry import Retry, is_permanent
 from cairn.store.records import OperationRecord
 
 OnDoubt = Literal["raise", "retry"]
 Reconcile = Callable[[str], Any]
+# Renewals tried, one after the other, to get a fresh lease before an outside
+# call; each is a full round trip, so only a store slower than half a lease
+# per answer runs out of them.
+_RENEWALS_BEFORE_CALL = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,16 +53,25 @@ class OncePolicy:
     on_doubt: OnDoubt = "raise"
 
 
-def _claimant_alive(run: TaskRun, op: OperationRecord) -> bool:
-    """True if the attempt holding the claim may still record an outcome."""
-    if op.task_id == run.task_id:
-        # Our own task: a claim under an older fence is an attempt that died.
-        return op.claim_fence == run.fence
+# What the claim on a key says about the attempt that holds it.
+Claimant = Literal["alive", "dead", "gone"]
+
+
+def _claimant(run: TaskRun, op: OperationRecord) -> Claimant:
+    """``alive``: it may still record, wait for it. ``dead``: its task no longer
+    runs under the claim's fence, or its lease lapsed (the store checks that
+    again when the claim is taken). ``gone``: this process knows it cannot
+    record (its process is dead, or it was this very task's earlier attempt)."""
+    if op.task_id == run.task_id and op.claim_fence == run.fence:
+        # Our own task, under our fence: another position of this run acting on
+        # the same key right now (a map), or an attempt of ours that raised.
+        return "alive" if (op.scope, op.key) in run.acting else "gone"
     task = run.store.get_task(op.task_id)
-    if task is None or task.status != "running" or task.fence != op.claim_fence:
-        return False
-    expired = task.lease_expires_at is not None and task.lease_expires_at < run.now()
-    return not expired and not owner_is_gone(task.owner)
+    if claimant_alive(op, task, run.now(), run.takeover_grace):
+        return "alive"
+    if task is not None and task.fence == op.claim_fence and owner_is_gone(task.owner):
+        return "gone"
+    return "dead"
 
 
 def resolve_command(key: str, scope: str) -> str:
@@ -60,7 +80,7 @@ def resolve_command(key: str, scope: str) -> str:
     return f"cairn ops resolve {shlex.quote(key)}{scoped}"
 
 
-def _in_doubt_error(run: TaskRun, op: OperationRecord) -> InDoubtOperation:
+def _in_doubt_error(op: OperationRecord) -> InDoubtOperation:
     return InDoubtOperation(
         f"operation {op.key!r}{' in scope ' + repr(op.scope) if op.scope else ''} is in "
         f"doubt: task {op.task_id!r} claimed it and died before recording whether the "
@@ -91,81 +111,165 @@ def once_machine(
     used = 0
     started = run.now()
     while True:
-        claim = run.store.claim_operation(scope, key, run.task_id, seq, run.fence, run.now())
-        if claim.fenced_out:
-            run.lost()
-        op = claim.record
-        if not claim.claimed:
-            assert op is not None
-            if op.status == "completed":
-                return _adopt(run, seq, key, op, started)
-            if op.status == "failed" and op.permanent:
-                raise OperationFailed(
-                    f"{what} failed permanently earlier ({_error_summary(op)}); it is not "
-                    f"called again. Settle it with `{resolve_command(key, scope)} --retry` to "
-                    "allow another call.",
-                    key=key,
-                    scope=scope,
-                )
-            if op.status == "claimed" and _claimant_alive(run, op):
-                yield Wait(run.poll_interval)
-                continue
-            if op.status in ("claimed", "in_doubt"):
-                settled = yield from _settle_doubt(run, seq, key, op, policy, started)
-                if settled is _LOOK_AGAIN:
-                    continue
-                if settled is not _RECLAIM:
-                    return settled
-            claim = run.store.reclaim_operation(
-                scope, key, op.calls, run.task_id, seq, run.fence, run.now()
-            )
-            if not claim.claimed:
-                if claim.record is None:
-                    run.lost()
-                continue  # someone else moved first: look again
-            calls = op.calls + 1
-        else:
-            calls = 1
+        calls = yield from _claim(run, seq, key, policy, started)
+        if not isinstance(calls, int):
+            return calls.value  # the key was settled: its result
         run.hook("after_claim", run.task_id, seq, key)
+        run.acting.add((scope, key))
         try:
-            value = yield Call(fn, (key, *args), kwargs)
-        except Exception as exc:
-            used += 1
-            permanent = not policy.retry.should_retry(exc, used)
-            run.store.settle_operation(
-                scope,
-                key,
-                calls,
-                "failed",
-                error=describe_error(exc),
-                permanent=is_permanent(exc),
-                now=run.now(),
-            )
-            if permanent:
-                raise
-            yield Wait(policy.retry.delay(used))
-            continue
-        run.hook("after_act", run.task_id, seq, key)
-        try:
-            output = run.encode(value, what)
-        except CodecError as exc:
-            # Never complete a key with garbage: leave it in doubt for a person.
-            run.store.settle_operation(
-                scope,
-                key,
-                calls,
-                "in_doubt",
-                error=describe_error(exc),
-                permanent=False,
-                now=run.now(),
-            )
-            raise
-        return _record(run, seq, key, calls, output, started, scope)
+            if not _still_claimant(run, scope, key, calls):
+                continue  # another attempt took the key while we were away: look again
+            try:
+                value = yield Call(fn, (key, *args), kwargs)
+            except Exception as exc:
+                used += 1
+                _settle_failure(run, scope, key, calls, exc)
+                if not policy.retry.should_retry(exc, used):
+                    raise
+                yield Wait(policy.retry.delay(used))
+                continue
+            run.hook("after_act", run.task_id, seq, key)
+            output = _encoded(run, scope, key, calls, value, what)
+            recorded = _record(run, seq, key, calls, output, started, scope)
+        finally:
+            run.acting.discard((scope, key))
+        if recorded is not None:
+            return recorded.value
+        # Our claim was taken while we acted (our lease had lapsed): the new
+        # claimant decides; our outcome is kept as the key's late result.
+
+
+@dataclass(frozen=True, slots=True)
+class _Settled:
+    """The key's outcome, found instead of a claim of our own."""
+
+    value: Any
 
 
 _RECLAIM = object()
 # The row moved on while we looked (its claimant recorded after all): read again.
 _LOOK_AGAIN = object()
+
+
+def _claim(
+    run: TaskRun, seq: int, key: str, policy: OncePolicy, started: datetime
+) -> Machine[int | _Settled]:
+    """Claim the key for this attempt (its claim number), or find its outcome."""
+    scope = policy.scope
+    while True:
+        claim = run.store.claim_operation(scope, key, run.task_id, seq, run.fence, run.now())
+        if claim.fenced_out:
+            run.lost()
+        if claim.claimed:
+            return 1
+        op = claim.record
+        assert op is not None
+        if op.status == "completed":
+            return _Settled(_adopt(run, seq, key, op, started))
+        if op.status == "failed" and op.permanent:
+            raise OperationFailed(
+                f"operation {key!r} failed permanently earlier ({_error_summary(op)}); it is "
+                f"not called again. Settle it with `{resolve_command(key, scope)} --retry` to "
+                "allow another call.",
+                key=key,
+                scope=scope,
+            )
+        claimant: Claimant = "dead"
+        if op.status == "claimed":
+            claimant = _claimant(run, op)
+            if claimant == "alive":
+                yield Wait(run.poll_interval)
+                continue
+        if op.status in ("claimed", "in_doubt"):
+            settled = yield from _settle_doubt(run, seq, key, op, policy, started)
+            if settled is _LOOK_AGAIN:
+                continue
+            if settled is not _RECLAIM:
+                return _Settled(settled)
+        retaken = run.store.reclaim_operation(
+            scope,
+            key,
+            op.calls,
+            run.task_id,
+            seq,
+            run.fence,
+            run.now(),
+            claimant_gone=claimant == "gone",
+            lapsed_before=run.now() - run.takeover_grace,
+        )
+        if retaken.claimed:
+            return op.calls + 1
+        # Someone else moved first, or the claimant renewed after all (look
+        # again), or our own task is not ours any more (LeaseLost).
+        run.check_still_ours()
+
+
+def _still_claimant(run: TaskRun, scope: str, key: str, calls: int) -> bool:
+    """Just before the outside call: True if this attempt still holds its task's
+    lease (confirmed less than half a lease ago by this process's monotonic
+    clock, or renewed now) and still holds claim ``calls`` of the key.
+
+    A process paused past its lease wakes here: its task was taken (the renewal
+    is refused: ``LeaseLost``), or its claim was (False: look again), or neither
+    (the renewal makes it live again, and the store's own checks keep anyone from
+    taking the task or the claim after that)."""
+    if run.leases.fresh(run.task_id, run.fence):
+        return True
+    for _ in range(_RENEWALS_BEFORE_CALL):
+        if not run.leases.renew_now(run.task_id, run.fence):
+            run.lost()
+        if run.leases.fresh(run.task_id, run.fence):
+            break
+    else:
+        raise StoreUnavailable(
+            f"task {run.task_id!r}, operation {key!r}: the store answered too slowly to "
+            "confirm the task's lease before the outside call, so it was not made. "
+            "Nothing was lost; run again once the store answers promptly."
+        )
+    op = run.store.get_operation(scope, key)
+    return (
+        op is not None
+        and op.status == "claimed"
+        and op.calls == calls
+        and op.task_id == run.task_id
+        and op.claim_fence == run.fence
+    )
+
+
+def _settle_failure(run: TaskRun, scope: str, key: str, calls: int, error: Exception) -> None:
+    """``fn`` raised: record claim ``calls`` as failed (a call that raised counts
+    as not having happened), unless the task is no longer ours."""
+    if not run.store.settle_operation(
+        scope,
+        key,
+        calls,
+        "failed",
+        error=describe_error(error),
+        permanent=is_permanent(error),
+        now=run.now(),
+        task_id=run.task_id,
+        fence=run.fence,
+    ):
+        run.check_still_ours()  # LeaseLost if it was taken; else the claim moved on
+
+
+def _encoded(run: TaskRun, scope: str, key: str, calls: int, value: Any, what: str) -> str:
+    try:
+        return run.encode(value, what)
+    except CodecError as exc:
+        # Never complete a key with garbage: leave it in doubt for a person.
+        run.store.settle_operation(
+            scope,
+            key,
+            calls,
+            "in_doubt",
+            error=describe_error(exc),
+            permanent=False,
+            now=run.now(),
+            task_id=run.task_id,
+            fence=run.fence,
+        )
+        raise
 
 
 def _settle_doubt(
@@ -191,12 +295,15 @@ def _settle_doubt(
             error=None,
             permanent=False,
             now=run.now(),
+            task_id=run.task_id,
+            fence=run.fence,
         ):
-            return _RECLAIM  # it moved meanwhile; look again
+            run.check_still_ours()
+            return _LOOK_AGAIN  # it moved meanwhile; look again
         return _adopt(run, seq, key, run.store.get_operation(op.scope, key) or op, started)
     if policy.on_doubt == "retry":
         return _RECLAIM
-    doubt = _in_doubt_error(run, op)
+    doubt = _in_doubt_error(op)
     # Keep the reason in the audit log, so `cairn ops` can say why. If the row
     # is no longer this claim (its claimant recorded the moment we looked), it
     # was never in doubt: look again.
@@ -208,7 +315,10 @@ def _settle_doubt(
         error=describe_error(doubt),
         permanent=False,
         now=run.now(),
+        task_id=run.task_id,
+        fence=run.fence,
     ):
+        run.check_still_ours()
         return _LOOK_AGAIN
     raise doubt
 
@@ -234,7 +344,9 @@ def _adopt(run: TaskRun, seq: int, key: str, op: OperationRecord, started: datet
 
 def _record(
     run: TaskRun, seq: int, key: str, calls: int, output: str, started: datetime, scope: str
-) -> Any:
+) -> _Settled | None:
+    """Record claim ``calls`` completed with ``output``, fenced on our task. None
+    if the claim was taken from us meanwhile (our task is still ours: look again)."""
     step = entry(
         run,
         seq,
@@ -246,12 +358,15 @@ def _record(
         run_attempts=calls,
         started_at=started,
     )
-    _, step_recorded = run.store.complete_operation(scope, key, calls, output, step, run.fence)
-    if not step_recorded:
-        run.lost()
+    if not run.store.complete_operation(scope, key, calls, output, step, run.fence):
+        # We acted, but the key or the task is no longer ours: keep what we
+        # learned for the audit, and change nothing else.
+        run.store.record_late_result(scope, key, output, run.now())
+        run.check_still_ours()
+        return None
     run.history[seq] = step
     run.hook("after_record", run.task_id, seq, key)
-    return run.decode(output, f"operation {key!r}")
+    return _Settled(run.decode(output, f"operation {key!r}"))
 
 
 def _error_summary(op: OperationRecord) -> str:

@@ -12,20 +12,24 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
+from cairn._effects import inside_call
 from cairn.blobs.offload import WARN_ABOVE, Offloader, warn_if_large
 from cairn.clock import Clock
-from cairn.codec import Codec
+from cairn.codec import Codec, storable_text
 from cairn.errors import (
     BlobError,
+    CairnError,
     Cancelled,
     CodecError,
     LeaseLost,
+    NestedStepError,
     NonDeterminismError,
     TimeLimitExceeded,
 )
+from cairn.leases import LeaseKeeper
 from cairn.limits import NO_LIMITS, LimitBook
 from cairn.store.protocol import Store
 from cairn.store.records import StepKind, StepRecord
@@ -45,8 +49,8 @@ def describe_error(error: BaseException) -> str:
     return json.dumps(
         {
             "type": f"{kind.__module__}.{kind.__qualname__}",
-            "message": str(error),
-            "traceback": "".join(traceback.format_exception(error)),
+            "message": storable_text(str(error)),
+            "traceback": storable_text("".join(traceback.format_exception(error))),
         },
         ensure_ascii=False,
     )
@@ -64,6 +68,10 @@ class TaskRun:
     fence: int
     attempt: int
     history: dict[int, StepRecord]
+    # The app's lease keeper: how fresh this task's lease is, by this process's clock.
+    leases: LeaseKeeper
+    # How long past its expiry another owner's lease is still honoured.
+    takeover_grace: timedelta
     hook: FaultHook = no_fault
     poll_interval: float = 1.0
     # The task's time limit (first start + max_duration), and the limit itself.
@@ -74,9 +82,13 @@ class TaskRun:
     # Where large conversation messages go (cairn.agent.offload); None: no blob store.
     offloader: Offloader | None = None
     seq: int = field(default=0)
-    # Set once replay has diverged: every later call raises it again, so an
-    # agent's ``except Exception:`` cannot carry on at misaligned positions.
-    diverged: NonDeterminismError | None = None
+    # Set once replay has diverged (or a step called ctx from inside itself):
+    # every later call raises it again, so an agent's ``except Exception:``
+    # cannot carry on at misaligned positions.
+    poisoned: CairnError | None = None
+    # The operation keys (scope, key) this run is acting on right now: a claim of
+    # our own task under our fence is alive only while its key is here.
+    acting: set[tuple[str, str]] = field(default_factory=set)
     # When (time.monotonic) to look next whether the task was cancelled.
     next_check: float = field(default_factory=time.monotonic)
 
@@ -86,8 +98,8 @@ class TaskRun:
     def next_seq(self) -> int:
         """The position of the next history entry: a step boundary, where a
         cancelled or overdue task stops."""
-        if self.diverged is not None:
-            raise self.diverged
+        if self.poisoned is not None:
+            raise self.poisoned
         if self.deadline is not None and self.clock.now() >= self.deadline:
             raise TimeLimitExceeded(self.task_id, self.max_duration or 0.0)
         # A cancel is seen at the next write anyway; looking every poll interval
@@ -108,10 +120,13 @@ class TaskRun:
     def restart(self) -> None:
         """Replay from the top, for the next task attempt."""
         self.seq = 0
-        self.diverged = None
+        self.poisoned = None
 
     def replayed(self, seq: int, kind: StepKind, name: str) -> StepRecord | None:
         """The record at ``seq``, checked against what the code asks for now."""
+        inside = inside_call.get()
+        if inside is not None and inside[0] is self:
+            self.nested(inside[1], kind, name)
         record = self.history.get(seq)
         if record is not None and (record.kind != kind or record.name != name):
             self.diverge(seq, f"{record.kind} {record.name}", f"{kind} {name}")
@@ -120,10 +135,25 @@ class TaskRun:
     def diverge(self, seq: int, recorded: str, current: str) -> NoReturn:
         """Replay found ``recorded`` where the code asks for ``current``: stop, and
         make every later call of this run raise the same error."""
-        self.diverged = NonDeterminismError(
+        self.poisoned = NonDeterminismError(
             task_id=self.task_id, seq=seq, recorded=recorded, current=current
         )
-        raise self.diverged
+        raise self.poisoned
+
+    def nested(self, outer: object, kind: StepKind, name: str) -> NoReturn:
+        """The code asked for ``kind`` ``name`` from inside the function of the
+        entry ``outer`` is running: refuse it at once, and for the rest of the run."""
+        label = "step" if kind == "step" else f"{kind} entry"
+        self.poisoned = NestedStepError(
+            f"task {self.task_id!r}: {label} {name!r} was asked for from inside {outer}, "
+            f"while its function runs. A step's function runs as one recorded unit and "
+            "must not use ctx itself: after a retry its inner entries would be replayed "
+            f"at the wrong positions. Call {label} {name!r} from the task function, "
+            "before or after the outer step, or call its function directly. Nothing "
+            "was recorded for it.",
+            task_id=self.task_id,
+        )
+        raise self.poisoned
 
     def encode(self, value: Any, what: object) -> str:
         try:

@@ -13,6 +13,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 from cairn import _batch
 from cairn._batch import BatchReport
+from cairn._claim import claim_task
 from cairn._execute import Outcome, aexecute, execute
 from cairn._taskrun import FaultHook, no_fault
 from cairn.blobs import (
@@ -29,6 +30,7 @@ from cairn.context import Context
 from cairn.errors import (
     CodecError,
     ConfigurationError,
+    ResultTimeout,
     TaskArgumentsError,
     TaskBusy,
     TaskCancelled,
@@ -36,10 +38,12 @@ from cairn.errors import (
     TaskFailed,
     TaskNotRegistered,
     TaskWaiting,
+    UnknownTask,
 )
 from cairn.leases import LeaseKeeper
 from cairn.limits import Limit, LimitBook, checked_limits
-from cairn.ownership import claim_lock, current_owner, mark_active, may_take_over
+from cairn.names import check_name
+from cairn.ownership import DEFAULT_LEASE_SECONDS, current_owner, takeover_grace
 from cairn.progress import choose_progress
 from cairn.retry import NO_RETRY, Retry
 from cairn.schedule import Catchup, Schedule, check_spec, fire_due, make_schedule
@@ -68,7 +72,7 @@ class Cairn:
         codec: Codec | str = "json",
         task_retry: Retry | None = None,
         step_retry: Retry = NO_RETRY,
-        lease: float = 30.0,
+        lease: float = DEFAULT_LEASE_SECONDS,
         poll_interval: float = 1.0,
         synchronous: Synchronous = "NORMAL",
         clock: Clock | None = None,
@@ -143,6 +147,12 @@ class Cairn:
             self._leases = LeaseKeeper(self.store, self.clock, self.owner, self._lease)
         return self._leases
 
+    @property
+    def takeover_grace(self) -> timedelta:
+        """How long past its expiry this app still honours another owner's lease
+        before taking its task over (``ownership.takeover_grace``)."""
+        return takeover_grace(self._lease)
+
     def close(self) -> None:
         """Close the store's connections."""
         if self._leases is not None:
@@ -189,6 +199,7 @@ class Cairn:
 
         def register(func: Callable[..., Any]) -> TaskDef[..., Any]:
             task_def = TaskDef(name=name or func.__name__, fn=func, retry=retry, max_duration=limit)
+            check_name("task name", task_def.name)
             existing = self._tasks.get(task_def.name)
             if existing is not None and existing.fn is not func:
                 raise TaskConflict(
@@ -315,11 +326,7 @@ class Cairn:
             return self._recorded_result(record)
         if task_def.is_async:
             return asyncio.run(self._arun_claimed(record))
-        self.leases.hold()
-        try:
-            return self._outcome_result(execute(self, record), record)
-        finally:
-            self.leases.drop()
+        return self._outcome_result(execute(self, record), record)
 
     async def arun(
         self, task: TaskDef[..., Any], /, *, task_id: str | None = None, **kwargs: Any
@@ -334,18 +341,10 @@ class Cairn:
         return await self._arun_claimed(record)
 
     def _run_claimed_sync(self, record: TaskRecord) -> Any:
-        self.leases.hold()
-        try:
-            return self._outcome_result(execute(self, record), record)
-        finally:
-            self.leases.drop()
+        return self._outcome_result(execute(self, record), record)
 
     async def _arun_claimed(self, record: TaskRecord) -> Any:
-        self.leases.hold()
-        try:
-            return self._outcome_result(await aexecute(self, record), record)
-        finally:
-            self.leases.drop()
+        return self._outcome_result(await aexecute(self, record), record)
 
     def encode_arguments(self, task_def: TaskDef[..., Any], kwargs: Mapping[str, Any]) -> str:
         task_def.check_arguments(kwargs)
@@ -364,6 +363,7 @@ class Cairn:
         args = self.encode_arguments(task_def, kwargs)
         key = item_key(kwargs)
         tid = task_id or (f"{task_def.name}/{key}" if key else task_def.name)
+        check_name("task id", tid)
         now = self.clock.now()
         self.store.create_task(NewTask(tid, task_def.name, args, self.codec.name), now)
         record = self.store.get_task(tid)
@@ -379,21 +379,33 @@ class Cairn:
             return record
         if record.status == "waiting" and not _due(record, now):
             return record
-        with claim_lock:
-            if record.status == "running" and not self.reclaimable(record):
-                where = "this process" if record.owner == self.owner else "another live process"
-                raise TaskBusy(
-                    f"task {tid!r} is running in {where} ({record.owner}); cairn will not "
-                    "start a second copy. Wait for it, or stop that process.",
-                    task_id=tid,
-                )
-            claimed = self.store.claim_task(
-                tid, record.fence, self.owner, self.leases.lease_until(), now
+        claimed = claim_task(self, record)
+        if claimed is None:
+            raise self._busy(record)
+        return claimed
+
+    def _busy(self, record: TaskRecord) -> TaskBusy:
+        """Why ``record`` could not be claimed now, and when it could be."""
+        tid = record.id
+        latest = self.store.get_task(tid) or record
+        if latest.status != "running" or latest.fence != record.fence:
+            return TaskBusy(f"task {tid!r} was claimed by another process just now", task_id=tid)
+        where = "this process" if latest.owner == self.owner else "another live process"
+        message = (
+            f"task {tid!r} is running in {where} ({latest.owner}); cairn will not start a "
+            "second copy."
+        )
+        if latest.owner != self.owner and latest.lease_expires_at is not None:
+            free = latest.lease_expires_at + self.takeover_grace
+            message += (
+                f" If that process is stopped or cut off, its task may be taken over from "
+                f"{free.isoformat(timespec='seconds')} (its lease, then a grace of "
+                f"{self.takeover_grace.total_seconds():.0f}s in case it is only cut off from "
+                "the store); app.result() waits for it to end."
             )
-            if claimed is None:
-                raise TaskBusy(f"task {tid!r} was claimed by another process just now", task_id=tid)
-            mark_active(tid)
-            return claimed
+        else:
+            message += " Wait for it (app.result() waits), or stop that process."
+        return TaskBusy(message, task_id=tid)
 
     def _awaited(self, task_id: str) -> str | None:
         """The signal a waiting task waits for, from its history."""
@@ -440,10 +452,6 @@ class Cairn:
         except CodecError:
             return False
 
-    def reclaimable(self, record: TaskRecord) -> bool:
-        expired = record.lease_expires_at is not None and record.lease_expires_at < self.clock.now()
-        return may_take_over(record.id, record.owner, expired, self.owner)
-
     def _outcome_result(self, outcome: Outcome, record: TaskRecord) -> Any:
         if outcome.status == "completed":
             return outcome.result
@@ -458,6 +466,62 @@ class Cairn:
         raise _failed(record.id, stored.error, stored.attempts - stored.retry_base) from (
             outcome.error
         )
+
+    # -- waiting for a task that runs elsewhere -------------------------------------------
+    def result(self, task_id: str, *, timeout: float | None = None) -> Any:
+        """Wait for task ``task_id`` to end, wherever it runs, and return its result,
+        or raise its error (``TaskFailed``, ``TaskCancelled``).
+
+        For a task another process runs (a worker, another ``app.run``), where
+        ``app.run`` would raise ``TaskBusy``. A pending or waiting task is waited
+        for too: something else must run it. The store is read every
+        ``poll_interval`` seconds; past ``timeout`` seconds (None: no limit)
+        ``ResultTimeout`` is raised and nothing changes. ``UnknownTask`` for an
+        id the store does not hold."""
+        deadline = self._deadline(timeout)
+        while True:
+            record = self._finished_or_none(task_id, deadline, timeout)
+            if record is not None:
+                return self._recorded_result(record)
+            self.clock.sleep(self._next_look(deadline))
+
+    async def aresult(self, task_id: str, *, timeout: float | None = None) -> Any:
+        """``result`` for callers inside an event loop."""
+        deadline = self._deadline(timeout)
+        while True:
+            record = self._finished_or_none(task_id, deadline, timeout)
+            if record is not None:
+                return self._recorded_result(record)
+            await self.clock.asleep(self._next_look(deadline))
+
+    def _deadline(self, timeout: float | None) -> float | None:
+        if timeout is not None and not timeout >= 0:  # also refuses NaN
+            raise ValueError(f"timeout must be zero or positive seconds, not {timeout}")
+        return None if timeout is None else self.clock.monotonic() + timeout
+
+    def _finished_or_none(
+        self, task_id: str, deadline: float | None, timeout: float | None
+    ) -> TaskRecord | None:
+        record = self.store.get_task(task_id)
+        if record is None:
+            raise UnknownTask(
+                f"no task {task_id!r} in the store at {self.store_url}", task_id=task_id
+            )
+        if record.status in ("completed", "failed", "cancelled"):
+            return record
+        if deadline is not None and self.clock.monotonic() >= deadline:
+            raise ResultTimeout(
+                f"task {task_id!r} is still {record.status} after {timeout:g}s of waiting"
+                f"{f' (owner {record.owner})' if record.owner else ''}; nothing was "
+                "changed. Wait longer, or look with `cairn show`.",
+                task_id=task_id,
+            )
+        return None
+
+    def _next_look(self, deadline: float | None) -> float:
+        if deadline is None:
+            return self.poll_interval
+        return max(0.0, min(self.poll_interval, deadline - self.clock.monotonic()))
 
     def _recorded_result(self, record: TaskRecord) -> Any:
         if record.status == "waiting":
@@ -495,6 +559,7 @@ class Cairn:
         batch never sits in memory.
         """
         task_def = self._definition(task)
+        check_name("batch name", batch)
         existing = self.store.batch_task_name(batch)
         if existing is not None and existing != task_def.name:
             raise TaskConflict(
@@ -505,7 +570,8 @@ class Cairn:
         def new_task(item: Mapping[str, Any]) -> NewTask:
             args = self.encode_arguments(task_def, item)
             ikey = key(item) if key is not None else item_key(item)
-            return NewTask(f"{batch}/{ikey}", task_def.name, args, self.codec.name, batch, ikey)
+            tid = check_name("task id", f"{batch}/{ikey}")
+            return NewTask(tid, task_def.name, args, self.codec.name, batch, ikey)
 
         now = self.clock.now()
         tasks: Iterable[NewTask]

@@ -21,6 +21,11 @@ class Clock(Protocol):
         """The current time, tz-aware UTC."""
         ...
 
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes back (``time.monotonic``): how this
+        process measures how long ago the store last confirmed its lease."""
+        ...
+
     def sleep(self, seconds: float) -> None:
         """Block the calling thread for ``seconds``."""
         ...
@@ -36,6 +41,9 @@ class SystemClock:
     def now(self) -> datetime:
         return datetime.now(UTC)
 
+    def monotonic(self) -> float:
+        return time.monotonic()
+
     def sleep(self, seconds: float) -> None:
         if seconds > 0:
             time.sleep(seconds)
@@ -49,12 +57,19 @@ class FakeClock:
 
     def __init__(self, start: datetime | None = None) -> None:
         self._now = start or datetime(2026, 5, 24, 0, 0, tzinfo=UTC)
+        self._start = self._now
         self._lock = threading.Lock()
         self.slept: list[float] = []
 
     def now(self) -> datetime:
         with self._lock:
             return self._now
+
+    def monotonic(self) -> float:
+        """Seconds since the clock's start, moved by ``advance`` and sleeps only:
+        a test "pauses" the process by advancing it."""
+        with self._lock:
+            return (self._now - self._start).total_seconds()
 
     def advance(self, seconds: float) -> None:
         with self._lock:

@@ -42,7 +42,9 @@ comes back with a fixed-offset ``timezone``: the same instant and offset, but a
 zone name such as ``ZoneInfo("Europe/Paris")`` is not kept.
 
 Anything else is refused with a ``CodecError`` that names the type and where in
-the value it was found. ``PickleCodec`` records any picklable value instead, but
+the value it was found. So is text holding a lone surrogate (``"abc\\ud800"``,
+in a string or a dict key, however deep): it is not valid Unicode, and no
+store can write it. ``PickleCodec`` records any picklable value instead, but
 only use it with a store you trust: decoding it runs pickle.
 """
 
@@ -62,7 +64,7 @@ from typing import Any, Protocol
 
 from cairn.errors import CodecError, ConfigurationError
 
-__all__ = ["Codec", "JsonCodec", "PickleCodec", "codec_for"]
+__all__ = ["Codec", "JsonCodec", "PickleCodec", "codec_for", "storable_text"]
 
 TAG = "$cairn"
 _MARK = f'"{TAG}"'  # every tagged object's text contains this; plain JSON never does
@@ -106,13 +108,21 @@ class JsonCodec:
         if value is None:
             return "null"
         try:
-            return _dumps(_tree(value))
+            text = _dumps(_tree(value))
         except _EncodeError as problem:
             raise CodecError(problem.message()) from problem.__cause__
         except RecursionError as err:
             raise CodecError(
                 "cannot record a value that is nested too deeply or contains itself."
             ) from err
+        # isascii() is O(1); only other text can hold a lone surrogate, which no
+        # store can write (its UTF-8 does not exist): refuse it here, named.
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise CodecError(_surrogate_message(value)) from None
+        return text
 
     def decode(self, text: str) -> Any:
         """Return the value that ``text`` records, with the types it had."""
@@ -385,6 +395,85 @@ def _pydantic_tree(v: Any) -> dict[str, Any]:
         what = f"an instance of {_type_name(type(v))}"
         raise _EncodeError(what, f"pydantic could not dump it: {err}") from err
     return _typed("pydantic", type(v), _tree(data))
+
+
+# --- lone surrogates: where they are, found only once encoding has failed -----
+
+
+def storable_text(text: str) -> str:
+    """``text`` with each lone surrogate written out as its escape (``\\udcff``),
+    so that any store can hold it: for text cairn records about a value rather
+    than the value itself (an error message, a traceback). O(1) for ASCII."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+_SURROGATE_ADVICE = (
+    "such text is not valid Unicode, so it cannot be stored. It usually comes from "
+    "bytes decoded with errors='surrogateescape' or from half of a UTF-16 pair. Clean "
+    "it before recording it: text.encode('utf-8', 'replace').decode('utf-8') puts "
+    "'?' in its place, or record the raw bytes instead: text.encode('utf-8', "
+    "'surrogatepass')."
+)
+
+
+def _surrogate_message(value: Any) -> str:
+    found = _find_surrogate(value, "$")
+    if found is None:  # not where the walk looks: point at the whole value
+        return f"cannot record text holding a lone surrogate (found at $): {_SURROGATE_ADVICE}"
+    path, text, position = found
+    start = max(0, position - 20)
+    around = text[start : position + 20]
+    where = "" if len(text) == len(around) else f" of {len(text)} characters, around {around!r}"
+    shown = repr(text) if not where else f"text{where}"
+    return (
+        f"cannot record text holding a lone surrogate ({text[position]!r} at position "
+        f"{position} of {shown}, found at {path}): {_SURROGATE_ADVICE}"
+    )
+
+
+def _find_surrogate(v: Any, path: str) -> tuple[str, str, int] | None:
+    """The path, text and position of the first lone surrogate in ``v``, walked
+    as ``_tree`` walks it (paths read the same as in other encoding errors)."""
+    if isinstance(v, str):
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return path, v, exc.start
+        return None
+    found: tuple[str, str, int] | None = None
+    if isinstance(v, dict):
+        for i, (key, x) in enumerate(v.items()):
+            found = _find_surrogate(key, f"{path}.keys()[{i}]") or _find_surrogate(
+                x, path + (_key_part(key) if type(key) is str else f"[{key!r}]")
+            )
+            if found:
+                break
+    elif isinstance(v, list | tuple):
+        found = next(
+            (f for i, x in enumerate(v) if (f := _find_surrogate(x, f"{path}[{i}]"))), None
+        )
+    elif isinstance(v, set | frozenset):
+        found = next((f for x in v if (f := _find_surrogate(x, f"{path}[*]"))), None)
+    elif isinstance(v, enum.Enum):
+        found = _find_surrogate(v.value, f"{path}.value")
+    elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+        found = next(
+            (
+                f
+                for field in dataclasses.fields(v)
+                if (f := _find_surrogate(getattr(v, field.name), f"{path}.{field.name}"))
+            ),
+            None,
+        )
+    elif hasattr(type(v), "model_validate") and hasattr(v, "model_dump"):
+        found = _find_surrogate(v.model_dump(mode="json"), path)
+    return found
 
 
 # --- decoding: JSON text -> value ---------------------------------------------

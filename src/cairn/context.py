@@ -24,6 +24,7 @@ from cairn._machines import sleep_machine, step_machine
 from cairn._once import OncePolicy, OnDoubt, Reconcile, once_machine
 from cairn._taskrun import TaskRun
 from cairn.keys import bounded_key
+from cairn.names import check_name
 from cairn.retry import NO_RETRY, Retry
 
 if TYPE_CHECKING:
@@ -241,6 +242,7 @@ class Context:
         it happened; None means call again), or ``on_doubt="retry"`` calls again
         with the same key, or by default ``InDoubtOperation`` stops the task.
         """
+        check_name("operation scope", scope, empty_ok=True)
         policy = OncePolicy(
             retry=retry or NO_RETRY, scope=scope, reconcile=reconcile, on_doubt=on_doubt
         )
@@ -330,7 +332,7 @@ class Context:
         the signal arrives or the timeout passes. Use one name per wait."""
         from cairn._waiting import seconds_of, wait_for
 
-        return wait_for(self._run, name, seconds_of(timeout))
+        return wait_for(self._run, check_name("signal name", name), seconds_of(timeout))
 
     def _need_app(self, what: str) -> Cairn:
         if self._app is None:

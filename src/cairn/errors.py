@@ -5,6 +5,7 @@ The hierarchy::
     CairnError                      root of every ordinary cairn error
     ├── ConfigurationError          bad store URL, missing extra, bad option
     ├── TransferError               an export file or import cannot be used; nothing written
+    ├── InvalidName                 a task id, key or other name no store can hold (a ValueError)
     ├── StoreError                  the store cannot be used as asked
     │   ├── StoreUnavailable        unreachable or busy right now; nothing was lost, try later
     │   ├── StoreReadOnly           the store can be read but not written
@@ -19,7 +20,9 @@ The hierarchy::
     │   ├── TaskFailed              the task ended failed; carries the recorded error
     │   │   └── ChildFailed         a task joined by ctx.join ended failed or cancelled
     │   ├── TaskCancelled           the task ended cancelled
-    │   └── TaskWaiting             the task is suspended, waiting for a signal
+    │   ├── TaskWaiting             the task is suspended, waiting for a signal
+    │   ├── ResultTimeout           app.result gave up waiting for the task to end
+    │   └── NestedStepError         a step's function used ctx (a step inside a step)
     ├── NonDeterminismError         replay asked for something else at a position
     ├── CodecError                  a value cannot be encoded or decoded
     ├── BlobError                   a value offloaded to the blob store cannot be used
@@ -57,6 +60,19 @@ class ConfigurationError(CairnError):
 
 class TransferError(CairnError):
     """An export, import, backup or prune was refused; nothing was written."""
+
+
+class InvalidName(CairnError, ValueError):
+    """A name cairn stores and indexes (a task id, batch name, operation key or
+    scope, signal, conversation, schedule or limit name) cannot be stored: it is
+    empty, too long for an index, or holds a lone surrogate or a NUL character.
+    Raised before anything is written. ``kind`` says which name, ``value`` is it.
+    """
+
+    def __init__(self, message: str, *, kind: str, value: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.value = value
 
 
 class StoreError(CairnError):
@@ -130,6 +146,17 @@ class TaskWaiting(TaskError):
     def __init__(self, message: str, *, task_id: str, waiting_for: str | None = None) -> None:
         super().__init__(message, task_id=task_id)
         self.waiting_for = waiting_for
+
+
+class ResultTimeout(TaskError, TimeoutError):
+    """``app.result(task_id, timeout=…)`` waited that long and the task had not
+    ended (it may still be running elsewhere, or waiting for a signal)."""
+
+
+class NestedStepError(TaskError):
+    """A step's function (or a map item's) used ``ctx`` while it ran: a step inside
+    a step. Refused at once and never retried: after a retry the inner entries
+    would be replayed at the wrong positions."""
 
 
 class NonDeterminismError(CairnError):

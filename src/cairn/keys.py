@@ -20,6 +20,8 @@ from datetime import date, datetime
 from decimal import Decimal
 from uuid import UUID
 
+from cairn.names import check_name
+
 KEY_LIMIT = 200
 _PART_LIMIT = 64
 _SAFE_PART = re.compile(r"^[A-Za-z0-9._:@=+-]+$")
@@ -52,6 +54,7 @@ def _normalize_part(part: KeyPart) -> str:
     text = _SPACES.sub("-", _part_text(part).strip())
     if not text:
         raise ValueError("op_key parts must not be empty or blank")
+    check_name("op_key part", text, max_bytes=None)  # before hashing it
     if len(text) <= _PART_LIMIT and _SAFE_PART.match(text):
         return text
     readable = _UNSAFE_CHARS.sub("-", text).strip("-")[:24]
@@ -77,6 +80,7 @@ def bounded_key(key: str) -> str:
             "an operation key must not be empty: it names the side effect, e.g. "
             "op_key('admob', app_id, 'apply', day)"
         )
+    check_name("operation key", key, max_bytes=None)  # the length is bounded below
     if len(key) <= KEY_LIMIT:
         return key
     return f"{key[: KEY_LIMIT - 34]}~{_digest(key, 32)}"

@@ -1,20 +1,57 @@
-"""Keeping leases alive: one heartbeat thread per app renews all of its tasks.
+"""Keeping leases alive, and knowing how fresh each one is.
 
-One ``UPDATE … WHERE owner = me`` renews every task this process runs, so the
-cost of a heartbeat does not grow with concurrency. The thread runs only while
-at least one task is held.
+One heartbeat thread per app renews every task this process holds with one
+``UPDATE … WHERE owner = me … RETURNING id, fence``, so the cost of a heartbeat
+does not grow with concurrency. The store's answer says which tasks it renewed,
+and for each the keeper notes *when*, by this process's own monotonic clock,
+read before the statement was sent: the lease then runs for at least ``lease``
+seconds from that moment, whatever happens to the wall clock, the network or
+the process afterwards.
+
+That note is what makes an outside call safe after a pause. A process stopped
+(SIGSTOP, a closed laptop lid, a VM migration) for longer than its lease wakes
+up believing it still owns its tasks; its fence stops its writes, but only this
+note can stop its calls. Before an operation's outside call, the engine asks
+``fresh()``; a lease confirmed more than half a lease ago is renewed first with a
+fenced write (``renew_now``), and a refusal means the task is gone: no call.
+
+While the store cannot be reached, the heartbeat tries again every
+``RETRY_SECONDS`` with a freshly computed lease (``patient=False``: it never
+sits inside the store's own reconnect loop holding a lease computed before the
+outage), so leases are renewed within about a second of the store's return.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from cairn.clock import Clock
 from cairn.store.protocol import Store
 
 log = logging.getLogger("cairn")
+
+# A lease confirmed less than this share of a lease ago is fresh: an outside
+# call may go ahead without renewing first. Heartbeats come every third of a
+# lease, so in normal running a lease is never older than a third.
+FRESH_SHARE = 0.5
+# While renewing fails (the store is down), try again this often.
+RETRY_SECONDS = 0.25
+# How long close() waits for the heartbeat thread to finish a beat in progress.
+STOP_JOIN_SECONDS = 5.0
+# While renewing keeps failing, say so again at most this often.
+REPEAT_WARNING_SECONDS = 10.0
+
+
+@dataclass(slots=True)
+class _Held:
+    """A task this app runs: its fence, and when (monotonic) the store last
+    confirmed its lease."""
+
+    fence: int
+    confirmed_at: float
 
 
 class LeaseKeeper:
@@ -25,52 +62,125 @@ class LeaseKeeper:
         self._clock = clock
         self._owner = owner
         self.lease = lease
-        self._held = 0
+        self._interval = lease.total_seconds() / 3
+        self._fresh_for = lease.total_seconds() * FRESH_SHARE
+        self._held: dict[str, _Held] = {}
         self._stopped = False
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
+        # Monotonic time of the first failed beat of an outage (None: renewing works).
+        self._failing_since: float | None = None
+        self._warned_at: float | None = None
+
+    # -- what claims and the engine ask -------------------------------------------------
+    def stamp(self) -> tuple[float, datetime]:
+        """(now on the monotonic clock, the lease expiry to write): read together,
+        before a claim or renewal is sent, so the lease is counted from no later
+        than the moment the store accepted it."""
+        return self._clock.monotonic(), self._clock.now() + self.lease
 
     def lease_until(self) -> datetime:
         return self._clock.now() + self.lease
 
-    def hold(self) -> None:
-        """A task was claimed: make sure the heartbeat runs."""
+    def hold(self, task_id: str, fence: int, confirmed_at: float) -> None:
+        """A task was claimed under ``fence``; its claim, sent at ``confirmed_at``
+        (from ``stamp()``), confirmed its lease. Make sure the heartbeat runs."""
         with self._cond:
-            self._held += 1
-            if self._thread is None:
+            self._held[task_id] = _Held(fence, confirmed_at)
+            if self._thread is None and not self._stopped:
                 self._thread = threading.Thread(
                     target=self._beat, name="cairn-lease-keeper", daemon=True
                 )
                 self._thread.start()
 
-    def drop(self) -> None:
+    def drop(self, task_id: str) -> None:
         """A task finished or was handed back. The heartbeat notices at its next
         beat: waking it now would renew at once whenever a worker goes straight
         on to its next task, a needless write per task."""
         with self._cond:
-            self._held -= 1
+            self._held.pop(task_id, None)
 
+    def fresh(self, task_id: str, fence: int) -> bool:
+        """True if the store confirmed this task's lease under ``fence`` less than
+        half a lease ago, by this process's monotonic clock."""
+        with self._cond:
+            held = self._held.get(task_id)
+        if held is None or held.fence != fence:
+            return False
+        return self._clock.monotonic() - held.confirmed_at < self._fresh_for
+
+    def renew_now(self, task_id: str, fence: int) -> bool:
+        """Renew one task's lease at once, fenced: False if the task is no longer
+        ours under ``fence`` (another owner took it, or it was cancelled)."""
+        sent_at, until = self.stamp()
+        if not self._store.renew_task(task_id, fence, until):
+            return False
+        with self._cond:
+            held = self._held.get(task_id)
+            if held is not None and held.fence == fence:
+                held.confirmed_at = max(held.confirmed_at, sent_at)
+        return True
+
+    # -- stopping -----------------------------------------------------------------------
     def stop(self) -> None:
-        """Stop the heartbeat now (the app is closing)."""
+        """Stop the heartbeat (the app is closing) and wait for a beat in flight,
+        so the thread never touches a store that is being closed."""
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(STOP_JOIN_SECONDS)
 
+    # -- the heartbeat --------------------------------------------------------------------
     def _beat(self) -> None:
-        interval = self.lease.total_seconds() / 3
+        delay = self._interval
         try:
             while True:
                 with self._cond:
-                    self._cond.wait(interval)
-                    if self._held == 0 or self._stopped:
+                    # wait_for, not wait: a stop() that came before this wait
+                    # must not leave the thread (and close()) waiting a full beat.
+                    self._cond.wait_for(lambda: self._stopped, delay)
+                    if not self._held or self._stopped:
                         # Cleared under the lock, so a hold() racing with this
                         # exit sees no thread and starts a new one.
                         self._thread = None
                         return
-                try:
-                    self._store.renew_leases(self._owner, self.lease_until())
-                except Exception:
-                    # A missed beat is retried next interval; the lease outlives two.
-                    log.exception("cairn: could not renew leases; retrying in %.0fs", interval)
+                delay = self._interval if self._renew() else min(RETRY_SECONDS, self._interval)
         finally:
             self._store.close_thread()
+
+    def _renew(self) -> bool:
+        """One beat: renew every lease this owner holds; False if the store could
+        not be reached (the beat is tried again shortly)."""
+        sent_at, until = self.stamp()
+        try:
+            renewed = self._store.renew_leases(self._owner, until, patient=False)
+        except Exception as exc:  # noqa: BLE001 - logged; the next try is a moment away
+            self._failed(exc, sent_at)
+            return False
+        with self._cond:
+            for task_id, fence in renewed:
+                held = self._held.get(task_id)
+                if held is not None and held.fence == fence:
+                    held.confirmed_at = max(held.confirmed_at, sent_at)
+        if self._failing_since is not None:
+            log.warning(
+                "cairn: renewed %d lease(s) again after %.1fs without the store",
+                len(renewed),
+                self._clock.monotonic() - self._failing_since,
+            )
+            self._failing_since = None
+            self._warned_at = None
+        return True
+
+    def _failed(self, error: Exception, at: float) -> None:
+        if self._failing_since is None:
+            self._failing_since = at
+        if self._warned_at is None or at - self._warned_at >= REPEAT_WARNING_SECONDS:
+            self._warned_at = at
+            log.warning(
+                "cairn: could not renew leases (%s); trying again every %.2fs",
+                " ".join(str(error).split()) or type(error).__name__,
+                min(RETRY_SECONDS, self._interval),
+            )

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from cairn._effects import Machine, Wait
 from cairn.errors import ConfigurationError
+from cairn.names import check_name
 
 if TYPE_CHECKING:
     from cairn._taskrun import TaskRun
@@ -132,6 +133,7 @@ def checked_limits(limits: object) -> dict[str, Limit]:
     for name, limit in limits.items():
         if not (isinstance(name, str) and name.strip()):
             raise ConfigurationError(f"limit names must be non-empty text, not {name!r}")
+        check_name("limit name", name)
         if not isinstance(limit, Rate | Concurrency):
             raise ConfigurationError(
                 f"limit {name!r} is {limit!r}; declare it as cairn.Rate(count, per=seconds) "

@@ -15,8 +15,12 @@ import socket
 import threading
 import uuid
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from functools import cache
 from pathlib import Path
+from typing import Literal
+
+from cairn.store.records import OperationRecord, TaskRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,34 +110,82 @@ def owner_is_gone(owner_text: str | None) -> bool:
 
 
 # Tasks this process is running right now, in any thread or event loop, under
-# any app. A task still marked ours in the store but absent here was left behind
-# by an interrupted call (Ctrl-C in a REPL, say) and may be taken up again.
-_active: set[str] = set()
+# any app, keyed by (store, task id): two apps on two stores may each run a task
+# of the same id. A task still marked ours in the store but absent here was left
+# behind by an interrupted call (Ctrl-C in a REPL, say) and may be taken up again.
+_active: set[tuple[str, str]] = set()
 _active_lock = threading.Lock()
 
-# Claims made by this process are serialised with the take-over check below, so
-# a task we have just claimed is marked active before any other thread of ours
-# can see it "running under our owner but not active" and take it over.
+# Claims made by this process are serialised with the take-over check, so a task
+# we have just claimed is marked active before any other thread of ours can see
+# it "running under our owner but not active" and take it over.
 claim_lock = threading.RLock()
 
 
-def mark_active(task_id: str) -> None:
+def mark_active(store: str, task_id: str) -> None:
+    """``task_id`` of the store whose identity is ``store`` now runs here."""
     with _active_lock:
-        _active.add(task_id)
+        _active.add((store, task_id))
 
 
-def mark_inactive(task_id: str) -> None:
+def mark_inactive(store: str, task_id: str) -> None:
     with _active_lock:
-        _active.discard(task_id)
+        _active.discard((store, task_id))
 
 
-def is_active_here(task_id: str) -> bool:
+def is_active_here(store: str, task_id: str) -> bool:
     with _active_lock:
-        return task_id in _active
+        return (store, task_id) in _active
 
 
-def may_take_over(task_id: str, owner: str | None, lease_expired: bool, me: str) -> bool:
-    """May this process claim a running task held by ``owner``?"""
-    if owner == me:
-        return not is_active_here(task_id)
-    return lease_expired or owner_is_gone(owner)
+# -- when another owner's running task may be taken over ---------------------------------
+TakeoverReason = Literal["interrupted", "gone", "lapsed"]
+# ``Cairn(lease=...)`` unless given; what a reader without the app (the CLI) assumes.
+DEFAULT_LEASE_SECONDS = 30.0
+# Beyond the lease, a taker waits one heartbeat interval and a reconnect more
+# before it counts a lease as lapsed: an owner cut off from the store by an
+# outage shorter than its lease renews within about a second of the store's
+# return, and must find its task still its own.
+_RECONNECT_SLACK = timedelta(seconds=2)
+
+
+def takeover_grace(lease: timedelta) -> timedelta:
+    """How long past its expiry a lease is still honoured by a taker: a third of a
+    lease (one missed heartbeat) and two seconds (a reconnect)."""
+    return lease / 3 + _RECONNECT_SLACK
+
+
+def lease_lapsed(task: TaskRecord, now: datetime, grace: timedelta) -> bool:
+    """True if the task's lease expired more than ``grace`` before ``now``."""
+    expires = task.lease_expires_at
+    return expires is not None and expires + grace < now
+
+
+def takeover_reason(
+    task: TaskRecord, *, me: str, store: str, now: datetime, grace: timedelta
+) -> TakeoverReason | None:
+    """Why this process may take over the running ``task``, or None to leave it be.
+
+    ``interrupted``: it is ours, but no thread or event loop of ours runs it (an
+    interrupted call left it). ``gone``: its owner process is known to be dead
+    (same host only). ``lapsed``: its lease expired more than ``grace`` ago.
+    """
+    if task.owner == me:
+        return None if is_active_here(store, task.id) else "interrupted"
+    if owner_is_gone(task.owner):
+        return "gone"
+    if lease_lapsed(task, now, grace):
+        return "lapsed"
+    return None
+
+
+def claimant_alive(
+    op: OperationRecord, claimant: TaskRecord | None, now: datetime, grace: timedelta
+) -> bool:
+    """True if the attempt that claimed ``op`` may still record an outcome: its
+    task still runs under the claim's fence, its lease has not lapsed, and its
+    owner process is not known to be gone. (A claim of the caller's own task is
+    judged by the caller, which knows what it runs.)"""
+    if claimant is None or claimant.status != "running" or claimant.fence != op.claim_fence:
+        return False
+    return not lease_lapsed(claimant, now, grace) and not owner_is_gone(claimant.owner)

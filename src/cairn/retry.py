@@ -19,6 +19,7 @@ from cairn.errors import (
     ChildFailed,
     CodecError,
     ConfigurationError,
+    NestedStepError,
     NonDeterminismError,
     OperationError,
     Permanent,
@@ -33,6 +34,7 @@ _NEVER_RETRIED: tuple[type[BaseException], ...] = (
     Permanent,
     ConfigurationError,
     NonDeterminismError,
+    NestedStepError,
     CodecError,
     BlobMissing,  # an operator must restore it; BlobError alone (a network fault) may pass
     BlobCorrupt,

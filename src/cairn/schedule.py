@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cairn.errors import ConfigurationError, TaskArgumentsError
+from cairn.names import check_name
 from cairn.store.records import NewTask, ScheduleRecord
 
 if TYPE_CHECKING:
@@ -148,7 +149,7 @@ def make_schedule(
             "fired_at and need no other argument, e.g. def "
             f"{target.name}(ctx, fired_at: datetime): ... ({exc})"
         ) from exc
-    schedule_name = name or target.name
+    schedule_name = check_name("schedule name", name or target.name)
     if not schedule_name or "/" in schedule_name:
         raise ConfigurationError(f"schedule name {schedule_name!r} must be non-empty, without '/'")
     return Schedule(schedule_name, target, cron, tz, catchup)

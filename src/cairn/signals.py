@@ -14,6 +14,7 @@ from typing import Any
 
 from cairn.codec import JsonCodec
 from cairn.errors import TaskError, UnknownTask
+from cairn.names import check_name
 from cairn.store.protocol import Store
 
 SIGNAL_CODEC = JsonCodec()
@@ -24,7 +25,8 @@ def send_signal(store: Store, task_id: str, name: str, payload: Any, now: dateti
     was sent before. ``UnknownTask`` or ``TaskError`` if no task can take it."""
     if not name:
         raise ValueError("a signal needs a name, e.g. 'approval'")
-    record = store.get_task(task_id)
+    check_name("signal name", name)
+    record = store.get_task(check_name("task id", task_id))
     if record is None:
         raise UnknownTask(f"no task {task_id!r} in {store.url}", task_id=task_id)
     if record.status in ("completed", "failed", "cancelled"):

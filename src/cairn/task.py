@@ -13,6 +13,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 from cairn.codec import JsonCodec
 from cairn.context import Context, current_context
 from cairn.errors import TaskArgumentsError
+from cairn.names import check_name
 from cairn.retry import Retry
 
 P = ParamSpec("P")
@@ -105,7 +106,7 @@ def step(
     """
 
     def decorate(func: Callable[P, R]) -> Callable[P, R]:
-        step_name = name or func.__name__
+        step_name = check_name("step name", name or func.__name__, max_bytes=None)
         if inspect.iscoroutinefunction(func):
             return _async_step(func, step_name, retry, limit)  # type: ignore[return-value]
 

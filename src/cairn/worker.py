@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from cairn._batch import WAIT, Claimer
+from cairn._claim import WAIT, Claimer
 from cairn._execute import Outcome, aexecute, execute
 from cairn.schedule import Scheduler
 from cairn.store.postgres import redacted
@@ -189,14 +189,12 @@ class Worker:
     def _run_one(self, task: TaskRecord) -> None:
         with self._lock:
             self._running[task.id] = task.fence
-        self.app.leases.hold()
         try:
             if self.app.registered(task.name).is_async:
                 outcome = asyncio.run(aexecute(self.app, task))
             else:
                 outcome = execute(self.app, task)
         finally:
-            self.app.leases.drop()
             with self._lock:
                 self._running.pop(task.id, None)
         self._count(outcome)

@@ -305,7 +305,7 @@ def test_worker_frozen_past_its_lease_gets_lease_lost_and_records_nothing(scene:
 
     assert "no longer holds its lease" in frozen.log()
     assert "0 completed, 0 failed, 1 lost" in frozen.log()
-    assert "resuming task" in taker.log()
+    assert "taking over task" in taker.log()
     by_step: dict[str, list[int]] = {step: [] for step in STEPS}
     for line in read_counts(scene.counts):
         by_step[line.step].append(line.pid)

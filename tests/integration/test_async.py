@@ -15,7 +15,7 @@ import cairn
 from cairn import Cairn, Context, Retry
 from cairn.clock import FakeClock
 from cairn.testing import set_fault_hook
-from tests.crashes import LEASE, Crash, crash_before, second_process
+from tests.crashes import LEASE, PAST_LEASE, Crash, crash_before, second_process
 from tests.crashes import url as url  # a fixture: pytest finds it by this name
 
 T = TypeVar("T")
@@ -98,7 +98,7 @@ def test_async_task_resumes_after_a_crash(first: Cairn, url: str, clock: FakeClo
         first.run(first.registered("pipeline"), task_id="p", x=2)
     assert CALLS == ["fetch 2", "bump 20", "double"]
 
-    clock.advance(LEASE + 1)
+    clock.advance(PAST_LEASE)
     with second_process(url, clock) as other:
         assert other.run(other.task(name="pipeline")(pipeline), task_id="p", x=2) == [
             20,

@@ -17,7 +17,7 @@ from cairn import Cairn, Context, TaskFailed
 from cairn.blobs import FileBlobStore, is_ref, parse_ref
 from cairn.clock import FakeClock
 from cairn.testing import set_fault_hook
-from tests.crashes import LEASE, Crash, crash_before, second_process
+from tests.crashes import LEASE, PAST_LEASE, Crash, crash_before, second_process
 from tests.crashes import url as url  # a fixture: pytest finds it by this name
 
 MB = 1024 * 1024
@@ -80,7 +80,7 @@ def test_a_20_mb_step_output_goes_to_blobs_and_resumes_from_there(
     stored = FileBlobStore(blobs_dir).get(ref.sha256)
     assert hashlib.sha256(stored).hexdigest() == ref.sha256
 
-    clock.advance(LEASE + 1)
+    clock.advance(PAST_LEASE)
     seen: list[int] = []
     with second_process(url, clock, blobs=str(blobs_dir)) as other:
 
@@ -149,7 +149,7 @@ def test_a_corrupt_blob_fails_the_task_naming_task_step_and_uri(
     path = blobs_dir / ref.sha256[:2] / ref.sha256
     path.write_bytes(path.read_bytes().replace(b"acct-", b"ACCT-", 1))
 
-    clock.advance(LEASE + 1)
+    clock.advance(PAST_LEASE)
     with second_process(url, clock, blobs=str(blobs_dir)) as other:
         other.task(name="report")(big_then_small(calls, 5000))
         with pytest.raises(TaskFailed) as failed:
@@ -175,7 +175,7 @@ def test_a_missing_blob_fails_the_task_naming_task_step_and_uri(
     ref = parse_ref(first.store.load_history("r3")[1].output or "")
     FileBlobStore(blobs_dir).delete(ref.sha256)
 
-    clock.advance(LEASE + 1)
+    clock.advance(PAST_LEASE)
     with second_process(url, clock, blobs=str(blobs_dir)) as other:
         other.task(name="report")(big_then_small(calls, 5000))
         with pytest.raises(TaskFailed) as failed:

@@ -23,7 +23,7 @@ from cairn.cli import app as cli_app
 from cairn.clock import FakeClock
 from cairn.errors import BlobCorrupt, BlobMissing
 from cairn.portable._refs import referenced_blobs, sql_store
-from tests.crashes import LEASE, Crash, second_process
+from tests.crashes import LEASE, PAST_LEASE, Crash, second_process
 
 KB = 1024
 SYSTEM = "You read reports and answer briefly."
@@ -101,7 +101,7 @@ def test_a_200_kb_message_goes_to_blobs_and_the_conversation_resumes_from_there(
     assert json.loads(data) == {"role": "user", "content": expected}
 
     crash[0] = False
-    clock.advance(LEASE + 1)
+    clock.advance(PAST_LEASE)
     restored: list[Any] = []
     with second_process(store_url, clock, blobs=str(blobs_dir)) as other:
 
@@ -195,7 +195,7 @@ def test_compacted_large_messages_stay_in_the_archive_and_replay_identically(
     assert kinds.count("summary") >= 3
     assert all(is_ref(r.content) for r in rows if r.kind == "message" and r.idx > 0)
 
-    clock.advance(LEASE + 1)
+    clock.advance(PAST_LEASE)
     with second_process(store_url, clock, blobs=str(blobs_dir), inline_limit=KB) as other:
         other.task(name="chatter")(task)
         result = other.run(other.registered("chatter"), task_id="c")
@@ -230,7 +230,7 @@ def test_a_corrupt_message_blob_is_named_by_task_conversation_index_and_uri(
     path = blobs_dir / ref.sha256[:2] / ref.sha256
     path.write_bytes(path.read_bytes().replace(b"a-line", b"A-LINE", 1))
 
-    clock.advance(LEASE + 1)
+    clock.advance(PAST_LEASE)
     with second_process(store_url, clock, blobs=str(blobs_dir)) as other:
         other.task(name="talk")(reader([False]))
         with pytest.raises(TaskFailed) as failed:
@@ -253,7 +253,7 @@ def test_a_missing_message_blob_is_named_by_task_conversation_index_and_uri(
     ref = parse_ref(crashed_after_big_append(store_url, clock, blobs_dir))
     FileBlobStore(blobs_dir).delete(ref.sha256)
 
-    clock.advance(LEASE + 1)
+    clock.advance(PAST_LEASE)
     with second_process(store_url, clock, blobs=str(blobs_dir)) as other:
         other.task(name="talk")(reader([False]))
         with pytest.raises(TaskFailed) as failed:

@@ -81,7 +81,7 @@ def test_a_stale_fence_appends_nothing_not_even_part_of_a_batch(store: Store) ->
     conv_id = _opened(store, fence)
     assert store.append_messages(conv_id, [_row(0, "system"), _row(1)], fence)
     stale = fence
-    assert store.claim_task(TASK, fence, "other", NOW, NOW) is not None  # the fence moves
+    assert store.claim_task(TASK, fence, "other", NOW, NOW, owner_gone=True)  # the fence moves
     assert not store.append_message(conv_id, _row(2), stale)
     assert not store.append_messages(conv_id, [_row(2), _row(3)], stale)
     assert [r.idx for r in store.load_messages(TASK, "main", 0, 10)] == [0, 1]
@@ -99,7 +99,7 @@ def test_opening_a_conversation_gives_one_key_per_task_and_name(store: Store) ->
     assert other != main
     second = _claimed(store, "agent/run=2")
     assert store.open_conversation("agent/run=2", "main", second) not in (None, main, other)
-    assert store.claim_task(TASK, fence, "other", NOW, NOW) is not None  # the fence moves
+    assert store.claim_task(TASK, fence, "other", NOW, NOW, owner_gone=True)  # the fence moves
     assert store.open_conversation(TASK, "late", fence) is None
     assert store.open_conversation(TASK, "main", fence) == main
 

@@ -12,15 +12,18 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from cairn import Cairn, Context, LeaseLost, Permanent, TaskCancelled, TaskFailed
 from cairn.clock import FakeClock
-from cairn.ownership import Owner, current_owner
+from cairn.ownership import Owner, current_owner, takeover_grace
 
 LEASE_SECONDS = 30.0
+# Past the lease and the grace a taker still honours it for (ownership.takeover_grace).
+PAST_LEASE = LEASE_SECONDS + takeover_grace(timedelta(seconds=LEASE_SECONDS)).total_seconds() + 1
 
 
 def _other_owner() -> str:
@@ -53,13 +56,18 @@ def test_lease_lost_stops_the_runner_and_nothing_is_recorded(
 
     def work(ctx: Context) -> str:
         happened.append("A worked")
-        clock.advance(LEASE_SECONDS + 1)
+        clock.advance(PAST_LEASE)
         task = runner_b.store.get_task(ctx.task_id)
         assert task is not None
         assert task.lease_expires_at is not None
         assert task.lease_expires_at < clock.now()
         claimed = runner_b.store.claim_task(
-            task.id, task.fence, runner_b.owner, runner_b.leases.lease_until(), clock.now()
+            task.id,
+            task.fence,
+            runner_b.owner,
+            runner_b.leases.lease_until(),
+            clock.now(),
+            lapsed_before=clock.now(),
         )
         assert claimed is not None, "B could not claim the expired task"
         return "A's result"
@@ -82,7 +90,7 @@ def test_lease_lost_stops_the_runner_and_nothing_is_recorded(
     task = any_app.store.get_task("daily")
     assert task is not None
     assert (task.status, task.owner, task.fence) == ("running", runner_b.owner, 2)
-    assert any_app.store.renew_leases(any_app.owner, any_app.leases.lease_until()) == 0
+    assert any_app.store.renew_leases(any_app.owner, any_app.leases.lease_until()) == []
 
 
 def test_only_the_runner_holding_the_lease_finishes_the_task(
@@ -102,7 +110,7 @@ def test_only_the_runner_holding_the_lease_finishes_the_task(
         if takeovers:
             return "B's data"  # B's own call of this step, inside the takeover
         takeovers.append(task_id)
-        clock.advance(LEASE_SECONDS + 1)
+        clock.advance(PAST_LEASE)
         assert runner_b.run(report_b, task_id=task_id, day="2026-05-24") == "posted"
         return "A's data"
 

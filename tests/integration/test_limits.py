@@ -28,7 +28,7 @@ from cairn import (
 )
 from cairn.clock import FakeClock
 from cairn.retry import NO_RETRY
-from tests.crashes import LEASE, Crash, CrashingClock, second_process
+from tests.crashes import LEASE, PAST_LEASE, Crash, CrashingClock, second_process
 from tests.crashes import url as url  # a fixture: pytest finds it by this name
 from tests.servers import ApiServer, busiest_window
 
@@ -173,7 +173,7 @@ def test_a_replayed_step_takes_no_permit(url: str) -> None:
         with pytest.raises(Crash):
             first.run(first.task(name="hourly")(once_an_hour), task_id="h")
     resumed = True
-    clock.advance(LEASE + 1)
+    clock.advance(PAST_LEASE)
     slept_before = list(clock.slept)
     with second_process(url, clock, limits=limits, task_retry=NO_RETRY) as other:
         assert other.run(other.task(name="hourly")(once_an_hour), task_id="h") == 1
@@ -293,8 +293,9 @@ def test_permanent_wins_over_retry_after(any_app: Cairn) -> None:
 
 
 def test_crash_during_a_deferral_waits_only_what_is_left(url: str) -> None:
-    """A crash 10 s into a 30 s RetryAfter wait, then 11 s down: the resumed run
-    waits the remaining 9 s, calls once more, and no attempt was spent on the wait."""
+    """A crash 10 s into a 30 s RetryAfter wait, then down until another process may
+    take the task over: the resumed run waits only what is left of the 30 s, calls
+    once more, and no attempt was spent on the wait."""
     clock = CrashingClock()
     calls: list[int] = []
 
@@ -313,12 +314,12 @@ def test_crash_during_a_deferral_waits_only_what_is_left(url: str) -> None:
         with pytest.raises(Crash):
             app.run(app.registered("deferred"), task_id="d")
 
-    clock.advance(LEASE + 1)
+    clock.advance(PAST_LEASE)
     with second_process(url, clock, task_retry=NO_RETRY) as other:
         assert other.run(other.task(name="deferred")(task), task_id="d") == "done"
         (row,) = other.store.load_history("d").values()
 
-    assert [s for s in clock.slept if s] == [10.0, 9.0]
+    assert [s for s in clock.slept if s] == [10.0, pytest.approx(30 - 10 - PAST_LEASE)]
     assert calls == [1, 1]
     assert (row.attempts, row.run_attempts, row.deferred) == (2, 1, 30.0)
 

@@ -25,7 +25,7 @@ from cairn import Cairn, Context, InDoubtOperation, LeaseLost, Retry, TaskDef, T
 from cairn.clock import FakeClock
 from cairn.store.records import OperationRecord
 from cairn.testing import set_fault_hook
-from tests.crashes import LEASE, Crash
+from tests.crashes import LEASE, PAST_LEASE, Crash
 
 KEY = "stripe/charge/order-7"
 
@@ -65,7 +65,7 @@ class Runs:
 
     def resumed(self, **policy: Any) -> tuple[Cairn, TaskDef[..., Any]]:
         """A later process on another host, once the previous attempt's lease expired."""
-        self.clock.advance(LEASE + 1)
+        self.clock.advance(PAST_LEASE)
         app = self.app(elsewhere=True)
         return app, self._register(app, policy)
 
@@ -285,14 +285,16 @@ def test_crash_after_record_replays_the_result(runs: Runs, world: World) -> None
     assert (row.status, row.calls) == ("completed", 1)
 
 
-def test_lease_lost_after_act_still_records_the_result(
+def test_lease_lost_after_act_records_the_result_only_as_late(
     runs: Runs, world: World, clock: FakeClock
 ) -> None:
     """fn acts, then (from inside fn) another owner claims the task, moving its fence
-    before the record. The outcome is recorded anyway (the record is matched on
-    the claim, not fenced), and it is the task's history entry at that position;
-    the old runner stops with LeaseLost at its next fenced write; the new owner's
-    run returns that result without calling fn again."""
+    before the record. The old runner writes nothing into the history its
+    successor now owns: the key stays claimed by the dead attempt, with what the
+    old runner learned kept as the key's late result for the audit; the old
+    runner stops with LeaseLost. The new owner finds the key in doubt, asks the
+    outside world (reconcile), and takes the charge that happened: fn is not
+    called again."""
     app_a = runs.app()
     app_b = runs.app(elsewhere=True)
 
@@ -301,7 +303,12 @@ def test_lease_lost_after_act_still_records_the_result(
         task = app_a.store.get_task("pay")
         assert task is not None
         taken = app_b.store.claim_task(
-            "pay", task.fence, app_b.owner, app_b.leases.lease_until(), clock.now()
+            "pay",
+            task.fence,
+            app_b.owner,
+            app_b.leases.lease_until(),
+            clock.now(),
+            owner_gone=True,
         )
         assert taken is not None
         return result
@@ -313,19 +320,17 @@ def test_lease_lost_after_act_still_records_the_result(
     with pytest.raises(LeaseLost):
         app_a.run(pay_a, task_id="pay")
     row = _row(app_a)
-    assert (row.status, row.calls) == ("completed", 1)
-    assert row.result is not None
-    assert json.loads(row.result) == {"charge": "ch_1"}
-    # The completed operation is the task's history entry at its position, so
-    # the new owner replays it rather than finding the key in doubt.
-    kept = app_a.store.load_history("pay")
-    assert list(kept) == [1]
-    assert (kept[1].kind, kept[1].name, kept[1].status) == ("op", KEY, "completed")
+    assert (row.status, row.calls, row.result) == ("claimed", 1, None)
+    assert row.late_result is not None
+    assert json.loads(row.late_result) == {"charge": "ch_1"}
+    assert row.late_at is not None
+    assert app_a.store.load_history("pay") == {}
 
     @app_b.task(name="pay")
     def pay_b(ctx: Context) -> Any:
-        return ctx.once(KEY, charge_then_lose_lease)
+        return ctx.once(KEY, charge_then_lose_lease, reconcile=world.reconcile)
 
     assert app_b.run(pay_b, task_id="pay") == {"charge": "ch_1"}
     assert world.acts == [KEY]
+    assert world.asked == [KEY]
     assert app_b.store.load_history("pay")[1].kind == "op"

@@ -35,11 +35,11 @@ from cairn import Cairn, Context, Retry, TaskFailed
 from cairn.clock import FakeClock
 from cairn.testing import set_fault_hook
 from tests.conftest import BACKENDS
+from tests.crashes import LEASE, PAST_LEASE
 
 KEYS = ("ledger/a", "ledger/b", "ledger/c")
 POINTS = ("none", "after_claim", "after_act", "after_record")
 POLICIES = ("reconcile", "retry", "raise")
-LEASE = 10.0
 
 Attempt = tuple[str, int]  # (fault point, index of the key it strikes)
 NewStore = Callable[[], AbstractContextManager[str]]
@@ -127,7 +127,7 @@ def _play(url: str, plan: list[Attempt], policy: str) -> Story:
         if story.outcome != "unfinished":
             break
         _attempt(url, clock, n, attempt, policy, story)
-        clock.advance(LEASE + 1)  # the next process starts after this one's lease
+        clock.advance(PAST_LEASE)  # the next process starts after this one's lease
     return story
 
 

@@ -353,7 +353,7 @@ def test_claimed_key_of_a_dead_claimant_is_listed(url: str, store: Store) -> Non
     task = store.get_task(TASK_ID)
     assert task is not None
     moment = first.clock.now()
-    assert store.claim_task(TASK_ID, task.fence, OTHER_HOST_OWNER, moment, moment) is not None
+    assert store.claim_task(TASK_ID, task.fence, OTHER_HOST_OWNER, moment, moment, owner_gone=True)
     gone = cli("ops", "--store", url, "--in-doubt")
     assert keys_listed(gone.stdout) == [KEY]
     assert row(gone.stdout, KEY)[3] == "claimed"

@@ -17,7 +17,7 @@ import cairn
 from cairn import Cairn, CodecError, Context, NonDeterminismError, Retry, TaskBusy, TaskFailed
 from cairn.clock import FakeClock
 from cairn.testing import set_fault_hook
-from tests.crashes import LEASE, Crash, crash_before, second_process
+from tests.crashes import LEASE, PAST_LEASE, Crash, crash_before, second_process
 from tests.crashes import url as url  # a fixture: pytest finds it by this name
 
 T = TypeVar("T")
@@ -94,7 +94,7 @@ def test_crash_before_step_three_resumes_at_step_three(
     assert calls == ["one", "two"]
     assert first.store.get_task("crashed").status == "running"  # type: ignore[union-attr]
 
-    clock.advance(LEASE + 1)
+    clock.advance(PAST_LEASE)
     with second_process(url, clock) as other:
         resumed_task = other.task(name="pipeline")(counting_pipeline(calls))
         assert other.run(resumed_task, task_id="crashed", start=1) == clean
@@ -118,7 +118,7 @@ def test_task_under_a_live_lease_is_not_taken_by_another_owner(
             other.run(task, task_id="held", start=0)
         assert busy.value.task_id == "held"
         assert calls == ["one"]
-        clock.advance(LEASE + 1)
+        clock.advance(PAST_LEASE)
         assert other.run(task, task_id="held", start=0) == [0, 1, 2, 3, 4, 5]
 
 
@@ -142,7 +142,7 @@ def test_step_values_keep_their_type_on_first_run_and_on_replay(
     set_fault_hook(first, crash_before(4))
     with pytest.raises(Crash):
         first.run(first.registered("typed"), task_id="typed")
-    clock.advance(LEASE + 1)
+    clock.advance(PAST_LEASE)
     with second_process(url, clock) as other:
         assert other.run(other.task(name="typed")(typed), task_id="typed") == "done"
 
@@ -181,7 +181,7 @@ def test_changed_step_name_raises_non_determinism_and_overwrites_nothing(
     before = first.store.load_history("rev-1")
     assert [step.name for step in before.values()] == ["fetch", "analyze"]
 
-    clock.advance(LEASE + 1)
+    clock.advance(PAST_LEASE)
     with second_process(url, clock) as other:
         changed = other.task(name="review", retry=Retry(attempts=3, jitter=0))(version_two)
         with pytest.raises(TaskFailed) as failed:
@@ -267,7 +267,7 @@ def test_decorated_steps_are_checkpointed_inside_a_task(
     set_fault_hook(first, crash_before(3))
     with pytest.raises(Crash):
         first.run(first.registered("decorated"), task_id="dec")
-    clock.advance(LEASE + 1)
+    clock.advance(PAST_LEASE)
     with second_process(url, clock) as other:
         task = other.task(name="decorated")(lambda ctx: decorated(ctx, declare(other)))
         assert other.run(task, task_id="dec") == "<HTML>A.EXAMPLE</HTML>"

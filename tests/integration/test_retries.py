@@ -14,7 +14,7 @@ import pytest
 from cairn import Cairn, Context, Permanent, Retry, TaskFailed
 from cairn.clock import FakeClock
 from cairn.testing import set_fault_hook
-from tests.crashes import LEASE, Crash, CrashingClock, second_process
+from tests.crashes import LEASE, PAST_LEASE, Crash, CrashingClock, second_process
 from tests.crashes import url as url  # a fixture: pytest finds it by this name
 
 T = TypeVar("T")
@@ -194,7 +194,7 @@ def test_step_attempt_count_survives_a_crash(app: Cairn, url: str, clock: FakeCl
     (retrying,) = app.store.load_history("d").values()
     assert (retrying.status, retrying.attempts, retrying.run_attempts) == ("retrying", 1, 1)
 
-    clock.advance(LEASE + 1)
+    clock.advance(PAST_LEASE)
     with second_process(url, clock, task_retry=Retry(attempts=1)) as other:
         with pytest.raises(TaskFailed):
             other.run(other.task(name="durable")(task), task_id="d")
@@ -208,8 +208,9 @@ def test_step_attempt_count_survives_a_crash(app: Cairn, url: str, clock: FakeCl
 
 
 def test_crash_during_backoff_waits_only_what_is_left(url: str) -> None:
-    """A crash 20 s into a 60 s retry wait, then 11 s down: the resumed run waits the
-    remaining 29 s before the step's 2nd attempt, which it calls only once."""
+    """A crash 20 s into a 60 s retry wait, then down until another process may take
+    the task over: the resumed run waits only what is left of the 60 s before the
+    step's 2nd attempt, which it calls only once."""
     clock = CrashingClock()
     calls: list[int] = []
     flaky = failing(1, calls, lambda: ConnectionError("reset"))
@@ -223,12 +224,12 @@ def test_crash_during_backoff_waits_only_what_is_left(url: str) -> None:
         with pytest.raises(Crash):
             app.run(app.registered("patient"), task_id="p")
 
-    clock.advance(LEASE + 1)
+    clock.advance(PAST_LEASE)
     with second_process(url, clock, task_retry=Retry(attempts=1)) as other:
         assert other.run(other.task(name="patient")(task), task_id="p") == "ok after 2"
         (row,) = other.store.load_history("p").values()
 
-    assert clock.slept == [20.0, 29.0]
+    assert clock.slept == [20.0, pytest.approx(60 - 20 - PAST_LEASE)]
     assert calls == [1, 2]
     assert (row.attempts, row.run_attempts) == (2, 2)
 
@@ -257,7 +258,7 @@ def test_task_attempt_number_survives_a_crash(app: Cairn, url: str, clock: FakeC
     with pytest.raises(Crash):
         app.run(app.registered("tries"), task_id="t")
 
-    clock.advance(LEASE + 1)
+    clock.advance(PAST_LEASE)
     with second_process(url, clock, task_retry=Retry(attempts=1)) as other:
         assert other.run(other.task(name="tries", retry=policy)(task), task_id="t") == (
             "ok after 2"

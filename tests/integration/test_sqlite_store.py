@@ -254,7 +254,7 @@ def test_record_step_with_a_stale_fence_writes_nothing(store: SQLiteStore) -> No
     assert store.record_step(_step("t", 1), fence=1) is True
     assert list(store.load_history("t")) == [1]
 
-    reclaimed = store.claim_task("t", 1, "someone else", LEASE_UNTIL, NOW)
+    reclaimed = store.claim_task("t", 1, "someone else", LEASE_UNTIL, NOW, owner_gone=True)
     assert reclaimed is not None
     assert store.record_step(_step("t", 1, '"overwritten"'), fence=1) is False
     assert store.record_step(_step("t", 2), fence=1) is False

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cairn.codec import Codec, JsonCodec, PickleCodec, codec_for
+from cairn.codec import Codec, JsonCodec, PickleCodec, codec_for, storable_text
 from cairn.errors import CodecError, ConfigurationError
 
 CODEC = JsonCodec()
@@ -429,3 +429,92 @@ def test_codec_for_unknown_name() -> None:
         codec_for("yaml")
     assert "'yaml'" in str(caught.value)
     assert "'json', 'pickle'" in str(caught.value)
+
+
+# -- lone surrogates -----------------------------------------------------------------------
+
+LONE = "\ud800"
+
+
+@pytest.mark.parametrize(
+    ("value", "path"),
+    [
+        ("abc" + LONE, "$"),
+        ({"reply": ["ok", "x" + LONE]}, "$.reply[1]"),
+        ({"outer": {"k" + LONE: 1}}, "$.outer.keys()[0]"),
+        ({1: "a" + LONE}, "$[1]"),
+        (("a", {"b": "é" * 100 + LONE}), "$[1].b"),
+        ({"tags": {"x" + LONE}}, "$.tags[*]"),
+        (Point(1, 2, label="p" + LONE), "$.label"),
+        (Order(id=1, when=datetime(2026, 5, 24, tzinfo=UTC), items=["i" + LONE]), "$.items[0]"),
+        ({"$cairn": "x" + LONE}, "$['$cairn']"),
+        ({"\ud83d\ude00": 1}, "$.keys()[0]"),
+        ("\udc80", "$"),
+    ],
+    ids=[
+        "str",
+        "nested",
+        "dict-key",
+        "non-str-key",
+        "tuple",
+        "set",
+        "dataclass",
+        "pydantic",
+        "reserved-key",
+        "pair-written-as-escapes",
+        "low-surrogate",
+    ],
+)
+def test_a_lone_surrogate_anywhere_is_refused_saying_where_and_what_to_do(
+    value: Any, path: str
+) -> None:
+    """Text holding a lone surrogate, in a string, a dict key or nested anywhere,
+    is a CodecError at encode naming where it is, the character and its position,
+    and how to clean it; the message itself holds no surrogate (it can be stored)."""
+    with pytest.raises(CodecError) as refused:
+        CODEC.encode(value)
+    message = str(refused.value)
+    assert "lone surrogate" in message
+    assert f"found at {path})" in message
+    assert "text.encode('utf-8', 'replace')" in message
+    assert "'surrogatepass'" in message
+    message.encode("utf-8")  # would raise if the message quoted the surrogate raw
+
+
+def test_a_long_text_with_a_lone_surrogate_is_quoted_around_it() -> None:
+    """In a long text, the message quotes the characters around the surrogate and
+    its position, not the whole text."""
+    text = "a" * 5000 + LONE + "b" * 5000
+    with pytest.raises(CodecError) as refused:
+        CODEC.encode({"doc": text})
+    message = str(refused.value)
+    assert "at position 5000 of text of 10001 characters" in message
+    assert "'aaaaaaaaaaaaaaaaaaaa\\ud800bbbbbbbbbbbbbbbbbbb'" in message
+    assert len(message) < 1000
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["naïve", "日本語", "emoji \U0001f600", {"ключ": ["значение", "\u00e9"]}],
+    ids=["latin", "cjk", "astral", "cyrillic-key"],
+)
+def test_valid_unicode_is_recorded_as_before(value: Any) -> None:
+    """Any valid Unicode text, characters outside the BMP included, is recorded as
+    before; only lone surrogates are refused (a pair written as two escapes,
+    "\\ud83d\\ude00", is two lone surrogates in a Python str)."""
+    assert CODEC.decode(CODEC.encode(value)) == value
+
+
+def test_pickle_codec_records_lone_surrogates() -> None:
+    """PickleCodec records such text as it is (pickle keeps surrogates), so a user
+    who needs them has a way."""
+    codec = PickleCodec()
+    assert codec.decode(codec.encode("abc" + LONE)) == "abc" + LONE
+
+
+def test_storable_text_escapes_only_lone_surrogates() -> None:
+    """storable_text writes each lone surrogate as its escape and leaves any other
+    text, ASCII or not, as it is (the same object)."""
+    assert storable_text("read b\udcff.txt") == "read b\\udcff.txt"
+    for text in ("plain", "naïve 日本語 \U0001f600"):
+        assert storable_text(text) is text

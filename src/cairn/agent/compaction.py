@@ -113,8 +113,8 @@ def _recorded_here(conv: Conversation, entry: StepRecord) -> bool:
 
 def compaction_machine(conv: Conversation, *, force: bool = False) -> Machine[Compaction | None]:
     """Compact ``conv`` here if it is due (see ``_due``)."""
-    if conv._run.diverged is not None:
-        raise conv._run.diverged
+    if conv._run.poisoned is not None:
+        raise conv._run.poisoned
     if not _due(conv, force):
         return None
     fn = _async_compact(conv) if is_async_summarizer(conv.summarizer) else _sync_compact(conv)

@@ -69,6 +69,7 @@ from cairn.agent.summarize import (
 )
 from cairn.agent.tokens import DEFAULT_COUNTER, TokenCounter, count_message
 from cairn.errors import NonDeterminismError, StoreError
+from cairn.names import check_name
 from cairn.store.records import MessageRecord
 
 if TYPE_CHECKING:
@@ -356,12 +357,12 @@ class Conversation:
             recorded=f"conversation {self.name!r} row {row.idx}: {recorded}",
             current=current,
         )
-        self._run.diverged = error
+        self._run.poisoned = error
         raise error
 
     def _check_live_task(self) -> None:
-        if self._run.diverged is not None:
-            raise self._run.diverged
+        if self._run.poisoned is not None:
+            raise self._run.poisoned
 
 
 def describe(message: Mapping[str, Any]) -> str:
@@ -409,6 +410,7 @@ def open_conversation(
     """``ctx.conversation``: open (or create) conversation ``name`` of the task.
 
     Asked again in the same task attempt, it returns the same object."""
+    check_name("conversation name", name)
     run: TaskRun = ctx._run
     key = id(run)
     attempt, known = _open.get(key, (run.attempt, {}))

@@ -27,7 +27,7 @@ from rich.text import Text
 from cairn.blobs.ref import is_ref
 from cairn.codec import JsonCodec, codec_for
 from cairn.errors import CairnError
-from cairn.ownership import owner_is_gone
+from cairn.ownership import DEFAULT_LEASE_SECONDS, claimant_alive, takeover_grace
 from cairn.store import Store
 from cairn.store.records import OperationRecord, OperationStatus, TaskRecord
 
@@ -58,6 +58,8 @@ _CSV_COLUMNS = (
     "result",
     "error",
 )
+# The CLI has no app to ask for its lease: it judges claims with the default one.
+DEFAULT_GRACE = takeover_grace(timedelta(seconds=DEFAULT_LEASE_SECONDS))
 _SETTLE_HINT = "settle a key with `cairn ops resolve KEY --result JSON | --retry | --fail`"
 
 ops_app = typer.Typer(add_completion=False, pretty_exceptions_show_locals=False)
@@ -67,16 +69,14 @@ ops_app = typer.Typer(add_completion=False, pretty_exceptions_show_locals=False)
 def claimant_gone(op: OperationRecord, task: TaskRecord | None, at: datetime) -> bool:
     """True if ``op`` is claimed by an attempt that can no longer record an outcome.
 
-    The same judgement a run makes when it meets the key: the claiming task is no
-    longer running under the claim's fence, or its lease ran out, or its owner
-    process is gone.
+    The same judgement a run makes when it meets the key
+    (``ownership.claimant_alive``): the claiming task is no longer running under
+    the claim's fence, or its lease lapsed (with the default lease's grace), or
+    its owner process is gone.
     """
     if op.status != "claimed":
         return False
-    if task is None or task.status != "running" or task.fence != op.claim_fence:
-        return True
-    expired = task.lease_expires_at is not None and task.lease_expires_at < at
-    return expired or owner_is_gone(task.owner)
+    return not claimant_alive(op, task, at, DEFAULT_GRACE)
 
 
 @dataclass(frozen=True, slots=True)

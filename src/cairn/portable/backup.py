@@ -19,6 +19,7 @@ from cairn.blobs.protocol import BlobStore
 from cairn.errors import TransferError
 from cairn.portable._refs import hashes_in
 from cairn.store import sqlmove
+from cairn.store.sqlitefile import connect_reader
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class BackupSummary:
 def _snapshot(source: Path, dest: Path) -> None:
     partial = dest.with_name(dest.name + ".partial")
     partial.unlink(missing_ok=True)
-    src = sqlite3.connect(f"{source.absolute().as_uri()}?mode=ro", uri=True)
+    src = connect_reader(source, timeout=30.0)  # on a read-only store too
     try:
         out = sqlite3.connect(partial)
         try:

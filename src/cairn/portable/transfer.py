@@ -1,16 +1,24 @@
 """Moving one batch between stores: ``cairn export`` and ``cairn import``.
 
-Export file format, version 1: UTF-8 JSON Lines.
+Export file format, version 2: UTF-8 JSON Lines.
 
-1. A header: ``{"format": "cairn-export", "version": 1, "batch": NAME,
+1. A header: ``{"format": "cairn-export", "version": 2, "batch": NAME,
    "exported_at": ISO, "source": URL}``.
-2. One line per row, ``{"table": T, "row": {column: value}}``, for tables
-   ``batches``, ``tasks``, ``steps``, ``operations``, ``conversations`` (with the
-   source's ``conv_id``) and ``messages`` (``conv_id`` is the source's; ``content``
-   is the message's JSON text). Times are ISO 8601 text with an offset.
+2. One line per row, ``{"table": T, "row": {column: value}}``, for the tables of
+   a batch in ``cairn.store.sqlmove.BATCH_PARTS`` order: ``batches``, ``tasks``,
+   ``steps``, ``operations``, ``signals``, ``conversations`` and ``messages``.
+   A row holds every column its table has (``cairn.store.tables``), each value
+   as a record holds it: times as ISO 8601 text with an offset, flags as
+   true/false, a message's content as its JSON text. A conversation carries the
+   source's ``conv_id``, which its messages' ``conv_id`` refers to; the importing
+   store gives it a key of its own. (Tasks are in the order they were enqueued.)
 3. One line per blob the rows refer to: ``{"blob": SHA256, "data": BASE64}``.
 4. A trailer: ``{"end": true, "rows": N, "blobs": M}``; a file without it was cut
    short and is refused.
+
+Version 1 files still import. They lack columns added since (``steps.deferred``,
+``operations.late_result`` and ``late_at``), which take their defaults, and hold
+a message's ``created_at`` as integer microseconds and flags as 0/1.
 
 The export is read in one transaction, so it is consistent even while the batch
 runs. An import writes the blobs first (checking each hash), then every row in
@@ -30,22 +38,19 @@ from datetime import datetime
 from typing import IO, Any
 
 from cairn.blobs.protocol import BlobStore
-from cairn.clock import SystemClock, to_iso
+from cairn.clock import SystemClock, from_iso, to_iso
 from cairn.errors import TransferError
 from cairn.portable._refs import hashes_in, sql_store
-from cairn.store import sql, sqlmove
+from cairn.store import sql, sqlmove, tables
 from cairn.store.protocol import Store
 from cairn.store.sqlbase import SQLStore, Tx
+from cairn.store.tables import Column, Table
 
 FORMAT = "cairn-export"
-VERSION = 1
-_ROW_TABLES = (
-    sqlmove.BATCHES,
-    sqlmove.TASKS,
-    sqlmove.STEPS,
-    sqlmove.OPERATIONS,
-    sqlmove.SIGNALS,
-)
+VERSION = 2
+_READS = (1, 2)  # the versions this cairn imports
+_TABLES: dict[str, Table] = {part.table.name: part.table for part in sqlmove.BATCH_PARTS}
+_INSERTS: dict[str, str] = {name: sqlmove.insert(table) for name, table in _TABLES.items()}
 
 
 @dataclass(frozen=True)
@@ -58,8 +63,32 @@ class TransferSummary:
     blobs: int
 
 
-def _plain(value: Any) -> Any:
-    return to_iso(sql.time_of(value)) if isinstance(value, datetime) else value
+# -- a row as the file holds it ------------------------------------------------------------
+def _exported(column: Column, value: Any) -> Any:
+    """A stored value of ``column`` as the file holds it: as a record holds it
+    (``cairn.store.sql.value_reader``), with a time as ISO text."""
+    read = sql.value_reader(column)
+    if value is None or read is None:
+        return value
+    value = read(value)
+    return to_iso(value) if isinstance(value, datetime) else value
+
+
+def _stored(store: SQLStore, column: Column, value: Any) -> Any:
+    """A value of ``column`` from the file, as a parameter for ``store``."""
+    if value is None:
+        return None
+    if column.kind == "time":
+        return store._ts(sql.time_of(value))
+    if column.kind == "micros":  # version 1 wrote the stored integer itself
+        return value if isinstance(value, int) else sql.micros_of(from_iso(value))
+    if column.kind == "packed":
+        return sql.pack_content(value)
+    if column.kind == "bool":  # version 1 wrote the stored 0 or 1
+        return int(bool(value))
+    if column.kind == "real":
+        return float(value)
+    return value
 
 
 def _rows_of(store: SQLStore, batch: str) -> list[tuple[str, dict[str, Any]]]:
@@ -67,22 +96,11 @@ def _rows_of(store: SQLStore, batch: str) -> list[tuple[str, dict[str, Any]]]:
 
     def read(tx: Tx) -> list[tuple[str, dict[str, Any]]]:
         out: list[tuple[str, dict[str, Any]]] = []
-        queries = (
-            sqlmove.BATCH_ROW,
-            sqlmove.BATCH_TASKS,
-            sqlmove.BATCH_STEPS,
-            sqlmove.BATCH_OPERATIONS,
-            sqlmove.BATCH_SIGNALS,
-        )
-        for table, query in zip(_ROW_TABLES, queries, strict=True):
-            for row in tx.exec(query, (batch,)).rows:
-                out.append((table.name, dict(zip(table.columns, map(_plain, row), strict=True))))
-        for conv_id, task_id, name in tx.exec(sqlmove.BATCH_CONVERSATIONS, (batch,)).rows:
-            out.append(("conversations", {"conv_id": conv_id, "task_id": task_id, "name": name}))
-            for row in tx.exec(sqlmove.CONVERSATION_MESSAGES, (conv_id,)).rows:
-                message = dict(zip(sqlmove.MESSAGES.columns, row, strict=True))
-                message["content"] = sql.unpack_content(bytes(message["content"]))
-                out.append(("messages", message))
+        for part in sqlmove.BATCH_PARTS:
+            columns = part.table.carried
+            for row in tx.exec(part.select, (batch,)).rows:
+                pairs = zip(columns, row, strict=True)
+                out.append((part.table.name, {c.name: _exported(c, v) for c, v in pairs}))
         return out
 
     with store._writing():
@@ -137,14 +155,14 @@ def _read(lines: Iterable[str], name: str) -> _Export:
         raise TransferError(f"{name} is not a cairn export file (no header line)") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise TransferError(f"{name} is not a cairn export file (format {header!r:.80})")
-    if header.get("version") != VERSION:
+    if header.get("version") not in _READS:
         raise TransferError(
             f"{name} is a cairn export of version {header.get('version')!r}; this cairn reads "
-            f"version {VERSION} only. Import it with the cairn that wrote it, or upgrade cairn."
+            f"versions {', '.join(map(str, _READS))}. Import it with the cairn that wrote it, "
+            "or upgrade cairn."
         )
     rows: list[tuple[str, dict[str, Any]]] = []
     blobs: dict[str, bytes] = {}
-    known = {t.name for t in _ROW_TABLES} | {"conversations", "messages"}
     for number, line in enumerate(it, start=2):
         try:
             item = json.loads(line)
@@ -159,8 +177,9 @@ def _read(lines: Iterable[str], name: str) -> _Export:
             if hashlib.sha256(data).hexdigest() != item["blob"]:
                 raise TransferError(f"{name}, line {number}: blob {item['blob']} is corrupt")
             blobs[item["blob"]] = data
-        elif item.get("table") in known:
-            rows.append((item["table"], item["row"]))
+        elif item.get("table") in _TABLES:
+            table = _TABLES[item["table"]]
+            rows.append((table.name, _complete(table, item.get("row"), f"{name}, line {number}")))
         else:
             raise TransferError(f"{name}, line {number}: unknown entry {line[:80]!r}")
     raise TransferError(f"{name} ends without its trailer: it was cut short; export it again")
@@ -181,11 +200,26 @@ def _conflicts(store: SQLStore, export: _Export) -> list[str]:
     return found
 
 
-def _values(store: SQLStore, table: sqlmove.Table, row: dict[str, Any]) -> list[Any]:
-    return [
-        store._ts(sql.time_of(row[c])) if c in table.times and row[c] is not None else row[c]
-        for c in table.columns
-    ]
+def _complete(table: Table, row: Any, where: str) -> dict[str, Any]:
+    """``row`` of ``table`` with every column this cairn carries: one the file
+    lacks (its version had no such column yet) takes the column's default."""
+    if not isinstance(row, dict):
+        raise TransferError(f"{where}: a {table.name} row is not an object; the file is damaged")
+    unknown = sorted(set(row) - set(table.names()))
+    if unknown:
+        raise TransferError(
+            f"{where}: table {table.name} has no column {unknown[0]!r}; the file was "
+            "written by a newer cairn, or is damaged"
+        )
+    complete: dict[str, Any] = {}
+    for column in table.carried:
+        if column.name in row:
+            complete[column.name] = row[column.name]
+        elif column.required:
+            raise TransferError(f"{where}: a {table.name} row without {column.name}; damaged file")
+        else:
+            complete[column.name] = column.default
+    return complete
 
 
 def _released(row: dict[str, Any]) -> dict[str, Any]:
@@ -224,21 +258,28 @@ def import_batch(
         blobs.put(digest, data)
 
     def write(tx: Tx) -> None:
-        conv_ids: dict[int, int] = {}
+        # For each table whose key the store assigns: the file's key -> this store's.
+        keys: dict[str, dict[Any, Any]] = {}
         for table_name, row in export.rows:
-            if table_name == "conversations":
-                new = tx.exec(sqlmove.INSERT_CONVERSATION, (row["task_id"], row["name"]))
-                conv_ids[int(row["conv_id"])] = int(new.rows[0][0])
-            elif table_name == "messages":
-                values = dict(row)
-                values["conv_id"] = conv_ids[int(row["conv_id"])]
-                values["content"] = sql.pack_content(row["content"])
-                tx.exec(sqlmove.MESSAGES.insert(), _values(target, sqlmove.MESSAGES, values))
-            else:
-                table = next(t for t in _ROW_TABLES if t.name == table_name)
-                if table is sqlmove.TASKS:
-                    row = _released(row)
-                tx.exec(table.insert(), _values(target, table, row))
+            table = _TABLES[table_name]
+            if table is tables.TASKS:
+                row = _released(row)
+            params = []
+            for column in table.written:
+                value = row[column.name]
+                if column.refers_to is not None:
+                    known = keys.get(column.refers_to, {})
+                    if value not in known:
+                        raise TransferError(
+                            f"{name}: a {table_name} row refers to {column.refers_to} "
+                            f"{value!r}, which comes before it nowhere in the file; damaged file"
+                        )
+                    value = known[value]
+                params.append(_stored(target, column, value))
+            new = tx.exec(_INSERTS[table_name], params)
+            identity = table.identity
+            if identity is not None:
+                keys.setdefault(table_name, {})[row[identity.name]] = new.rows[0][0]
 
     with target._writing():
         target._atomically(write)

@@ -218,6 +218,7 @@ class PostgresStore(SQLStore):
             else reconnect_timeout
         )
         self._conninfo = conninfo
+        self.identity = f"{_redacted(conninfo)}#schema={self.schema}"
         self._driver_error: type[Exception] = driver.Error
         self._pool: ConnectionPool = pgpool.ConnectionPool(
             conninfo,

@@ -44,6 +44,10 @@ class Store(Protocol):
     """A durable home for batches, tasks and task histories."""
 
     url: str
+    # Where the data lives, the same for every URL that names it (a SQLite file's
+    # resolved path; a PostgreSQL server, database and schema): what this process
+    # keys its own running tasks by.
+    identity: str
 
     @property
     def capabilities(self) -> Capabilities:
@@ -93,19 +97,65 @@ class Store(Protocol):
         ...
 
     def claim_task(
-        self, task_id: str, expected_fence: int, owner: str, lease_until: datetime, now: datetime
+        self,
+        task_id: str,
+        expected_fence: int,
+        owner: str,
+        lease_until: datetime,
+        now: datetime,
+        *,
+        owner_gone: bool = False,
+        lapsed_before: datetime | None = None,
     ) -> TaskRecord | None:
-        """Take ``task_id`` if it is pending or running and its fence still equals
-        ``expected_fence`` (compare-and-set). None if someone else moved first."""
+        """Take ``task_id`` if its fence still equals ``expected_fence``
+        (compare-and-set) and it is pending, or waiting with its wake-up time
+        passed, or running and either ``owner_gone`` (the caller knows its owner
+        no longer runs) or its lease expired before ``lapsed_before``. The lease
+        is checked in the same statement, so a renewal that lands first wins.
+        None if the task was not taken."""
+        ...
+
+    def expired_running(
+        self,
+        batch: str | None,
+        names: Sequence[str] | None,
+        lapsed_before: datetime,
+        limit: int,
+    ) -> list[TaskRecord]:
+        """Up to ``limit`` running tasks (of ``batch``, or of any batch whose task is
+        one of ``names``, or of any) whose lease expired before ``lapsed_before``,
+        oldest expiry first, found through an index of running rows only."""
+        ...
+
+    def running_owners(self, batch: str | None, names: Sequence[str] | None) -> list[str]:
+        """The distinct owners of running tasks (one per process holding some)."""
+        ...
+
+    def owned_running(
+        self, owner: str, batch: str | None, names: Sequence[str] | None, limit: int
+    ) -> list[TaskRecord]:
+        """Up to ``limit`` running tasks held by ``owner``, in enqueue order."""
+        ...
+
+    def running_elsewhere(self, owner: str, batch: str | None, names: Sequence[str] | None) -> bool:
+        """True if some task is running under an owner other than ``owner``."""
         ...
 
     def running_tasks(self, batch: str | None) -> list[TaskRecord]:
         """Tasks in status running, of one batch or (None) of every batch."""
         ...
 
-    def renew_leases(self, owner: str, lease_until: datetime) -> int:
+    def renew_leases(
+        self, owner: str, lease_until: datetime, *, patient: bool = True
+    ) -> list[tuple[str, int]]:
         """Push the lease of every running task ``owner`` holds, and of the shared-limit
-        permits its running calls hold. Returns the count of tasks."""
+        permits its running calls hold. Returns (task id, fence) of each task
+        renewed. ``patient=False``: give up at once (``StoreUnavailable``) if the
+        store cannot be reached, for a caller that retries with a fresh lease."""
+        ...
+
+    def renew_task(self, task_id: str, fence: int, lease_until: datetime) -> bool:
+        """Push one running task's lease if its fence still equals ``fence``."""
         ...
 
     def acquire_permit(
@@ -132,9 +182,12 @@ class Store(Protocol):
         """The call holding ``permit`` ended at ``now``, whatever its outcome."""
         ...
 
-    def release_task(self, task_id: str, fence: int, now: datetime) -> bool:
-        """Hand a running task back as pending (clean shutdown). The fence moves,
-        so the process that held it can write nothing more."""
+    def release_task(
+        self, task_id: str, fence: int, now: datetime, *, patient: bool = True
+    ) -> bool:
+        """Hand a running task back as pending (clean shutdown, or after the store
+        failed under it). The fence moves, so the process that held it can write
+        nothing more. ``patient=False``: one try, for a caller already failing."""
         ...
 
     # -- waiting and signals ------------------------------------------------------
@@ -233,18 +286,26 @@ class Store(Protocol):
         seq: int,
         fence: int,
         now: datetime,
+        *,
+        claimant_gone: bool = False,
+        lapsed_before: datetime | None = None,
     ) -> OperationClaim:
         """Claim a key that is not completed again (calls + 1), if ``calls`` still
-        equals ``expected_calls`` and the fence holds (compare-and-set)."""
+        equals ``expected_calls`` and the caller's fence holds (compare-and-set).
+        A key still ``claimed`` is taken only if ``claimant_gone`` (the caller
+        knows the claimant cannot record), or if the claimant's task no longer
+        runs under the claim's fence with a lease valid at ``lapsed_before``
+        (default ``now``): checked in the same statement, so a claimant that
+        renewed meanwhile keeps its claim."""
         ...
 
     def complete_operation(
         self, scope: str, key: str, calls: int, result: str, step: StepRecord, fence: int
-    ) -> tuple[bool, bool]:
-        """Mark claim ``calls`` completed with ``result``, unfenced (the outside world
-        acted: keep that fact). The completed operation is also the claiming
-        task's history entry at ``step.seq`` (``load_history`` returns it). Returns
-        (operation recorded, history entry recorded)."""
+    ) -> bool:
+        """Mark claim ``calls`` completed with ``result``, if the claiming task
+        ``step.task_id`` still runs under ``fence``. The completed operation is
+        also that task's history entry at ``step.seq`` (``load_history`` returns
+        it). False, with nothing written, if the fence moved or the claim did."""
         ...
 
     def settle_operation(
@@ -257,9 +318,17 @@ class Store(Protocol):
         error: str | None,
         permanent: bool,
         now: datetime,
+        task_id: str,
+        fence: int,
         result: str | None = None,
     ) -> bool:
-        """Mark claim ``calls`` failed, in doubt, or completed (from a reconcile)."""
+        """Mark claim ``calls`` failed, in doubt, or completed (from a reconcile),
+        if the settling task ``task_id`` still runs under ``fence``."""
+        ...
+
+    def record_late_result(self, scope: str, key: str, result: str, now: datetime) -> bool:
+        """Keep, for the audit only, an outcome a claimant learned after it lost its
+        task: nothing else about the key changes."""
         ...
 
     def resolve_operation(

@@ -146,6 +146,10 @@ class OperationRecord:
     claimed_at: datetime
     completed_at: datetime | None
     updated_at: datetime
+    # What a claimant learned after it had lost its task (another owner took it
+    # over meanwhile), and when: kept for the audit only, never the key's result.
+    late_result: str | None = None
+    late_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,16 +3,20 @@
 Statements use ``?`` placeholders; a backend that wants another style rewrites
 them once (PostgreSQL uses ``%s``). Times go in through the backend's ``ts``
 hook (ISO text for SQLite, datetimes for PostgreSQL's timestamptz) and come
-back through ``time_of``, which accepts either.
+back through ``time_of``, which accepts either. The column lists and the row
+converters come from the table descriptions (``cairn.store.tables``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from cairn.clock import from_iso
+from cairn.store import tables
 from cairn.store.records import (
     MessageRecord,
     OperationRecord,
@@ -20,20 +24,14 @@ from cairn.store.records import (
     StepRecord,
     TaskRecord,
 )
+from cairn.store.tables import Column, Kind, Table
 
-TASK_COLUMNS = (
-    "id, batch, item_key, name, args, codec, status, attempts, retry_base, fence, owner, "
-    "lease_expires_at, result, error, created_at, started_at, finished_at, updated_at, "
-    "interruptions, wake_at, parent_id"
-)
-STEP_COLUMNS = (
-    "task_id, seq, kind, name, status, output, attempts, task_attempt, run_attempts, "
-    "error, retry_at, started_at, finished_at, deferred"
-)
-OP_COLUMNS = (
-    "scope, key, status, calls, permanent, task_id, step_seq, claim_fence, result, error, "
-    "first_claimed_at, claimed_at, completed_at, updated_at"
-)
+R = TypeVar("R")
+
+# Each table's columns, in the order records hold them (cairn.store.tables).
+TASK_COLUMNS = tables.TASKS.listed()
+STEP_COLUMNS = tables.STEPS.listed()
+OP_COLUMNS = tables.OPERATIONS.listed()
 
 # -- tasks and batches -----------------------------------------------------------
 INSERT_BATCH = (
@@ -65,10 +63,30 @@ CLAIM_DUE = (
     "ORDER BY wake_at LIMIT 1{lock}"
     f") AND status = 'waiting' RETURNING {TASK_COLUMNS}"
 )
+# Taking one task by id, compare-and-set on the fence the claimer read. A running
+# task is taken only if the claimer knows its owner is gone (the first ?, 1), or
+# if its lease expired before the second ?: checked here, in the same statement,
+# so a renewal that lands between the claimer's look and its claim wins.
 CLAIM_TASK = (
-    f"UPDATE tasks SET {CLAIM_SET} WHERE id = ? AND fence = ? "
-    "AND (status = 'pending' OR status = 'running' OR (status = 'waiting' AND wake_at <= ?)) "
+    f"UPDATE tasks SET {CLAIM_SET} WHERE id = ? AND fence = ? AND (status = 'pending' "
+    "OR (status = 'running' AND (? = 1 OR lease_expires_at < ?)) "
+    "OR (status = 'waiting' AND wake_at <= ?)) "
     f"RETURNING {TASK_COLUMNS}"
+)
+# Orphans: running tasks whose lease expired before ?, oldest expiry first
+# (through the partial index of running rows by lease).
+EXPIRED_RUNNING = (
+    f"SELECT {TASK_COLUMNS} FROM tasks WHERE status = 'running' AND lease_expires_at < ? "
+    "AND {filter} ORDER BY lease_expires_at LIMIT ?"
+)
+# The owners of running tasks (one row per process), to look for dead ones.
+RUNNING_OWNERS = "SELECT DISTINCT owner FROM tasks WHERE status = 'running' AND {filter}"
+OWNED_RUNNING = (
+    f"SELECT {TASK_COLUMNS} FROM tasks WHERE status = 'running' AND owner = ? "
+    "AND {filter} ORDER BY pos LIMIT ?"
+)
+RUNNING_ELSEWHERE = (
+    "SELECT 1 FROM tasks WHERE status = 'running' AND owner <> ? AND {filter} LIMIT 1"
 )
 # Suspend a running task (ctx.wait_for) unless the signal it waits for is there
 # already: checked in the same statement, so a signal sent at any moment either
@@ -94,7 +112,16 @@ RUNNING_ALL = f"SELECT {TASK_COLUMNS} FROM tasks WHERE status = 'running' ORDER 
 RUNNING_OF_BATCH = (
     f"SELECT {TASK_COLUMNS} FROM tasks WHERE batch = ? AND status = 'running' ORDER BY pos"
 )
-RENEW = "UPDATE tasks SET lease_expires_at = ? WHERE owner = ? AND status = 'running'"
+# The heartbeat: every running task of one owner; the answer says which (and
+# under which fence), so the owner knows each lease it still holds.
+RENEW = (
+    "UPDATE tasks SET lease_expires_at = ? WHERE owner = ? AND status = 'running' "
+    "RETURNING id, fence"
+)
+# One task's lease, renewed at once before an outside call (fenced).
+RENEW_TASK = (
+    "UPDATE tasks SET lease_expires_at = ? WHERE id = ? AND fence = ? AND status = 'running'"
+)
 # The fence moves, so the process handing the task back can write nothing more.
 RELEASE = (
     "UPDATE tasks SET status = 'pending', owner = NULL, lease_expires_at = NULL, "
@@ -133,6 +160,7 @@ RETRY = (
 
 # -- history: the per-step write -------------------------------------------------
 _FENCE = "EXISTS (SELECT 1 FROM tasks WHERE id = ? AND fence = ?)"
+_RUNNING_FENCE = "EXISTS (SELECT 1 FROM tasks WHERE id = ? AND fence = ? AND status = 'running')"
 # The first write at a position is a plain fenced insert; only a position
 # written before (a retried step) pays for the upsert.
 INSERT_STEP = (
@@ -163,18 +191,34 @@ CLAIM_OP = (
     f"SELECT ?, ?, 'claimed', 1, 0, ?, ?, ?, ?, ?, ? WHERE {_FENCE} "
     "ON CONFLICT (scope, key) DO NOTHING"
 )
+# A claim still standing ('claimed') is taken over only if the caller knows its
+# claimant is gone (the second-to-last ?, 1), or if the claimant's task no longer
+# runs under the claim's fence with a lease valid after the last ?: checked in
+# the same statement, so a claimant that renewed its lease after the caller
+# judged it dead keeps its claim.
 RECLAIM_OP = (
     "UPDATE operations SET status = 'claimed', calls = calls + 1, permanent = 0, "
     "task_id = ?, step_seq = ?, claim_fence = ?, claimed_at = ?, updated_at = ? "
-    f"WHERE scope = ? AND key = ? AND calls = ? AND status != 'completed' AND {_FENCE}"
+    f"WHERE scope = ? AND key = ? AND calls = ? AND status != 'completed' AND {_FENCE} "
+    "AND (status != 'claimed' OR ? = 1 OR NOT EXISTS (SELECT 1 FROM tasks c "
+    "WHERE c.id = operations.task_id AND c.fence = operations.claim_fence "
+    "AND c.status = 'running' AND c.lease_expires_at >= ?))"
 )
-# A key already in doubt may still be settled (a reconcile found the outside world
-# did act), as long as nobody claimed it since: ``calls`` must still match.
+# Settling claim number ``calls`` of a key (completed by its claimant, failed, in
+# doubt, or completed from a reconcile). Fenced on the settling task: a process
+# that no longer owns its task changes no key (see LATE_OP). A key already in
+# doubt may still be settled (its claimant, or a reconcile, knows what
+# happened), as long as nobody claimed it since: ``calls`` must still match.
 SETTLE_OP = (
     "UPDATE operations SET status = ?, result = COALESCE(?, result), "
     "error = COALESCE(?, error), permanent = ?, completed_at = ?, updated_at = ? "
     "WHERE scope = ? AND key = ? AND calls = ? "
-    "AND (status = 'claimed' OR status = 'in_doubt')"
+    f"AND (status = 'claimed' OR status = 'in_doubt') AND {_RUNNING_FENCE}"
+)
+# An outcome learned by a claimant after it lost its task: kept for the audit,
+# never the key's result, and nothing else about the key changes.
+LATE_OP = (
+    "UPDATE operations SET late_result = ?, late_at = ?, updated_at = ? WHERE scope = ? AND key = ?"
 )
 RESOLVE_OP = (
     "UPDATE operations SET status = ?, result = ?, permanent = ?, completed_at = ?, "
@@ -219,7 +263,7 @@ RENEW_PERMITS = (
 
 
 # -- schedules (cairn.schedule) -----------------------------------------------------
-SCHEDULE_COLUMNS = "name, task_name, cron, tz, covered_until, last_fired_at, created_at, updated_at"
+SCHEDULE_COLUMNS = tables.SCHEDULES.listed()
 INSERT_SCHEDULE = (
     f"INSERT INTO schedules ({SCHEDULE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (name) DO NOTHING"
@@ -235,7 +279,7 @@ ADVANCE_SCHEDULE = (
 )
 
 
-# -- rows to records ------------------------------------------------------------------
+# -- stored times -----------------------------------------------------------------------
 def time_of(value: Any) -> datetime:
     """A stored time as an aware UTC datetime, from ISO text or a datetime."""
     if isinstance(value, datetime):
@@ -247,83 +291,6 @@ def opt_time(value: Any) -> datetime | None:
     return None if value is None else time_of(value)
 
 
-def task_record(row: tuple[Any, ...]) -> TaskRecord:
-    return TaskRecord(
-        id=row[0],
-        batch=row[1],
-        item_key=row[2],
-        name=row[3],
-        args=row[4],
-        codec=row[5],
-        status=row[6],
-        attempts=row[7],
-        retry_base=row[8],
-        fence=row[9],
-        owner=row[10],
-        lease_expires_at=opt_time(row[11]),
-        result=row[12],
-        error=row[13],
-        created_at=time_of(row[14]),
-        started_at=opt_time(row[15]),
-        finished_at=opt_time(row[16]),
-        updated_at=time_of(row[17]),
-        interruptions=row[18],
-        wake_at=opt_time(row[19]),
-        parent_id=row[20],
-    )
-
-
-def schedule_record(row: tuple[Any, ...]) -> ScheduleRecord:
-    return ScheduleRecord(
-        name=row[0],
-        task_name=row[1],
-        cron=row[2],
-        tz=row[3],
-        covered_until=time_of(row[4]),
-        last_fired_at=opt_time(row[5]),
-        created_at=time_of(row[6]),
-        updated_at=time_of(row[7]),
-    )
-
-
-def step_record(row: tuple[Any, ...]) -> StepRecord:
-    return StepRecord(
-        row[0],
-        row[1],
-        row[2],
-        row[3],
-        row[4],
-        row[5],
-        row[6],
-        row[7],
-        row[8],
-        row[9],
-        opt_time(row[10]),
-        time_of(row[11]),
-        time_of(row[12]),
-        row[13],
-    )
-
-
-def op_record(row: tuple[Any, ...]) -> OperationRecord:
-    return OperationRecord(
-        scope=row[0],
-        key=row[1],
-        status=row[2],
-        calls=row[3],
-        permanent=bool(row[4]),
-        task_id=row[5],
-        step_seq=row[6],
-        claim_fence=row[7],
-        result=row[8],
-        error=row[9],
-        first_claimed_at=time_of(row[10]),
-        claimed_at=time_of(row[11]),
-        completed_at=opt_time(row[12]),
-        updated_at=time_of(row[13]),
-    )
-
-
 # -- conversations (cairn.agent) ---------------------------------------------------------
 # A conversation's integer key, resolved once when it is opened: looked up, and
 # created (under the fence) only the first time. Two openers racing both insert;
@@ -333,7 +300,8 @@ INSERT_CONVERSATION = (
     f"INSERT INTO conversations (task_id, name) SELECT ?, ? WHERE {_FENCE} "
     "ON CONFLICT (task_id, name) DO NOTHING"
 )
-MESSAGE_COLUMNS = "idx, role, content, tokens, kind, covers_until, meta, created_at"
+# A record names its conversation by (task, name), not by the conversation's key.
+MESSAGE_COLUMNS = tables.MESSAGES.listed(skip=("conv_id",))
 # An append is one fenced insert: one statement, one commit, and a row count of 0
 # means the fence moved.
 INSERT_MESSAGE = (
@@ -430,17 +398,85 @@ def unpack_content(stored: bytes) -> str:
     raise ValueError(f"unknown message content format {bytes(stored[:1])!r}")
 
 
-def message_record(task_id: str, conv: str, row: tuple[Any, ...]) -> MessageRecord:
-    """A row of ``MESSAGE_COLUMNS`` of conversation ``conv`` of ``task_id``."""
-    return MessageRecord(
-        task_id,
-        conv,
-        row[0],
-        row[1],
-        unpack_content(row[2]),
-        row[3],
-        row[4],
-        row[5],
-        row[6],
-        time_of_micros(row[7]),
-    )
+# -- rows to records ------------------------------------------------------------------
+# How a record holds a stored value of each kind that needs converting, from
+# what either driver returns; the other kinds are used as they come.
+_READ: dict[Kind, Callable[[Any], Any]] = {
+    "time": time_of,
+    "micros": time_of_micros,
+    "packed": unpack_content,
+    "bool": bool,
+}
+
+
+def value_reader(column: Column) -> Callable[[Any], Any] | None:
+    """What turns a stored value of ``column`` into the value a record holds
+    (None: the value is used as the driver returns it)."""
+    if column.kind == "time" and column.nullable:
+        return opt_time
+    read = _READ.get(column.kind)
+    if read is not None and column.nullable:
+        raise ValueError(f"cairn has no reader for a nullable {column.kind} ({column.name})")
+    return read
+
+
+def _fields_of(record: type[Any]) -> tuple[str, ...]:
+    if dataclasses.is_dataclass(record):
+        return tuple(f.name for f in dataclasses.fields(record))
+    return tuple(record._fields)  # a NamedTuple
+
+
+def record_reader(
+    name: str,
+    table: Table,
+    record: type[R],
+    *,
+    skip: tuple[str, ...] = (),
+    lead: tuple[str, ...] = (),
+) -> Callable[..., R]:
+    """A function ``name(*lead, row)`` that makes a ``record`` from the ``lead``
+    arguments and a row of ``table.listed(skip=skip)``, each value read as its
+    column's kind says. The record's fields must be those, in that order.
+
+    The function is written out and compiled once, as namedtuple and dataclasses
+    write their constructors, so a row costs what a hand-written positional
+    converter costs: no loop over the columns per row (``load_history`` reads a
+    task's whole history this way). Its source is its docstring.
+    """
+    columns = [c for c in table.carried if c.name not in skip]
+    given = (*lead, *(c.name for c in columns))
+    if _fields_of(record) != given:
+        raise TypeError(f"{record.__name__} has fields {_fields_of(record)}, not {given}")
+    namespace: dict[str, Any] = {"record": record}
+    args = list(lead)
+    for i, column in enumerate(columns):
+        read = value_reader(column)
+        if read is None:
+            args.append(f"row[{i}]")
+        else:
+            namespace[read.__name__] = read
+            args.append(f"{read.__name__}(row[{i}])")
+    source = f"def {name}({', '.join((*lead, 'row'))}):\n    return record({', '.join(args)})\n"
+    exec(source, namespace)  # noqa: S102 - the source is built from the table description only
+    function: Callable[..., R] = namespace[name]
+    function.__doc__ = source
+    function.__module__ = __name__
+    return function
+
+
+task_record: Callable[[tuple[Any, ...]], TaskRecord] = record_reader(
+    "task_record", tables.TASKS, TaskRecord
+)
+step_record: Callable[[tuple[Any, ...]], StepRecord] = record_reader(
+    "step_record", tables.STEPS, StepRecord
+)
+op_record: Callable[[tuple[Any, ...]], OperationRecord] = record_reader(
+    "op_record", tables.OPERATIONS, OperationRecord
+)
+schedule_record: Callable[[tuple[Any, ...]], ScheduleRecord] = record_reader(
+    "schedule_record", tables.SCHEDULES, ScheduleRecord
+)
+# A row of MESSAGE_COLUMNS of conversation ``conv`` of ``task_id``.
+message_record: Callable[[str, str, tuple[Any, ...]], MessageRecord] = record_reader(
+    "message_record", tables.MESSAGES, MessageRecord, skip=("conv_id",), lead=("task_id", "conv")
+)

@@ -91,6 +91,7 @@ class SQLStore(ABC):
     """The store contract, implemented once over the primitives below."""
 
     url: str
+    identity: str
     capabilities: ClassVar[Capabilities]
     # Appended to the claim query's inner SELECT: FOR UPDATE SKIP LOCKED where
     # the backend has row locks, so concurrent claimers never wait on each other.
@@ -163,6 +164,15 @@ class SQLStore(ABC):
         return inserted
 
     # -- ownership -------------------------------------------------------------------
+    @staticmethod
+    def _filter(batch: str | None, names: Sequence[str] | None) -> tuple[str, list[Any]]:
+        """The candidates of a claim: one batch, or any batch of some task names."""
+        if batch is not None:
+            return "batch = ?", [batch]
+        if names:
+            return "(" + " OR ".join("name = ?" for _ in names) + ")", list(names)
+        return "1 = 1", []
+
     def claim_next_pending(
         self,
         batch: str | None,
@@ -174,34 +184,75 @@ class SQLStore(ABC):
     ) -> TaskRecord | None:
         stamp = self._ts(now)
         params: list[Any] = [owner, self._ts(lease_until), stamp, stamp]
-        if batch is not None:
-            where = "batch = ?"
-            params.append(batch)
-        elif names:
-            where = "(" + " OR ".join("name = ?" for _ in names) + ")"
-            params += list(names)
-        else:
-            where = "1 = 1"
+        where, filter_params = self._filter(batch, names)
         statement = sql.CLAIM_NEXT.format(filter=where, lock=self.claim_lock_clause)
         with self._writing():
-            rows = self._exec(statement, params).rows
+            rows = self._exec(statement, params + filter_params).rows
         if not rows:
             # Nothing pending: a waiting task whose timeout has come, if any.
             due = sql.CLAIM_DUE.format(filter=where, lock=self.claim_lock_clause)
             with self._writing():
-                rows = self._exec(due, [*params[:4], stamp, *params[4:]]).rows
+                rows = self._exec(due, [*params, stamp, *filter_params]).rows
         if rows:
             return sql.task_record(rows[0])
         return None
 
     def claim_task(
-        self, task_id: str, expected_fence: int, owner: str, lease_until: datetime, now: datetime
+        self,
+        task_id: str,
+        expected_fence: int,
+        owner: str,
+        lease_until: datetime,
+        now: datetime,
+        *,
+        owner_gone: bool = False,
+        lapsed_before: datetime | None = None,
     ) -> TaskRecord | None:
         stamp = self._ts(now)
-        params = (owner, self._ts(lease_until), stamp, stamp, task_id, expected_fence, stamp)
+        lapsed = None if lapsed_before is None else self._ts(lapsed_before)
+        params = (
+            owner,
+            self._ts(lease_until),
+            stamp,
+            stamp,
+            task_id,
+            expected_fence,
+            int(owner_gone),
+            lapsed,
+            stamp,
+        )
         with self._writing():
             rows = self._exec(sql.CLAIM_TASK, params).rows
         return sql.task_record(rows[0]) if rows else None
+
+    def expired_running(
+        self,
+        batch: str | None,
+        names: Sequence[str] | None,
+        lapsed_before: datetime,
+        limit: int,
+    ) -> list[TaskRecord]:
+        where, params = self._filter(batch, names)
+        statement = sql.EXPIRED_RUNNING.format(filter=where)
+        rows = self._exec(statement, (self._ts(lapsed_before), *params, limit)).rows
+        return [sql.task_record(r) for r in rows]
+
+    def running_owners(self, batch: str | None, names: Sequence[str] | None) -> list[str]:
+        where, params = self._filter(batch, names)
+        rows = self._exec(sql.RUNNING_OWNERS.format(filter=where), params).rows
+        return [str(row[0]) for row in rows if row[0] is not None]
+
+    def owned_running(
+        self, owner: str, batch: str | None, names: Sequence[str] | None, limit: int
+    ) -> list[TaskRecord]:
+        where, params = self._filter(batch, names)
+        statement = sql.OWNED_RUNNING.format(filter=where)
+        rows = self._exec(statement, (owner, *params, limit)).rows
+        return [sql.task_record(r) for r in rows]
+
+    def running_elsewhere(self, owner: str, batch: str | None, names: Sequence[str] | None) -> bool:
+        where, params = self._filter(batch, names)
+        return bool(self._exec(sql.RUNNING_ELSEWHERE.format(filter=where), (owner, *params)).rows)
 
     def running_tasks(self, batch: str | None) -> list[TaskRecord]:
         if batch is None:
@@ -210,16 +261,26 @@ class SQLStore(ABC):
             rows = self._exec(sql.RUNNING_OF_BATCH, (batch,)).rows
         return [sql.task_record(r) for r in rows]
 
-    def renew_leases(self, owner: str, lease_until: datetime) -> int:
+    def renew_leases(
+        self, owner: str, lease_until: datetime, *, patient: bool = True
+    ) -> list[tuple[str, int]]:
         stamp = self._ts(lease_until)
         with self._writing():
-            renewed = self._exec(sql.RENEW, (stamp, owner)).rowcount
-            self._exec(sql.RENEW_PERMITS, (stamp, owner, owner))
-        return renewed
+            renewed = self._exec(sql.RENEW, (stamp, owner), patient=patient).rows
+            self._exec(sql.RENEW_PERMITS, (stamp, owner, owner), patient=patient)
+        return [(str(task_id), int(fence)) for task_id, fence in renewed]
 
-    def release_task(self, task_id: str, fence: int, now: datetime) -> bool:
+    def renew_task(self, task_id: str, fence: int, lease_until: datetime) -> bool:
+        params = (self._ts(lease_until), task_id, fence)
         with self._writing():
-            return self._exec(sql.RELEASE, (self._ts(now), task_id, fence)).rowcount == 1
+            return self._exec(sql.RENEW_TASK, params).rowcount == 1
+
+    def release_task(
+        self, task_id: str, fence: int, now: datetime, *, patient: bool = True
+    ) -> bool:
+        params = (self._ts(now), task_id, fence)
+        with self._writing():
+            return self._exec(sql.RELEASE, params, patient=patient).rowcount == 1
 
     # -- waiting and signals --------------------------------------------------------------
     def suspend_task(
@@ -425,9 +486,26 @@ class SQLStore(ABC):
         seq: int,
         fence: int,
         now: datetime,
+        *,
+        claimant_gone: bool = False,
+        lapsed_before: datetime | None = None,
     ) -> OperationClaim:
         stamp = self._ts(now)
-        params = (task_id, seq, fence, stamp, stamp, scope, key, expected_calls, task_id, fence)
+        lapsed = self._ts(now if lapsed_before is None else lapsed_before)
+        params = (
+            task_id,
+            seq,
+            fence,
+            stamp,
+            stamp,
+            scope,
+            key,
+            expected_calls,
+            task_id,
+            fence,
+            int(claimant_gone),
+            lapsed,
+        )
         with self._writing():
             if self._exec(sql.RECLAIM_OP, params).rowcount == 1:
                 return OperationClaim(claimed=True, record=None)
@@ -443,23 +521,45 @@ class SQLStore(ABC):
         error: str | None,
         permanent: bool,
         now: datetime,
+        task_id: str,
+        fence: int,
     ) -> tuple[Any, ...]:
         stamp = self._ts(now)
         completed_at = stamp if status == "completed" else None
-        return (status, result, error, int(permanent), completed_at, stamp, scope, key, calls)
+        return (
+            status,
+            result,
+            error,
+            int(permanent),
+            completed_at,
+            stamp,
+            scope,
+            key,
+            calls,
+            task_id,
+            fence,
+        )
 
     def complete_operation(
         self, scope: str, key: str, calls: int, result: str, step: StepRecord, fence: int
-    ) -> tuple[bool, bool]:
+    ) -> bool:
         # The operation row is also the task's history entry (see load_history),
-        # so this is one statement. It is recorded even if the fence moved: the
-        # outside world acted, and the next owner must read that, not a doubt.
+        # so this is one statement, fenced on the claiming task: a claimant that
+        # lost its task records its outcome only as late (record_late_result).
         settle = self._settle_params(
-            scope, key, calls, "completed", result, None, False, step.finished_at
+            scope,
+            key,
+            calls,
+            "completed",
+            result,
+            None,
+            False,
+            step.finished_at,
+            step.task_id,
+            fence,
         )
         with self._writing():
-            recorded = self._exec(sql.SETTLE_OP, settle).rowcount == 1
-        return recorded, recorded
+            return self._exec(sql.SETTLE_OP, settle).rowcount == 1
 
     def settle_operation(
         self,
@@ -471,11 +571,20 @@ class SQLStore(ABC):
         error: str | None,
         permanent: bool,
         now: datetime,
+        task_id: str,
+        fence: int,
         result: str | None = None,
     ) -> bool:
-        params = self._settle_params(scope, key, calls, status, result, error, permanent, now)
+        params = self._settle_params(
+            scope, key, calls, status, result, error, permanent, now, task_id, fence
+        )
         with self._writing():
             return self._exec(sql.SETTLE_OP, params).rowcount == 1
+
+    def record_late_result(self, scope: str, key: str, result: str, now: datetime) -> bool:
+        stamp = self._ts(now)
+        with self._writing():
+            return self._exec(sql.LATE_OP, (result, stamp, stamp, scope, key)).rowcount == 1
 
     def resolve_operation(
         self,

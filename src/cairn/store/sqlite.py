@@ -15,6 +15,12 @@ Choices that matter for durability and speed:
   count of 0 means the fence moved (lease lost or task cancelled).
 * Opening a file checks it first, so a file that is not a cairn store, or one
   written by a newer cairn, is reported and left byte-for-byte unchanged.
+* A file that cannot be written (a read-only file, directory or mount) is
+  opened read-only, so every reading API works on it; it is never migrated,
+  and a write raises ``StoreReadOnly`` (``cairn.store.sqlitefile``).
+* Every driver error about the file (locked past the busy timeout, a full
+  disk, an I/O error, a damaged file) becomes a ``StoreError`` naming the file
+  and saying what to do, chained ``from`` the driver's.
 
 The SQL itself is shared with every SQL backend: see ``cairn.store.sqlbase``.
 """
@@ -28,15 +34,23 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NoReturn, TypeVar
 
 from cairn.clock import to_iso
-from cairn.errors import NotACairnStore, SchemaTooNew, StoreError
+from cairn.errors import NotACairnStore, SchemaTooNew, StoreError, StoreReadOnly
 from cairn.store import sql
 from cairn.store.migrate import latest_version, migrations
 from cairn.store.protocol import Capabilities
 from cairn.store.records import StepRecord
 from cairn.store.sqlbase import Result, SQLStore, Tx
+from cairn.store.sqlitefile import (
+    Access,
+    access_of,
+    connect,
+    prepare_new,
+    store_error,
+    unstorable_text,
+)
 
 Synchronous = Literal["NORMAL", "FULL"]
 T = TypeVar("T")
@@ -58,10 +72,11 @@ def _statements(script: str) -> Iterator[str]:
         raise StoreError(f"migration ends with an incomplete statement: {buffer[:80]!r}")
 
 
-def inspect_file(path: Path) -> int:
+def inspect_file(path: Path, access: Access | None = None) -> int:
     """The cairn schema version of ``path`` (0 for a new or empty database).
 
-    Reads only. Raises ``NotACairnStore`` or ``SchemaTooNew`` without touching it.
+    Reads only. Raises ``NotACairnStore`` or ``SchemaTooNew`` without touching it;
+    ``access`` is how the file can be opened (found here if not given).
     """
     if not path.exists() or path.stat().st_size == 0:
         return 0
@@ -75,23 +90,36 @@ def inspect_file(path: Path) -> int:
             "new path (it creates the file) or at an existing cairn .db file. "
             "The file was not changed."
         )
-    # A read-write connection that only reads: a read-only one cannot remove
-    # the -wal/-shm files it creates for a WAL database, and would leave them
-    # beside a file we are refusing.
-    conn = sqlite3.connect(path)
+    access = access or access_of(path)
+    # Where it can be written, a read-write connection that only reads: a
+    # read-only one cannot remove the -wal/-shm files it creates for a WAL
+    # database, and would leave them beside a file we are refusing.
     try:
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if not tables:
-            return 0
-        if "cairn_meta" not in tables:
-            raise NotACairnStore(
-                f"{path} is a SQLite database of something else (tables: "
-                f"{', '.join(sorted(tables)[:5])}). cairn will not write into it; give "
-                "cairn a path of its own. The file was not changed."
-            )
-        row = conn.execute("SELECT value FROM cairn_meta WHERE key = 'schema_version'").fetchone()
-    finally:
-        conn.close()
+        conn = connect(path, access, timeout=5.0)
+        try:
+            tables = {
+                r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            }
+            row = None
+            if "cairn_meta" in tables:
+                row = conn.execute(
+                    "SELECT value FROM cairn_meta WHERE key = 'schema_version'"
+                ).fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        problem = store_error(exc, path, access, 5.0)
+        if problem is None:
+            raise
+        raise problem from exc
+    if not tables:
+        return 0
+    if "cairn_meta" not in tables:
+        raise NotACairnStore(
+            f"{path} is a SQLite database of something else (tables: "
+            f"{', '.join(sorted(tables)[:5])}). cairn will not write into it; give "
+            "cairn a path of its own. The file was not changed."
+        )
     version = int(row[0]) if row else 0
     if version > latest_version("sqlite"):
         raise SchemaTooNew(
@@ -105,16 +133,27 @@ def inspect_file(path: Path) -> int:
 class _SQLiteTx:
     """Statements inside one ``BEGIN IMMEDIATE`` transaction."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, store: SQLiteStore, conn: sqlite3.Connection) -> None:
+        self._store = store
         self._conn = conn
 
     def exec(self, statement: str, params: Sequence[Any] = ()) -> Result:
-        cursor = self._conn.execute(statement, params)
-        return Result(cursor.rowcount, cursor.fetchall() if cursor.description else [])
+        try:
+            cursor = self._conn.execute(statement, params)
+            return Result(cursor.rowcount, cursor.fetchall() if cursor.description else [])
+        except sqlite3.Error as exc:
+            self._store._failed(exc)
+        except UnicodeEncodeError as exc:
+            raise unstorable_text(exc) from exc
 
     def exec_many(self, statement: str, rows: Iterable[Sequence[Any]]) -> int:
         before = self._conn.total_changes
-        self._conn.executemany(statement, rows)
+        try:
+            self._conn.executemany(statement, rows)
+        except sqlite3.Error as exc:
+            self._store._failed(exc)
+        except UnicodeEncodeError as exc:
+            raise unstorable_text(exc) from exc
         return self._conn.total_changes - before
 
 
@@ -135,14 +174,20 @@ class SQLiteStore(SQLStore):
             raise StoreError(f"synchronous must be 'NORMAL' or 'FULL', not {synchronous!r}")
         self.path = Path(path)
         self.url = f"sqlite:///{self.path}"
+        self.identity = f"sqlite:{self.path.resolve()}"
         self.synchronous = synchronous
         self._busy_timeout_ms = busy_timeout_ms
         self._local = threading.local()
         self._write_lock = threading.RLock()
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
-        version = inspect_file(self.path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._access = access_of(self.path)
+        # True when the file cannot be written: every read works, every write
+        # raises StoreReadOnly.
+        self.read_only = self._access.read_only
+        version = inspect_file(self.path, self._access)
+        if not self.path.exists():
+            prepare_new(self.path)
         self._migrate(version)
 
     # -- connections -----------------------------------------------------------
@@ -154,17 +199,18 @@ class SQLiteStore(SQLStore):
         return conn
 
     def _connect(self) -> sqlite3.Connection:
-        # check_same_thread=False only so close() may close every thread's
-        # connection; each is still used by its own thread alone (threading.local).
-        conn = sqlite3.connect(
-            self.path,
-            isolation_level=None,
-            timeout=self._busy_timeout_ms / 1000,
-            check_same_thread=False,
-        )
-        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
-        self._ensure_wal(conn)
-        conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+        try:
+            conn = connect(self.path, self._access, timeout=self._busy_timeout_ms / 1000)
+        except sqlite3.Error as exc:
+            self._failed(exc)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            if not self.read_only:
+                self._ensure_wal(conn)
+                conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+        except sqlite3.Error as exc:
+            conn.close()
+            self._failed(exc)
         with self._all_lock:
             self._all.append(conn)
         return conn
@@ -177,10 +223,19 @@ class SQLiteStore(SQLStore):
         while conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             try:
                 conn.execute("PRAGMA journal_mode = WAL")
-            except sqlite3.OperationalError:
-                if time.monotonic() > deadline:
+            except sqlite3.OperationalError as exc:
+                busy = getattr(exc, "sqlite_errorcode", 0) & 0xFF in (5, 6)  # BUSY, LOCKED
+                if not busy or time.monotonic() > deadline:
                     raise
                 time.sleep(0.01)
+
+    def _failed(self, exc: sqlite3.Error) -> NoReturn:
+        """Raise the cairn error ``exc`` means for this file (``exc`` itself if it
+        is not about the file: a constraint, or cairn's own SQL)."""
+        problem = store_error(exc, self.path, self._access, self._busy_timeout_ms / 1000)
+        if problem is None:
+            raise exc
+        raise problem from exc
 
     def close(self) -> None:
         with self._all_lock:
@@ -191,48 +246,80 @@ class SQLiteStore(SQLStore):
         self._local = threading.local()
 
     def _migrate(self, found: int) -> None:
+        latest = latest_version("sqlite")
+        if found != latest and self.read_only:
+            what = (
+                "is not a cairn store yet"
+                if found == 0
+                else f"holds a cairn store of schema {found}, which this cairn (schema "
+                f"{latest}) must upgrade before it can use it"
+            )
+            raise StoreReadOnly(
+                f"{self.path} {what}, but it is read-only: {self._access.why}. cairn "
+                "cannot write it. Make it writable once (any cairn command then upgrades "
+                "it), or read it with the cairn version that wrote it. Nothing was changed."
+            )
         conn = self._conn()
-        if found == latest_version("sqlite"):
+        if found == latest:
             return
-        conn.execute("BEGIN IMMEDIATE")
         try:
-            # Read again under the write lock: another process may have migrated.
-            current = found
-            if conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='cairn_meta'"
-            ).fetchone():
-                row = conn.execute(
-                    "SELECT value FROM cairn_meta WHERE key='schema_version'"
-                ).fetchone()
-                current = int(row[0]) if row else 0
-            for migration in migrations("sqlite")[current:]:
-                for statement in _statements(migration.sql):
-                    conn.execute(statement)
-                conn.execute(
-                    "INSERT INTO cairn_meta (key, value) VALUES ('schema_version', ?) "
-                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    (str(migration.version),),
-                )
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._migrate_locked(conn, found)
+                conn.execute("COMMIT")
+            except BaseException:
+                _rollback(conn)
+                raise
+        except sqlite3.Error as exc:
+            self._failed(exc)
+
+    def _migrate_locked(self, conn: sqlite3.Connection, found: int) -> None:
+        # Read again under the write lock: another process may have migrated.
+        current = found
+        if conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type='table' AND name='cairn_meta'"
+        ).fetchone():
+            row = conn.execute("SELECT value FROM cairn_meta WHERE key='schema_version'").fetchone()
+            current = int(row[0]) if row else 0
+        for migration in migrations("sqlite")[current:]:
+            for statement in _statements(migration.sql):
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO cairn_meta (key, value) VALUES ('schema_version', ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (str(migration.version),),
+            )
 
     # -- the primitives the shared store is built on ------------------------------
     def _exec(self, statement: str, params: Sequence[Any] = (), *, patient: bool = True) -> Result:
         # ``patient`` changes nothing here: a local file has no connection to lose.
-        cursor = self._conn().execute(statement, params)
-        return Result(cursor.rowcount, cursor.fetchall() if cursor.description else [])
+        # A try block costs nothing until it catches (CPython 3.11+).
+        try:
+            cursor = self._conn().execute(statement, params)
+            return Result(cursor.rowcount, cursor.fetchall() if cursor.description else [])
+        except sqlite3.Error as exc:
+            self._failed(exc)
+        except UnicodeEncodeError as exc:
+            raise unstorable_text(exc) from exc
 
     def _atomically(self, work: Callable[[Tx], T]) -> T:
         conn = self._conn()
-        conn.execute("BEGIN IMMEDIATE")
+        # A read-only store reads in a plain (deferred) transaction: one snapshot,
+        # no write lock asked for; a write inside it raises StoreReadOnly.
         try:
-            result = work(_SQLiteTx(conn))
+            conn.execute("BEGIN" if self.read_only else "BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            self._failed(exc)
+        try:
+            result = work(_SQLiteTx(self, conn))
         except BaseException:
-            conn.execute("ROLLBACK")
+            _rollback(conn)
             raise
-        conn.execute("COMMIT")
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            _rollback(conn)
+            self._failed(exc)
         return result
 
     def record_step(self, step: StepRecord, fence: int, *, first: bool = False) -> bool:
@@ -241,12 +328,17 @@ class SQLiteStore(SQLStore):
         params = self._step_params(step, fence)
         with self._write_lock:
             conn = self._conn()
-            if first:
-                try:
-                    return conn.execute(sql.INSERT_STEP, params).rowcount == 1
-                except sqlite3.IntegrityError:
-                    pass  # the position was written after all: fall back to the upsert
-            return conn.execute(sql.UPSERT_STEP, params).rowcount == 1
+            try:
+                if first:
+                    try:
+                        return conn.execute(sql.INSERT_STEP, params).rowcount == 1
+                    except sqlite3.IntegrityError:
+                        pass  # the position was written after all: fall back to the upsert
+                return conn.execute(sql.UPSERT_STEP, params).rowcount == 1
+            except sqlite3.Error as exc:
+                self._failed(exc)
+            except UnicodeEncodeError as exc:
+                raise unstorable_text(exc) from exc
 
     def _ts(self, moment: datetime) -> str:
         return to_iso(moment)
@@ -259,5 +351,16 @@ class SQLiteStore(SQLStore):
         if conn is not None:
             self._local.conn = None
             with self._all_lock:
+                if conn not in self._all:
+                    return  # close() closed every connection already, this one too
                 self._all.remove(conn)
             conn.close()
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Roll back if a transaction is still open: SQLite has already rolled it back
+    after some errors (a full disk, an I/O error), and a second ROLLBACK would hide
+    the error that matters."""
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")

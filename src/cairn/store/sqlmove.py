@@ -2,84 +2,78 @@
 the blobs a store refers to. Portable SQL (SQLite and PostgreSQL alike), run
 through a ``SQLStore``'s ``_exec`` / ``_atomically``; never on the hot path.
 
-A table is described by its columns and which of them hold times, so a row can
-be written out as JSON (times as ISO text) and read into either backend.
+Every statement is built from the table descriptions (``cairn.store.tables``),
+so an export reads, an import writes and a prune deletes every column and every
+table of a batch, and a column added to a table is carried without a change here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class Table:
-    """One table as an export carries it."""
-
-    name: str
-    columns: tuple[str, ...]
-    times: frozenset[str] = frozenset()
-
-    def select(self, where: str) -> str:
-        return f"SELECT {', '.join(self.columns)} FROM {self.name} WHERE {where}"
-
-    def insert(self) -> str:
-        marks = ", ".join("?" for _ in self.columns)
-        return f"INSERT INTO {self.name} ({', '.join(self.columns)}) VALUES ({marks})"
+from cairn.store import tables
+from cairn.store.tables import Table
 
 
-def _columns(names: str) -> tuple[str, ...]:
-    return tuple(names.split(", "))
+@dataclass(frozen=True, slots=True)
+class BatchPart:
+    """The rows of one table that belong to a batch: ``where`` picks them (its
+    one parameter is the batch's name), and an export writes them in ``order``."""
+
+    table: Table
+    where: str
+    order: str
+
+    @property
+    def select(self) -> str:
+        """Every carried column of the batch's rows, in export order."""
+        return (
+            f"SELECT {self.table.listed()} FROM {self.table.name} "
+            f"WHERE {self.where} ORDER BY {self.order}"
+        )
+
+    @property
+    def delete(self) -> str:
+        return f"DELETE FROM {self.table.name} WHERE {self.where}"
 
 
-BATCHES = Table("batches", ("name", "task_name", "created_at"), frozenset({"created_at"}))
-TASKS = Table(
-    "tasks",
-    _columns(
-        "id, batch, item_key, name, args, codec, status, attempts, retry_base, fence, "
-        "owner, lease_expires_at, result, error, created_at, started_at, finished_at, "
-        "updated_at, interruptions, wake_at, parent_id"
-    ),
-    frozenset(
-        {"lease_expires_at", "created_at", "started_at", "finished_at", "updated_at", "wake_at"}
-    ),
-)
-STEPS = Table(
-    "steps",
-    _columns(
-        "task_id, seq, kind, name, status, output, attempts, task_attempt, run_attempts, "
-        "error, retry_at, started_at, finished_at"
-    ),
-    frozenset({"retry_at", "started_at", "finished_at"}),
-)
-OPERATIONS = Table(
-    "operations",
-    _columns(
-        "scope, key, status, calls, permanent, task_id, step_seq, claim_fence, result, "
-        "error, first_claimed_at, claimed_at, completed_at, updated_at"
-    ),
-    frozenset({"first_claimed_at", "claimed_at", "completed_at", "updated_at"}),
-)
-SIGNALS = Table(
-    "signals", ("task_id", "name", "payload", "codec", "sent_at"), frozenset({"sent_at"})
-)
-# conv_id is given anew by the importing store; messages are mapped to it.
-CONVERSATIONS = Table("conversations", ("task_id", "name"))
-MESSAGES = Table(
-    "messages",
-    ("conv_id", "idx", "role", "content", "tokens", "kind", "covers_until", "meta", "created_at"),
-)
+def insert(table: Table) -> str:
+    """An import's insert of one row of ``table``: every carried column but the one
+    the store assigns, whose new value the statement returns."""
+    names = [c.name for c in table.written]
+    statement = (
+        f"INSERT INTO {table.name} ({', '.join(names)}) VALUES ({', '.join('?' for _ in names)})"
+    )
+    identity = table.identity
+    return statement if identity is None else f"{statement} RETURNING {identity.name}"
+
 
 _OF_BATCH = "task_id IN (SELECT id FROM tasks WHERE batch = ?)"
-BATCH_ROW = BATCHES.select("name = ?")
-BATCH_TASKS = TASKS.select("batch = ?") + " ORDER BY pos"
-BATCH_STEPS = STEPS.select(_OF_BATCH) + " ORDER BY task_id, seq"
-BATCH_OPERATIONS = OPERATIONS.select(_OF_BATCH) + " ORDER BY scope, key"
-BATCH_SIGNALS = SIGNALS.select(_OF_BATCH) + " ORDER BY task_id, name"
-BATCH_CONVERSATIONS = (
-    f"SELECT conv_id, task_id, name FROM conversations WHERE {_OF_BATCH} ORDER BY conv_id"
+# A batch's rows, parents before children: the order of an export file, in
+# which an import can insert them (a conversation before the messages that
+# refer to its key), and, reversed, the order a prune deletes them in.
+BATCH_PARTS: tuple[BatchPart, ...] = (
+    BatchPart(tables.BATCHES, "name = ?", "name"),
+    BatchPart(tables.TASKS, "batch = ?", "pos"),  # pos: the order they were enqueued in
+    BatchPart(tables.STEPS, _OF_BATCH, "task_id, seq"),
+    BatchPart(tables.OPERATIONS, _OF_BATCH, "scope, key"),
+    BatchPart(tables.SIGNALS, _OF_BATCH, "task_id, name"),
+    BatchPart(tables.CONVERSATIONS, _OF_BATCH, "conv_id"),
+    BatchPart(
+        tables.MESSAGES,
+        f"conv_id IN (SELECT conv_id FROM conversations WHERE {_OF_BATCH})",
+        "conv_id, idx",
+    ),
 )
-CONVERSATION_MESSAGES = MESSAGES.select("conv_id = ?") + " ORDER BY idx"
-INSERT_CONVERSATION = "INSERT INTO conversations (task_id, name) VALUES (?, ?) RETURNING conv_id"
+# The tables whose rows belong to no batch: the store's own bookkeeping, and the
+# shared limits (a finished task's permit still counts for its rate window, so
+# a prune must not hand that room back early) and the schedules.
+NOT_OF_A_BATCH: tuple[Table, ...] = (
+    tables.CAIRN_META,
+    tables.LIMITS,
+    tables.PERMITS,
+    tables.SCHEDULES,
+)
 
 # Conflicts an import must refuse before writing anything.
 BATCH_EXISTS = "SELECT name FROM batches WHERE name = ?"
@@ -91,16 +85,7 @@ BATCH_STATUS = (
     "SELECT status, COUNT(*), MAX(finished_at) FROM tasks WHERE batch = ? GROUP BY status"
 )
 ALL_BATCHES = "SELECT name FROM batches ORDER BY created_at, name"
-_CONVS_OF_BATCH = f"conv_id IN (SELECT conv_id FROM conversations WHERE {_OF_BATCH})"
-PRUNE_BATCH = (
-    f"DELETE FROM messages WHERE {_CONVS_OF_BATCH}",
-    f"DELETE FROM conversations WHERE {_OF_BATCH}",
-    f"DELETE FROM steps WHERE {_OF_BATCH}",
-    f"DELETE FROM operations WHERE {_OF_BATCH}",
-    f"DELETE FROM signals WHERE {_OF_BATCH}",
-    "DELETE FROM tasks WHERE batch = ?",
-    "DELETE FROM batches WHERE name = ?",
-)
+PRUNE_BATCH = tuple(part.delete for part in reversed(BATCH_PARTS))
 
 # Every value that may be a blob reference (cairn.blobs.ref: text starting '!blob:'),
 # each query with its parameters: the first bytes compared with the prefix, which is
@@ -116,10 +101,9 @@ def _refs_in(table: str, column: str, prefix: str | bytes) -> tuple[str, tuple[o
     return f"SELECT {column} FROM {table} WHERE {where}", (prefix,)
 
 
-BLOB_REFERENCES: tuple[tuple[str, tuple[object, ...]], ...] = (
-    _refs_in("steps", "output", _PREFIX),
-    _refs_in("tasks", "result", _PREFIX),
-    _refs_in("tasks", "args", _PREFIX),
-    _refs_in("operations", "result", _PREFIX),
-    _refs_in("messages", "content", _PREFIX.encode()),
+BLOB_REFERENCES: tuple[tuple[str, tuple[object, ...]], ...] = tuple(
+    _refs_in(table.name, c.name, _PREFIX.encode() if c.kind == "packed" else _PREFIX)
+    for table in tables.TABLES
+    for c in table.columns
+    if c.blob_refs
 )

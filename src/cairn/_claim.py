@@ -1,0 +1,207 @@
+"""Claiming: the one path by which this process takes a task to run.
+
+Every runner claims here: ``app.run`` (one task, by id), ``run_batch`` and
+``cairn worker`` (the next task of a batch, or of any batch), and ``ctx.join``
+(a child nobody has started). So the rules are written once:
+
+1. **Orphans first.** A running task whose owner process is gone (on this host),
+   whose lease has lapsed, or that an interrupted call of this very process
+   left behind, is claimed before any pending task, at any queue depth: its
+   work was under way, and someone may be waiting for it.
+2. **A live owner is left alone** until its lease has lapsed: expired, and then
+   a grace of a heartbeat and a reconnect more (``ownership.takeover_grace``),
+   so an owner cut off by a store outage shorter than its lease finds its task
+   still its own when the store returns. The claim statement checks the lease
+   again, so an owner that renews first keeps its task.
+3. **Then pending tasks**, oldest first, through an index of pending rows only,
+   and waiting tasks whose timeout has passed.
+
+A claim is a compare-and-set on the fence. A task claimed here is marked active
+in this process (keyed by store and task id) and its lease is held by the app's
+keeper from the moment the claim was sent, until ``release``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal
+
+from cairn.ownership import (
+    TakeoverReason,
+    claim_lock,
+    is_active_here,
+    mark_active,
+    mark_inactive,
+    owner_is_gone,
+    takeover_reason,
+)
+from cairn.store.records import TaskRecord
+
+if TYPE_CHECKING:
+    from cairn.app import Cairn
+
+log = logging.getLogger("cairn")
+
+WAIT: Literal["wait"] = "wait"
+# Orphans looked at per look: more are found at the next one.
+_ORPHANS_PER_LOOK = 16
+# Our own running tasks are few (one per thread); read them all.
+_OWN_TASKS_LIMIT = 100_000
+
+
+def reason_to_take(app: Cairn, task: TaskRecord, now: datetime) -> TakeoverReason | None:
+    """Why this process may take the running ``task`` over now, or None."""
+    return takeover_reason(
+        task, me=app.owner, store=app.store.identity, now=now, grace=app.takeover_grace
+    )
+
+
+def claimable(app: Cairn, task: TaskRecord, now: datetime) -> bool:
+    """True if the rules let this process claim ``task`` (as last read) now."""
+    if task.status == "pending":
+        return True
+    if task.status == "waiting":
+        return task.wake_at is not None and task.wake_at <= now
+    if task.status == "running":
+        return reason_to_take(app, task, now) is not None
+    return False
+
+
+def claim_task(app: Cairn, task: TaskRecord) -> TaskRecord | None:
+    """Take ``task`` (as last read) if the rules allow and nobody moved first;
+    the claimed record, or None."""
+    with claim_lock:
+        now = app.clock.now()
+        reason = None
+        if task.status == "running":
+            reason = reason_to_take(app, task, now)
+            if reason is None:
+                return None
+        return _take(app, task, reason, now)
+
+
+def release(app: Cairn, task_id: str) -> None:
+    """This process stops running ``task_id`` (it ended, or was handed back)."""
+    mark_inactive(app.store.identity, task_id)
+    app.leases.drop(task_id)
+
+
+def _take(
+    app: Cairn, task: TaskRecord, reason: TakeoverReason | None, now: datetime
+) -> TaskRecord | None:
+    """The claim statement for one task; on success the task is ours here."""
+    sent_at, lease_until = app.leases.stamp()
+    claimed = app.store.claim_task(
+        task.id,
+        task.fence,
+        app.owner,
+        lease_until,
+        now,
+        owner_gone=reason in ("gone", "interrupted"),
+        lapsed_before=now - app.takeover_grace,
+    )
+    if claimed is None:
+        return None
+    _hold(app, claimed, sent_at)
+    if reason is not None:
+        _log_takeover(task, reason, now)
+    return claimed
+
+
+def _hold(app: Cairn, claimed: TaskRecord, sent_at: float) -> None:
+    mark_active(app.store.identity, claimed.id)
+    app.leases.hold(claimed.id, claimed.fence, sent_at)
+
+
+def _log_takeover(task: TaskRecord, reason: TakeoverReason, now: datetime) -> None:
+    if reason == "gone":
+        log.info(
+            "cairn: resuming task %s (its owner %s is gone: no such process on this host)",
+            task.id,
+            task.owner,
+        )
+    elif reason == "interrupted":
+        log.info("cairn: taking task %s back (an interrupted call here left it running)", task.id)
+    else:
+        expired = task.lease_expires_at
+        ago = 0.0 if expired is None else (now - expired).total_seconds()
+        log.info(
+            "cairn: taking over task %s (its owner %s has not renewed its lease, which "
+            "expired %.1fs ago)",
+            task.id,
+            task.owner,
+            ago,
+        )
+
+
+class Claimer:
+    """Finds and claims the next task this process may run: of one batch, or
+    (``batch=None``) of any batch whose task function is one of ``names``."""
+
+    def __init__(self, app: Cairn, batch: str | None, names: Sequence[str] | None = None) -> None:
+        self._app = app
+        self._batch = batch
+        self._names = tuple(names) if names is not None else None
+        # When (the app clock's monotonic time) to look for orphans again while
+        # pending work remains; at once when nothing is pending.
+        self._next_orphan_look = float("-inf")
+
+    def next(self) -> TaskRecord | Literal["wait"] | None:
+        """A claimed task; ``WAIT`` if tasks still run elsewhere that may become
+        ours (or finish); None when nothing is left for this process."""
+        with claim_lock:
+            app = self._app
+            looked = app.clock.monotonic() >= self._next_orphan_look
+            if looked:
+                orphan = self._orphan()
+                if orphan is not None:
+                    return orphan
+            pending = self._pending()
+            if pending is not None:
+                return pending
+            # Nothing pending: orphans are all that is left to claim.
+            orphan = None if looked else self._orphan()
+            if orphan is not None:
+                return orphan
+            if app.store.running_elsewhere(app.owner, self._batch, self._names):
+                return WAIT
+            return None
+
+    def _pending(self) -> TaskRecord | None:
+        app = self._app
+        sent_at, lease_until = app.leases.stamp()
+        claimed = app.store.claim_next_pending(
+            self._batch, app.owner, lease_until, app.clock.now(), names=self._names
+        )
+        if claimed is not None:
+            _hold(app, claimed, sent_at)
+        return claimed
+
+    def _orphan(self) -> TaskRecord | None:
+        """Claim a running task whose owner is gone or whose lease has lapsed."""
+        app = self._app
+        self._next_orphan_look = app.clock.monotonic() + app.poll_interval
+        now = app.clock.now()
+        for task in self._orphan_candidates(now):
+            reason = reason_to_take(app, task, now)
+            if reason is not None:
+                claimed = _take(app, task, reason, now)
+                if claimed is not None:
+                    return claimed
+        return None
+
+    def _orphan_candidates(self, now: datetime) -> list[TaskRecord]:
+        """Running tasks of owners known gone, ours left behind, then lapsed leases."""
+        app, store = self._app, self._app.store
+        found: list[TaskRecord] = []
+        for owner in store.running_owners(self._batch, self._names):
+            if owner == app.owner:
+                mine = store.owned_running(owner, self._batch, self._names, _OWN_TASKS_LIMIT)
+                found += [t for t in mine if not is_active_here(store.identity, t.id)]
+            elif owner_is_gone(owner):
+                found += store.owned_running(owner, self._batch, self._names, _ORPHANS_PER_LOOK)
+        lapsed_before = now - app.takeover_grace
+        found += store.expired_running(self._batch, self._names, lapsed_before, _ORPHANS_PER_LOOK)
+        return found

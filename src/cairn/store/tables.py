@@ -1,0 +1,267 @@
+"""Every table cairn keeps, each column described once.
+
+This is the one place a column is listed. The column lists of
+``cairn.store.sql`` and the row converters built from them, the export format
+(``cairn.portable.transfer``), the statements that move and prune a batch and
+find blob references (``cairn.store.sqlmove``) all read it, and a test checks
+that a migrated store (both backends) has exactly these columns, table by
+table. A migration that adds a column describes it here too, or that test fails.
+
+A column's kind says how its value is kept, and how a record (and an export
+file) holds it:
+
+=======  =========================  =====================  ==========================
+kind     SQLite                     PostgreSQL             record; export file
+=======  =========================  =====================  ==========================
+text     TEXT                       text                   str
+integer  INTEGER                    integer or bigint      int
+real     REAL                       double precision       float
+bool     INTEGER 0 or 1             integer 0 or 1         bool
+time     TEXT, ISO 8601 in UTC      timestamptz            datetime; ISO text
+micros   INTEGER, µs since epoch    bigint                 datetime; ISO text
+packed   BLOB                       bytea                  JSON text; the same
+=======  =========================  =====================  ==========================
+
+(``packed`` is a message's JSON, stored as ``cairn.store.sql.pack_content``
+makes it; ``micros`` is a time kept as a small integer, for rows there are
+many of.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Kind = Literal["text", "integer", "real", "bool", "time", "micros", "packed"]
+
+# The declared type (SQLite) and the information_schema data types (PostgreSQL)
+# a column of each kind is created with.
+STORED_AS: dict[Kind, tuple[str, frozenset[str]]] = {
+    "text": ("TEXT", frozenset({"text"})),
+    "integer": ("INTEGER", frozenset({"integer", "bigint"})),
+    "real": ("REAL", frozenset({"double precision"})),
+    "bool": ("INTEGER", frozenset({"integer"})),
+    "time": ("TEXT", frozenset({"timestamp with time zone"})),
+    "micros": ("INTEGER", frozenset({"bigint"})),
+    "packed": ("BLOB", frozenset({"bytea"})),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column: its name, its kind, and what the code must know about it."""
+
+    name: str
+    kind: Kind
+    nullable: bool = False
+    # The schema's DEFAULT: what a row written without this column gets (an
+    # import of an older export file, which did not carry it, gives it this too).
+    default: int | float | None = None
+    # The store gives the value on insert (an identity): an import never writes
+    # it; where an export carries it, rows that refer to it are mapped to the
+    # importing store's own value.
+    assigned: bool = False
+    # Kept for the store's own use (the order tasks were enqueued in): never in
+    # a record, never in an export file, which keeps that order by its row order.
+    internal: bool = False
+    # The table whose assigned key this column holds.
+    refers_to: str | None = None
+    # May hold a reference to the blob store (cairn.blobs.ref): backup, export
+    # and gc look here for the blobs a store uses.
+    blob_refs: bool = False
+
+    @property
+    def required(self) -> bool:
+        """A row must give this column: it has no NULL and no default to fall back on."""
+        return not self.nullable and self.default is None
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """One table: its columns in the order the schema has them."""
+
+    name: str
+    columns: tuple[Column, ...]
+
+    @property
+    def carried(self) -> tuple[Column, ...]:
+        """The columns records and export files hold (all but internal ones)."""
+        return tuple(c for c in self.columns if not c.internal)
+
+    @property
+    def written(self) -> tuple[Column, ...]:
+        """The carried columns an insert gives (all but those the store assigns)."""
+        return tuple(c for c in self.carried if not c.assigned)
+
+    @property
+    def identity(self) -> Column | None:
+        """The carried column the store assigns on insert, if there is one."""
+        return next((c for c in self.carried if c.assigned), None)
+
+    def names(self, *, skip: tuple[str, ...] = ()) -> tuple[str, ...]:
+        """The carried columns' names, in order, but those in ``skip``."""
+        return tuple(c.name for c in self.carried if c.name not in skip)
+
+    def listed(self, *, skip: tuple[str, ...] = ()) -> str:
+        """``names`` as a SELECT list: ``"a, b, c"``."""
+        return ", ".join(self.names(skip=skip))
+
+    def column(self, name: str) -> Column:
+        return next(c for c in self.columns if c.name == name)
+
+
+def _text(name: str, *, nullable: bool = False, blob_refs: bool = False) -> Column:
+    return Column(name, "text", nullable=nullable, blob_refs=blob_refs)
+
+
+def _time(name: str, *, nullable: bool = False) -> Column:
+    return Column(name, "time", nullable=nullable)
+
+
+def _int(name: str, *, default: int | None = None) -> Column:
+    return Column(name, "integer", default=default)
+
+
+CAIRN_META = Table("cairn_meta", (_text("key"), _text("value")))
+
+BATCHES = Table("batches", (_text("name"), _text("task_name"), _time("created_at")))
+
+TASKS = Table(
+    "tasks",
+    (
+        Column("pos", "integer", assigned=True, internal=True),
+        _text("id"),
+        _text("batch", nullable=True),
+        _text("item_key", nullable=True),
+        _text("name"),
+        _text("args", blob_refs=True),
+        _text("codec"),
+        _text("status"),
+        _int("attempts", default=0),
+        _int("retry_base", default=0),
+        _int("fence", default=0),
+        _text("owner", nullable=True),
+        _time("lease_expires_at", nullable=True),
+        _text("result", nullable=True, blob_refs=True),
+        _text("error", nullable=True),
+        _time("created_at"),
+        _time("started_at", nullable=True),
+        _time("finished_at", nullable=True),
+        _time("updated_at"),
+        _int("interruptions", default=0),
+        _time("wake_at", nullable=True),
+        _text("parent_id", nullable=True),
+    ),
+)
+
+STEPS = Table(
+    "steps",
+    (
+        _text("task_id"),
+        _int("seq"),
+        _text("kind"),
+        _text("name"),
+        _text("status"),
+        _text("output", nullable=True, blob_refs=True),
+        _int("attempts"),
+        _int("task_attempt"),
+        _int("run_attempts"),
+        _text("error", nullable=True),
+        _time("retry_at", nullable=True),
+        _time("started_at"),
+        _time("finished_at"),
+        Column("deferred", "real", default=0.0),
+    ),
+)
+
+OPERATIONS = Table(
+    "operations",
+    (
+        _text("scope"),
+        _text("key"),
+        _text("status"),
+        _int("calls"),
+        Column("permanent", "bool", default=0),
+        _text("task_id"),
+        _int("step_seq"),
+        _int("claim_fence"),
+        _text("result", nullable=True, blob_refs=True),
+        _text("error", nullable=True),
+        _time("first_claimed_at"),
+        _time("claimed_at"),
+        _time("completed_at", nullable=True),
+        _time("updated_at"),
+        # Schema 2: what a claimant learned after it had lost its task (audit only).
+        _text("late_result", nullable=True, blob_refs=True),
+        _time("late_at", nullable=True),
+    ),
+)
+
+SIGNALS = Table(
+    "signals",
+    (_text("task_id"), _text("name"), _text("payload"), _text("codec"), _time("sent_at")),
+)
+
+CONVERSATIONS = Table(
+    "conversations",
+    (Column("conv_id", "integer", assigned=True), _text("task_id"), _text("name")),
+)
+
+MESSAGES = Table(
+    "messages",
+    (
+        Column("conv_id", "integer", refers_to="conversations"),
+        _int("idx"),
+        _text("role"),
+        Column("content", "packed", blob_refs=True),
+        _int("tokens"),
+        _text("kind"),
+        Column("covers_until", "integer", nullable=True),
+        _text("meta", nullable=True),
+        Column("created_at", "micros"),
+    ),
+)
+
+LIMITS = Table("limits", (_text("name"),))
+
+PERMITS = Table(
+    "permits",
+    (
+        _text("limit_name"),
+        _text("permit"),
+        _text("owner"),
+        _text("task_id"),
+        Column("held", "bool"),
+        _time("granted_at"),
+        _time("ends_at"),
+    ),
+)
+
+SCHEDULES = Table(
+    "schedules",
+    (
+        _text("name"),
+        _text("task_name"),
+        _text("cron"),
+        _text("tz"),
+        _time("covered_until"),
+        _time("last_fired_at", nullable=True),
+        _time("created_at"),
+        _time("updated_at"),
+    ),
+)
+
+TABLES: tuple[Table, ...] = (
+    CAIRN_META,
+    BATCHES,
+    TASKS,
+    STEPS,
+    OPERATIONS,
+    SIGNALS,
+    CONVERSATIONS,
+    MESSAGES,
+    LIMITS,
+    PERMITS,
+    SCHEDULES,
+)
+BY_NAME: dict[str, Table] = {t.name: t for t in TABLES}
