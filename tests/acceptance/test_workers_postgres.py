@@ -6,14 +6,13 @@ when they run to their end, so these tests count real runs outside the store;
 each step's recorded output is ``step@pid``, so the store shows which process
 recorded it. Waits are polls with deadlines on real processes.
 
-The server restart test stops and starts the PostgreSQL it uses (other tests on
-the same server fail for those seconds), so it is last in this file.
+The server restart test stops and starts a private PostgreSQL cluster of its
+own (tests/pgcluster.py), never the shared server other tests use.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,16 +22,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 
 from cairn.codec import codec_for
 from cairn.store import Store, open_store
+from tests import pgcluster
 from tests.acceptance.worker_app import STEPS, make_app
+from tests.pgcluster import Cluster
 from tests.servers import wait_until
 
 pytestmark = pytest.mark.acceptance
+# A private PostgreSQL cluster a test may stop and start (never the shared server).
+pg_cluster = pgcluster.pg_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER_APP = "tests.acceptance.worker_app:app"
@@ -40,8 +42,8 @@ BATCH = "workers"
 RUN_TIMEOUT_SECONDS = 90
 BLOCK_TIMEOUT_SECONDS = 30
 SHORT_LEASE_SECONDS = 2
-# reconnect_timeout=2, plus the pool's own 5 s wait for a connection on each
-# of the few writes a worker makes before it gives up.
+# reconnect_timeout=2 from the first failed write, with room for a slow machine
+# (the worker then stops its other threads and exits).
 UNREACHABLE_DEADLINE_SECONDS = 30
 
 
@@ -100,17 +102,34 @@ class CountLine:
     pid: int
 
 
+@contextmanager
+def staged(url: str, directory: Path) -> Iterator[Scene]:
+    """A scene on the store at ``url``; every worker started in it is killed at the end."""
+    found = Scene(url, directory)
+    found.gate.mkdir()
+    try:
+        yield found
+    finally:
+        for worker in found.workers:
+            if worker.process.poll() is None:
+                worker.process.send_signal(signal.SIGCONT)  # a frozen one cannot die otherwise
+                worker.process.kill()
+                worker.process.wait()
+
+
 @pytest.fixture
 def scene(pg_url: str, tmp_path: Path) -> Iterator[Scene]:
-    """A fresh PostgreSQL store; every worker started on it is killed at the end."""
-    found = Scene(pg_url, tmp_path)
-    found.gate.mkdir()
-    yield found
-    for worker in found.workers:
-        if worker.process.poll() is None:
-            worker.process.send_signal(signal.SIGCONT)  # a frozen one cannot die otherwise
-            worker.process.kill()
-            worker.process.wait()
+    """A fresh PostgreSQL store on the shared server."""
+    with staged(pg_url, tmp_path) as found:
+        yield found
+
+
+@pytest.fixture
+def cluster_scene(pg_cluster: Cluster, tmp_path: Path) -> Iterator[tuple[Scene, Cluster]]:
+    """A fresh PostgreSQL store on a private cluster, which the test may stop and
+    start; the workers are killed before the cluster is dropped."""
+    with staged(pg_cluster.create_database("cairn"), tmp_path) as found:
+        yield found, pg_cluster
 
 
 def start_worker(
@@ -374,59 +393,25 @@ def test_worker_stops_with_an_error_when_its_store_stays_unreachable(scene: Scen
     assert "connections are in use" not in during_outage
 
 
-# -- restarting the server: keep this last (it disturbs every test on the server) -----------
-@dataclass(frozen=True)
-class Cluster:
-    """The local PostgreSQL cluster, driven with Debian's pg_ctlcluster."""
-
-    pg_ctlcluster: str
-    version: str
-
-    def run(self, action: str) -> None:
-        command = [self.pg_ctlcluster, "--skip-systemctl-redirect", self.version, "main", action]
-        subprocess.run(command, check=True, capture_output=True, timeout=60)
-
-
-def local_cluster(url: str) -> Cluster | None:
-    """The cluster this machine runs, if ``url`` is on it and this test may
-    stop and start it."""
-    program = shutil.which("pg_ctlcluster")
-    config = Path("/etc/postgresql")
-    versions = sorted(p.name for p in config.iterdir()) if config.is_dir() else []
-    local = urlsplit(url).hostname in ("127.0.0.1", "localhost", "::1")
-    if program is None or not versions or not local:
-        return None
-    return Cluster(program, versions[-1])
-
-
-def server_accepts(url: str) -> bool:
-    import psycopg
-
-    try:
-        with psycopg.connect(url, connect_timeout=2):
-            return True
-    except psycopg.OperationalError:
-        return False
-
-
-def test_batch_completes_with_every_step_once_across_a_postgres_restart(scene: Scene) -> None:
+# -- restarting the server (a private cluster) -------------------------------------------------
+def test_batch_completes_with_every_step_once_across_a_postgres_restart(
+    cluster_scene: tuple[Scene, Cluster],
+) -> None:
     """Two workers run 200 tasks of five 5 ms steps; partway through, the
-    PostgreSQL server is stopped for 2 s and started again. The workers log the
-    lost connection, retry with backoff, and the batch completes with every
-    step function run exactly once."""
-    cluster = local_cluster(scene.url)
-    if cluster is None:
-        pytest.skip("needs a local PostgreSQL cluster this test may stop (pg_ctlcluster)")
+    private PostgreSQL cluster is stopped for 2 s and started again. The workers
+    log the lost connection, reconnect, and the batch completes with every step
+    function run exactly once."""
+    scene, cluster = cluster_scene
     task_ids = enqueue(scene.url, 200)
     workers = [start_worker(scene, f"w{i}", step_ms=5) for i in range(2)]
     try:
         assert wait_until(lambda: len(read_counts(scene.counts)) >= 150, 60, poll=0.02)
-        cluster.run("stop")
+        cluster.stop()
         time.sleep(2)  # real-sleep-ok: the server stays down while workers try to write
-        cluster.run("start")
+        cluster.start()
     finally:
-        if not server_accepts(scene.url):
-            cluster.run("start")
+        if not cluster.accepts():
+            cluster.start()
     finish_all(workers)
     assert any("PostgreSQL connection lost" in worker.log() for worker in workers)
     assert_batch_completed_once(scene, task_ids)

@@ -1,24 +1,29 @@
 """The PostgreSQL store, for work spread over many processes and machines.
 
-``pip install 'cairn[postgres]'`` (psycopg 3 and its pool). Same contract, same
-SQL and same meaning as the SQLite store (``cairn.store.sqlbase``); what differs:
+``pip install 'cairn[postgres]'`` (psycopg 3). Same contract, same SQL and same
+meaning as the SQLite store (``cairn.store.sqlbase``); what differs:
 
 * Tables live in a schema of their own (``?schema=`` in the URL, default
   ``cairn``), so they never collide with an application's ``tasks`` table.
 * Claims use ``FOR UPDATE SKIP LOCKED``: many workers claim without waiting on
   each other, and never the same task.
-* Every statement runs on a pooled connection in autocommit mode; the per-step
-  write is one statement, so one round trip. Statements are prepared by psycopg
-  after a few uses.
-* A lost connection (the server restarted, the network blinked) is retried with
-  backoff, up to ``reconnect_timeout`` seconds; an exhausted pool waits, with a
-  log line, instead of failing. Retried writes are safe: each checks the fence or
-  is an idempotent upsert.
+* Every statement runs on a connection of cairn's own pool
+  (``cairn.store.pgpool``) in autocommit mode; the per-step write is one
+  statement, so one round trip. Statements are prepared by psycopg after a few
+  uses.
+* A lost connection (the server restarted, the network blinked) is retried on
+  a new one, reconnecting with a short backoff (0.05 s doubling to 0.5 s), for up
+  to ``reconnect_timeout`` seconds; then ``StoreUnavailable``. Retried writes
+  are safe: each checks the fence or is an idempotent upsert.
+* Any other error is the server's answer, not an outage: it is raised at once as
+  a ``StoreError`` that says what was refused and what to do (a read-only
+  server raises ``StoreReadOnly``).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -27,33 +32,42 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
-from cairn.errors import ConfigurationError, NotACairnStore, SchemaTooNew, StoreError
+from cairn.errors import (
+    ConfigurationError,
+    NotACairnStore,
+    SchemaTooNew,
+    StoreError,
+    StoreReadOnly,
+)
 from cairn.store.migrate import latest_version, migrations
 from cairn.store.protocol import Capabilities
 from cairn.store.sqlbase import Result, SQLStore, Tx
 
 if TYPE_CHECKING:
     import psycopg
-    from psycopg_pool import ConnectionPool
+
+    from cairn.store.pgpool import ConnectionPool
 
 log = logging.getLogger("cairn")
 T = TypeVar("T")
 
 _OWN_PARAMS = ("schema", "pool_size", "reconnect_timeout")
-_POOL_WAIT = 5.0
 # Distinct from any application's advisory locks: "cairn" as an integer.
 _MIGRATE_LOCK = 0x636169726E
 
 
 def _driver() -> Any:
+    """psycopg and cairn's pool over it (imported only when a store is opened:
+    the driver is an extra)."""
     try:
         import psycopg
-        import psycopg_pool
+
+        from cairn.store import pgpool
     except ImportError as exc:
         raise ConfigurationError(
             "the PostgreSQL store needs psycopg 3: pip install 'cairn[postgres]'"
         ) from exc
-    return psycopg, psycopg_pool
+    return psycopg, pgpool
 
 
 def split_url(url: str) -> tuple[str, dict[str, str]]:
@@ -85,15 +99,23 @@ def _redacted(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
+class DuplicateRow(StoreError):
+    """PostgreSQL refused a row whose key is already there (``unique_violation``).
+    The shared store catches it where a retried write may meet its own row."""
+
+
 class _PgTx:
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self._conn = conn
+        self.statement = ""  # the last one started, to name it if it is refused
 
     def exec(self, statement: str, params: Sequence[Any] = ()) -> Result:
+        self.statement = statement
         cursor = self._conn.execute(_pg(statement), params)
         return Result(cursor.rowcount, cursor.fetchall() if cursor.description else [])
 
     def exec_many(self, statement: str, rows: Iterable[Sequence[Any]]) -> int:
+        self.statement = statement
         rows = list(rows)
         if not rows:
             return 0
@@ -113,12 +135,65 @@ def _pg(statement: str) -> str:
     return text
 
 
+_TARGET = re.compile(
+    r"^\s*(?:(INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+(\w+)|SELECT\b.*?\bFROM\s+(\w+))",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+def _what(statement: str) -> str:
+    """What a statement was doing, in words: "a write to tasks", "a read of steps"."""
+    found = _TARGET.match(statement)
+    if found is None:
+        return "a statement"
+    verb, table, read = found.groups()
+    if read is not None:
+        return f"a read of {read}"
+    kind = {"INSERT": "a write to", "UPDATE": "an update of", "DELETE": "a delete from"}
+    return f"{kind[verb.split()[0].upper()]} {table}"
+
+
+def _advice(state: str, cause: str, schema: str, user: str) -> str:
+    """What to do about a statement refused with SQLSTATE ``state``."""
+    if state.startswith("54"):  # program_limit_exceeded: an index row too large
+        return (
+            "A value cairn indexes (a task id, item key, batch or task name, operation "
+            "key, signal or conversation name) is too long for a PostgreSQL index, which "
+            "holds at most about 2,700 bytes. Shorten it, or replace the long part with a "
+            "hash (cairn.op_key does that for operation keys). Nothing was written by this "
+            "statement."
+        )
+    if state.startswith("22") and "NUL" in cause:
+        return (
+            "A task id, key or name holds a NUL character (\\x00), which PostgreSQL text "
+            "cannot store: remove it (values a step returns are encoded, and may hold "
+            "any character). Nothing was written by this statement."
+        )
+    if state.startswith("22"):
+        return "A value is out of range or malformed. Nothing was written by this statement."
+    if state == "42501":  # insufficient_privilege
+        return (
+            f"User {user!r} lacks rights on schema {schema}: run cairn as the user that "
+            f"ran `cairn migrate`, or grant them: GRANT USAGE ON SCHEMA {schema} TO {user}; "
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO "
+            f"{user}; GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {user}."
+        )
+    if state == "57014":  # query_canceled
+        return (
+            "A statement_timeout set for this user or database, or an operator's "
+            "pg_cancel_backend, stopped it; cairn's statements are short, so look for a "
+            "lock held elsewhere."
+        )
+    return f"(SQLSTATE {state or 'none'}; cairn does not retry it.)"
+
+
 class PostgresStore(SQLStore):
     """A cairn store in a PostgreSQL database."""
 
     capabilities = Capabilities(multi_host=True, multi_process=True)
     claim_lock_clause: ClassVar[str] = " FOR UPDATE SKIP LOCKED"
     row_lock_clause: ClassVar[str] = " FOR UPDATE"
+    integrity_errors: tuple[type[BaseException], ...] = (DuplicateRow,)
 
     def __init__(
         self,
@@ -130,7 +205,7 @@ class PostgresStore(SQLStore):
         connect_timeout: float = 10.0,
         create: bool = True,
     ) -> None:
-        driver, pool_driver = _driver()
+        driver, pgpool = _driver()
         conninfo, own = split_url(url)
         self.url = url
         self.schema = schema or own.get("schema", "cairn")
@@ -144,40 +219,34 @@ class PostgresStore(SQLStore):
         )
         self._conninfo = conninfo
         self.identity = f"{_redacted(conninfo)}#schema={self.schema}"
-        self._probe(driver, connect_timeout)
-        self.integrity_errors = (driver.errors.UniqueViolation,)
-        self._operational = driver.OperationalError
-        self._pool_timeout = pool_driver.PoolTimeout
-        self._pool: ConnectionPool[Any] = pool_driver.ConnectionPool(
+        self._driver_error: type[Exception] = driver.Error
+        self._pool: ConnectionPool = pgpool.ConnectionPool(
             conninfo,
-            min_size=1,
-            max_size=self.pool_size,
-            kwargs={
-                "autocommit": True,
-                # Added to any options= the user's URL gives, not instead of them.
-                "options": " ".join(
-                    filter(
-                        None,
-                        [own_options(conninfo), f"-c search_path={self.schema}", "-c timezone=UTC"],
-                    )
-                ),
-            },
-            open=False,
-            name="cairn",
+            size=self.pool_size,
+            # Added to any options= the user's URL gives, not instead of them.
+            options=" ".join(
+                filter(
+                    None,
+                    [own_options(conninfo), f"-c search_path={self.schema}", "-c timezone=UTC"],
+                )
+            ),
+            where=_redacted(conninfo),
+            reconnect_timeout=self.reconnect_timeout,
+            connect_timeout=connect_timeout,
         )
         try:
-            self._pool.open(wait=True, timeout=connect_timeout)
-        except pool_driver.PoolTimeout as exc:
-            self._pool.close()
+            self._pool.open()
+        except driver.OperationalError as exc:
             raise StoreError(
-                f"cannot connect to PostgreSQL at {_redacted(conninfo)} within "
-                f"{connect_timeout:.0f}s. Is the server running, and does the URL name a "
-                "database that exists?"
-            ) from exc
+                f"cannot connect to PostgreSQL at {_redacted(conninfo)}: {pgpool.one_line(exc)}. "
+                "Check that the server is running and that the URL names a database "
+                "that exists and a user that may connect."
+            ) from None
         self._channel = f"cairn_work_{self.schema}"
         self.announce_work = f"NOTIFY {self._channel}"
         self._listener: psycopg.Connection[Any] | None = None
         self._listener_lock = threading.Lock()
+        self._listen_delay = 0.0  # 0 while listening; the next retry's wait otherwise
         try:
             self._migrate(create=create)
         except BaseException:
@@ -194,30 +263,10 @@ class PostgresStore(SQLStore):
         ).fetchone()
         return int(found[0]) if found else 0
 
-    def _probe(self, driver: Any, timeout: float) -> None:
-        """Connect once, directly, so a wrong URL fails fast with the real cause
-        (refused, no such database, authentication) instead of a pool timeout."""
-        try:
-            driver.connect(self._conninfo, connect_timeout=max(1, int(timeout))).close()
-        except driver.OperationalError as exc:
-            cause = " ".join(str(exc).split())
-            raise StoreError(
-                f"cannot connect to PostgreSQL at {_redacted(self._conninfo)}: {cause}. "
-                "Check that the server is running and that the URL names a database "
-                "that exists and a user that may connect."
-            ) from None
-
-    def _server_reachable(self) -> bool:
-        driver, _ = _driver()
-        try:
-            driver.connect(self._conninfo, connect_timeout=2).close()
-        except driver.OperationalError:
-            return False
-        return True
-
     def _migrate(self, *, create: bool) -> None:
         latest = latest_version("postgres")
-        with self._pool.connection() as conn:
+
+        def migrate(conn: psycopg.Connection[Any]) -> None:
             version = self._version(conn)
             if version == 0 and not create:
                 raise NotACairnStore(
@@ -246,44 +295,50 @@ class PostgresStore(SQLStore):
                         (str(migration.version),),
                     )
 
-    # -- the primitives the shared store is built on ------------------------------
-    def _with_connection(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
-        delay, deadline = 0.1, None
-        while True:
-            try:
-                with self._pool.connection(timeout=_POOL_WAIT) as conn:
-                    return work(conn)
-            except self._pool_timeout as exc:
-                # A pool that cannot hand out a connection is either busy (wait)
-                # or cannot reach the server (the reconnect deadline applies).
-                if self._server_reachable():
-                    log.warning(
-                        "cairn: all %d PostgreSQL connections are in use; waiting for one "
-                        "(raise pool_size in the store URL if this persists)",
-                        self.pool_size,
-                    )
-                    continue
-                deadline = self._lost(exc, deadline, delay)
-            except self._operational as exc:
-                deadline = self._lost(exc, deadline, delay)
-            delay = min(delay * 2, 5.0)
+        self._run(migrate, lambda: f"the migration of schema {self.schema}")
 
-    def _lost(self, exc: Exception, deadline: float | None, delay: float) -> float:
-        """Log a lost connection and wait ``delay``; give up past the deadline."""
-        now = time.monotonic()
-        deadline = deadline or now + self.reconnect_timeout
-        if now > deadline:
-            raise StoreError(
-                f"lost PostgreSQL at {_redacted(self._conninfo)} for more than "
-                f"{self.reconnect_timeout:.0f}s: {' '.join(str(exc).split())}"
-            ) from None
-        log.warning(
-            "cairn: PostgreSQL connection lost (%s); retrying in %.1fs",
-            " ".join(str(exc).split()) or type(exc).__name__,
-            delay,
+    # -- the primitives the shared store is built on ------------------------------
+    def _run(
+        self,
+        work: Callable[[psycopg.Connection[Any]], T],
+        what: Callable[[], str],
+        *,
+        patient: bool = True,
+    ) -> T:
+        """``work`` on a pooled connection (again on a new one if the connection
+        is lost); any other driver error becomes a ``StoreError`` naming
+        ``what()`` was refused ("a write to tasks")."""
+        try:
+            return self._pool.run(work, patient=patient)
+        except self._driver_error as exc:
+            raise self._refused(exc, what()) from exc
+
+    def _refused(self, exc: Exception, what: str) -> StoreError:
+        """The error to raise for ``what`` the server (or driver) refused: what
+        was refused, why, and what to do about it."""
+        driver, pgpool = _driver()
+        # The server's own words, without its DETAIL and HINT (which suggest
+        # changing cairn's indexes, say).
+        diag = getattr(exc, "diag", None)
+        cause = getattr(diag, "message_primary", None) or pgpool.one_line(exc)
+        # The driver refuses a NUL in text itself, before the server sees it.
+        state = getattr(exc, "sqlstate", None) or (
+            "22000" if isinstance(exc, driver.DataError) else ""
         )
-        time.sleep(delay)
-        return deadline
+        if state == "23505":
+            return DuplicateRow(f"PostgreSQL refused {what}: {cause}")
+        if state == "25006":
+            return StoreReadOnly(
+                f"PostgreSQL at {_redacted(self._conninfo)} is read-only, so it refused "
+                f"{what}: {cause}. Point the store URL at the primary server (a standby, "
+                "or a database with default_transaction_read_only=on, cannot be written); "
+                "reading commands such as `cairn tasks` work on a standby."
+            )
+        advice = _advice(state, cause, self.schema, self._user())
+        return StoreError(f"PostgreSQL refused {what}: {cause}. {advice}")
+
+    def _user(self) -> str:
+        return urlsplit(self._conninfo).username or "(the default user)"
 
     def _exec(self, statement: str, params: Sequence[Any] = (), *, patient: bool = True) -> Result:
         text = _pg(statement)
@@ -292,14 +347,17 @@ class PostgresStore(SQLStore):
             cursor = conn.execute(text, params)
             return Result(cursor.rowcount, cursor.fetchall() if cursor.description else [])
 
-        return self._with_connection(run)
+        return self._run(run, lambda: _what(statement), patient=patient)
 
     def _atomically(self, work: Callable[[Tx], T]) -> T:
-        def run(conn: psycopg.Connection[Any]) -> T:
-            with conn.transaction():
-                return work(_PgTx(conn))
+        tries: list[_PgTx] = []
 
-        return self._with_connection(run)
+        def run(conn: psycopg.Connection[Any]) -> T:
+            tries.append(_PgTx(conn))
+            with conn.transaction():
+                return work(tries[-1])
+
+        return self._run(run, lambda: _what(tries[-1].statement if tries else ""))
 
     def _ts(self, moment: datetime) -> datetime:
         return moment
@@ -307,27 +365,62 @@ class PostgresStore(SQLStore):
     def _writing(self) -> nullcontext[None]:
         return nullcontext()
 
+    # -- waking idle workers -------------------------------------------------------
     def wait_for_work(self, timeout: float) -> bool:
         """LISTEN for the NOTIFY that enqueue sends, up to ``timeout`` seconds.
 
-        Polling stays the fallback: a lost listener only means waiting the
-        full timeout once, then listening again."""
+        A lost listening connection is opened again within the same call, with
+        the pool's backoff (0.05 s doubling to 0.5 s), so listening resumes
+        within about half a second of the server's return. Work announced while
+        it was away went unheard, so the first wait after a reconnect returns
+        True at once: idle threads look for work."""
+        deadline = time.monotonic() + timeout
         with self._listener_lock:
-            try:
-                if self._listener is None or self._listener.closed:
-                    driver, _ = _driver()
-                    self._listener = driver.Connection.connect(
-                        self._conninfo, autocommit=True, connect_timeout=5
-                    )
-                    self._listener.execute(f"LISTEN {self._channel}")
-                for _ in self._listener.notifies(timeout=timeout, stop_after=1):
-                    return True
-                return False
-            except self._operational as exc:
-                log.warning("cairn: not listening for new work (%s); polling", exc)
-                self._listener = None
-        time.sleep(timeout)
-        return False
+            while True:
+                remaining = deadline - time.monotonic()
+                if self._listener is None:
+                    if not self._listen():
+                        if remaining <= 0:
+                            return False
+                        time.sleep(min(self._listen_delay, remaining))
+                        continue
+                    if self._listen_delay:
+                        self._listen_delay = 0.0
+                        log.warning("cairn: listening for new work again")
+                        return True
+                listener = self._listener
+                assert listener is not None
+                try:
+                    for _ in listener.notifies(timeout=max(remaining, 0.0), stop_after=1):
+                        return True
+                    return False
+                except self._driver_error as exc:
+                    self._drop_listener(exc)
+
+    def _listen(self) -> bool:
+        """Open the listening connection; False (logged once an outage) if not."""
+        conn = None
+        try:
+            conn = self._pool.connect(connect_timeout=5)
+            conn.execute(f"LISTEN {self._channel}")
+        except self._driver_error as exc:
+            if conn is not None:
+                conn.close()
+            self._drop_listener(exc)
+            return False
+        self._listener = conn
+        return True
+
+    def _drop_listener(self, exc: Exception) -> None:
+        _, pgpool = _driver()
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        if not self._listen_delay:
+            log.warning("cairn: not listening for new work (%s); polling", pgpool.one_line(exc))
+            self._listen_delay = pgpool.FIRST_DELAY
+        else:
+            self._listen_delay = min(self._listen_delay * 2, pgpool.MAX_DELAY)
 
     def close(self) -> None:
         with self._listener_lock:
