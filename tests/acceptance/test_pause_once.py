@@ -94,7 +94,8 @@ def _freeze_a(scene: Scene, point: str) -> subprocess.Popen[str]:
     held = wait_until(
         lambda: scene.marker.exists() or a.poll() is not None, START_TIMEOUT_SECONDS, poll=0.02
     )
-    assert held and a.poll() is None, f"A did not reach {point}: {a.communicate()}"
+    assert held, f"A did not reach {point}"
+    assert a.poll() is None, f"A ended before {point}: {a.communicate()}"
     os.kill(a.pid, signal.SIGSTOP)
     assert wait_until(lambda: _stopped(a.pid), START_TIMEOUT_SECONDS, poll=0.01)
     scene.marker.unlink()  # once woken, A goes on from exactly where it held
