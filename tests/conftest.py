@@ -19,6 +19,7 @@ import pytest
 
 from cairn import Cairn
 from cairn.clock import FakeClock
+from tests.pgcluster import pg_cluster  # noqa: F401 - the fixture, for every test module
 
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/postgres"
 BACKENDS = ("sqlite", "postgres")

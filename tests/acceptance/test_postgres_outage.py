@@ -36,13 +36,11 @@ from urllib.parse import unquote
 
 import pytest
 
-from tests import pgcluster
 from tests.acceptance.outage_app import STEPS, make_app
 from tests.pgcluster import Cluster
 from tests.servers import ApiServer, wait_until
 
 pytestmark = pytest.mark.acceptance
-pg_cluster = pgcluster.pg_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER_APP = "tests.acceptance.outage_app:app"

@@ -27,14 +27,12 @@ import pytest
 
 from cairn.codec import codec_for
 from cairn.store import Store, open_store
-from tests import pgcluster
 from tests.acceptance.worker_app import STEPS, make_app
 from tests.pgcluster import Cluster
 from tests.servers import wait_until
 
 pytestmark = pytest.mark.acceptance
 # A private PostgreSQL cluster a test may stop and start (never the shared server).
-pg_cluster = pgcluster.pg_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER_APP = "tests.acceptance.worker_app:app"

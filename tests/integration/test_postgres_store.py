@@ -42,7 +42,6 @@ from cairn.store import Capabilities, open_store, pgpool
 from cairn.store.migrate import latest_version
 from cairn.store.postgres import PostgresStore
 from cairn.store.records import NewTask
-from tests import pgcluster
 from tests.conftest import postgres_admin_url, with_database
 from tests.pgcluster import Cluster
 from tests.servers import wait_until
@@ -54,7 +53,6 @@ CANONICAL_SQLITE = HERE / "canonical_schema_sqlite.json"
 CAIRN_TABLES = set(json.loads(CANONICAL_POSTGRES.read_text(encoding="utf-8")))
 PASSWORD = "pw-Zq81-never-shown"
 # A private PostgreSQL cluster a test may stop and start (never the shared server).
-pg_cluster = pgcluster.pg_cluster
 # Nothing listens on port 1: connecting is refused at once.
 UNREACHABLE = "postgresql://postgres@127.0.0.1:1/cairn"
 
