@@ -334,3 +334,40 @@ def test_lease_lost_after_act_records_the_result_only_as_late(
     assert world.acts == [KEY]
     assert world.asked == [KEY]
     assert app_b.store.load_history("pay")[1].kind == "op"
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("policy", ["raise", "reconcile"])
+def test_a_retried_attempt_does_not_wait_for_its_own_claim(
+    runs: Runs, world: World, policy: str
+) -> None:
+    """fn acts, then recording its answer fails with an ordinary error (here from a
+    fault hook), so the task's own retry policy runs the task again in the same
+    process, under the same fence. The key is claimed by this very task and fence,
+    but nothing in this run acts on it: that claim is dead, not alive, so the
+    retry settles it by its policy (in doubt, or reconciled) instead of waiting
+    for itself forever. fn is not called again."""
+    app = Cairn(runs.url, clock=runs.clock, lease=LEASE, task_retry=Retry(attempts=2))
+    runs.apps.append(app)
+    failures = [RuntimeError("the record could not be written")]
+
+    def fail_once_after_act(point: str, task_id: str, seq: int, name: str) -> None:
+        if point == "after_act" and failures:
+            raise failures.pop()
+
+    set_fault_hook(app, fail_once_after_act)
+    options = {"reconcile": world.reconcile} if policy == "reconcile" else {}
+
+    @app.task(name="pay")
+    def pay(ctx: Context) -> Any:
+        return ctx.once(KEY, world.charge, **options)
+
+    if policy == "raise":
+        with pytest.raises(TaskFailed) as failed:
+            app.run(pay, task_id="pay")
+        assert failed.value.error["type"] == "cairn.errors.InDoubtOperation"
+        assert _row(app).status == "in_doubt"
+    else:
+        assert app.run(pay, task_id="pay") == {"charge": "ch_1"}
+        assert world.asked == [KEY]
+    assert world.acts == [KEY]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -329,3 +330,45 @@ def test_a_task_interrupted_in_this_process_can_be_run_again_at_once(app: Cairn)
     assert left.lease_expires_at is not None
     assert left.lease_expires_at > app.clock.now()
     assert app.run(job, task_id="t", n=1) == "done"
+
+
+def test_two_apps_on_two_stores_keep_their_tasks_of_the_same_id_apart(tmp_path: Path) -> None:
+    """Two apps in one process on two stores each run a task with the same id. The
+    second store's task ending must not make this process forget that it still
+    runs the first store's: asked to run that one again meanwhile, the first app
+    says it is running in this process (TaskBusy) instead of taking it over as
+    if an interrupted call had left it, so its step runs once."""
+    first = Cairn(f"sqlite:///{tmp_path / 'first.db'}")
+    second = Cairn(f"sqlite:///{tmp_path / 'second.db'}")
+    runs: Counter[str] = Counter()
+    inside = threading.Event()
+    finish = threading.Event()
+
+    def slow(name: str) -> str:
+        runs[name] += 1
+        if runs[name] == 1:
+            inside.set()
+            assert finish.wait(30)
+        return name
+
+    @first.task(name="job")
+    def job_first(ctx: Context, n: int) -> str:
+        result: str = ctx.step("work", slow, "first")
+        return result
+
+    @second.task(name="job")
+    def job_second(ctx: Context, n: int) -> str:
+        return f"second {n}"
+
+    results: list[str] = []
+    running = Thread(target=lambda: results.append(first.run(job_first, task_id="t", n=1)))
+    with first, second:
+        running.start()
+        assert inside.wait(30)
+        assert second.run(job_second, task_id="t", n=1) == "second 1"
+        with pytest.raises(TaskBusy, match="running in this process"):
+            first.run(job_first, task_id="t", n=1)
+        finish.set()
+        running.join(30)
+    assert results == ["first"]
+    assert runs == Counter({"first": 1})

@@ -194,6 +194,36 @@ def test_a_lost_connection_is_replaced_and_every_idle_one_discarded(
     assert (pool.in_use, pool.idle) == (0, 1)
 
 
+@pytest.mark.parametrize("sqlstate", ["40P01", "40001"])
+def test_a_deadlock_or_serialization_failure_runs_again_a_few_times_then_is_raised(
+    server: Server, monkeypatch: pytest.MonkeyPatch, sqlstate: str
+) -> None:
+    """A deadlock or serialization failure was rolled back whole by the server, so
+    the work runs again at once on the same connection, up to three more times;
+    a fourth conflict is raised."""
+    pool = make_pool(server, monkeypatch)
+    calls: list[int] = []
+
+    def conflicted_twice(conn: FakeConn) -> str:
+        calls.append(conn.number)
+        if len(calls) <= 2:
+            raise errors.lookup(sqlstate)("deadlock detected")
+        return "written"
+
+    assert pool.run(conflicted_twice) == "written"  # type: ignore[arg-type]
+    assert calls == [1, 1, 1]
+
+    def always(conn: FakeConn) -> str:
+        calls.append(conn.number)
+        raise errors.lookup(sqlstate)("deadlock detected")
+
+    calls.clear()
+    with pytest.raises(psycopg.Error):
+        pool.run(always)  # type: ignore[arg-type]
+    assert len(calls) == 1 + pgpool.CONFLICT_RETRIES
+    assert (pool.in_use, pool.idle) == (0, 1)
+
+
 def test_an_error_that_is_not_a_lost_connection_is_raised_at_once_and_keeps_the_connection(
     server: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -67,6 +67,17 @@ def connection_lost(exc: BaseException, conn: psycopg.Connection[Any] | None) ->
     return conn is not None and (conn.broken or conn.closed)
 
 
+# A deadlock (40P01) or serialization failure (40001): the server rolled the
+# transaction back whole, so running it again is safe; it is, a few times.
+_CONFLICTS = frozenset({"40P01", "40001"})
+CONFLICT_RETRIES = 3
+
+
+def rolled_back_conflict(exc: BaseException) -> bool:
+    """True for a deadlock or serialization failure the server rolled back."""
+    return isinstance(exc, psycopg.Error) and exc.sqlstate in _CONFLICTS
+
+
 def one_line(exc: BaseException) -> str:
     """The error's message on one line (libpq's span several)."""
     return " ".join(str(exc).split()) or type(exc).__name__
@@ -169,6 +180,7 @@ class ConnectionPool:
         retries on its own schedule."""
         lost_at: float | None = None  # when this call first met a lost connection
         delay = FIRST_DELAY
+        conflicts = 0
         while True:
             try:
                 conn, fresh = self._checkout()
@@ -188,6 +200,9 @@ class ConnectionPool:
             except BaseException as exc:
                 if not connection_lost(exc, conn):
                     self._checkin(conn)
+                    if conflicts < CONFLICT_RETRIES and rolled_back_conflict(exc):
+                        conflicts += 1
+                        continue  # the server undid it all: run it again
                     raise
                 self._discard(conn)
                 now = monotonic()
