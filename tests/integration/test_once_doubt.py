@@ -356,11 +356,11 @@ def test_a_retried_attempt_does_not_wait_for_its_own_claim(
             raise failures.pop()
 
     set_fault_hook(app, fail_once_after_act)
-    options = {"reconcile": world.reconcile} if policy == "reconcile" else {}
+    reconcile = world.reconcile if policy == "reconcile" else None
 
     @app.task(name="pay")
     def pay(ctx: Context) -> Any:
-        return ctx.once(KEY, world.charge, **options)
+        return ctx.once(KEY, world.charge, reconcile=reconcile)
 
     if policy == "raise":
         with pytest.raises(TaskFailed) as failed:
