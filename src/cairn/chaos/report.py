@@ -45,6 +45,8 @@ class ChaosReport:
     redundant_steps: int
     op_recalls: int
     effects: int
+    # Tasks in the store at the end (the built-in batch may have been grown).
+    tasks: int
     incomplete: tuple[str, ...]
     unsettled_operations: tuple[str, ...]
     wall_clock: float
@@ -140,6 +142,7 @@ def _summary(report: ChaosReport) -> Table:
         ("slowest restart to progress", f"{max(progress):.2f} s" if progress else "-"),
         ("redundant step runs", str(report.redundant_steps)),
         ("operation re-claims", str(report.op_recalls)),
+        ("tasks", str(report.tasks)),
         ("outside effects", str(report.effects)),
         ("duplicate effects", str(sum(report.duplicate_effects.values()))),
         ("lost steps", str(len(report.lost))),

@@ -23,12 +23,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from cairn.chaos.batch import BATCH as BUILTIN_BATCH
 from cairn.chaos.batch import TASKS_ENV
 from cairn.chaos.integrity import Loss, losses, progress_marker, reruns, snapshot
 from cairn.chaos.log import ENV as LOG_ENV
 from cairn.chaos.log import read_log
 from cairn.chaos.report import ChaosReport, RunRecord
 from cairn.store import Store, open_store
+from cairn.store.records import FINISHED_STATUSES
 from cairn.testing._targets import absolute, split
 from cairn.testing._zygote import Launcher, Request, Running, borrowed
 
@@ -39,6 +41,11 @@ OUTPUT_TAIL_CHARS = 2000
 # The built-in batch gets this many tasks per kill by default: a round finishes
 # three or four tasks on average, so every kill still finds work to interrupt.
 TASKS_PER_KILL = 8
+# A round may finish far more than that when this process is slow to see the
+# target's progress (a loaded machine): before each round that is to be killed,
+# the built-in batch is grown whenever fewer tasks than this are unfinished, so
+# every requested kill is delivered to a run with work in hand, at any speed.
+MIN_UNFINISHED = 4 * TASKS_PER_KILL
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +142,8 @@ class _Rounds:
 
     def run(self, kills: int) -> None:
         for number in range(kills + 1):
+            if number < kills:
+                self._top_up(kills - number)
             record = self._one(number, kill=number < kills)
             self.runs.append(record)
             if self.on_run is not None:
@@ -176,6 +185,21 @@ class _Rounds:
             seconds=time.monotonic() - begun,
             output_tail=self._output(number)[-OUTPUT_TAIL_CHARS:],
         )
+
+    def _top_up(self, kills_left: int) -> None:
+        """Grow the built-in batch if it might finish before the kills left are
+        delivered (its runs enqueue every task up to ``$CAIRN_CHAOS_TASKS``)."""
+        if self.setup.target != absolute(BUILTIN):
+            return
+        counts = self.store.batch_counts(BUILTIN_BATCH)
+        unfinished = sum(n for status, n in counts.items() if status not in FINISHED_STATUSES)
+        if counts and unfinished < MIN_UNFINISHED:
+            planned = int(self.setup.env[TASKS_ENV])
+            self.setup.env[TASKS_ENV] = str(planned + TASKS_PER_KILL * kills_left)
+            self.notes.append(
+                f"grew the batch from {planned} to {self.setup.env[TASKS_ENV]} tasks, so the "
+                f"{kills_left} kill(s) left each find work"
+            )
 
     def _wait_for_progress(self, running: Running, baseline: tuple[int, int]) -> float | None:
         begun = time.monotonic()
@@ -228,6 +252,7 @@ def _report(
         redundant_steps=sum(n - 1 for n in step_runs.values()),
         op_recalls=sum(op.calls - 1 for op in operations if op.calls > 1),
         effects=sum(effects.values()),
+        tasks=sum(1 for _ in store.list_tasks()),
         incomplete=tuple(_incomplete(store)),
         unsettled_operations=tuple(
             f"{op.key} ({op.status})" for op in operations if op.status != "completed"
