@@ -482,3 +482,24 @@ def test_redundant_execution_rate_counts_keys_run_twice(url: str) -> None:
     data = json.loads(cli("ops", "--store", url, "--json").stdout)
     assert (data["keys"], data["redundant_keys"], data["redundant_execution_rate"]) == (2, 1, 0.5)
     resumed.app.close()
+
+
+def test_a_late_result_is_shown_beside_the_keys_own(url: str, store: Store) -> None:
+    """A claimant that lost its task and learned what the outside world did keeps
+    that only as the key's late result: `cairn ops` shows it after the key's own
+    outcome, and --json and --csv carry it with its time."""
+    clock = FakeClock()
+    done = charges(url, clock)
+    assert done.run() == {"charged": "c1"}
+    done.app.close()
+    assert store.record_late_result("", KEY, '{"charged": "c1", "late": true}', clock.now())
+    table = cli("ops", "--store", url)
+    assert table.exit_code == 0, table.output
+    assert "late, from a claimant that had lost its task" in table.output
+    listed = json.loads(cli("ops", "--store", url, "--json").stdout)
+    (entry,) = [op for op in listed["operations"] if op["key"] == KEY]
+    assert entry["result"] == {"charged": "c1"}
+    assert entry["late_result"] == {"charged": "c1", "late": True}
+    assert entry["late_at"] is not None
+    (line,) = list(csv.DictReader(io.StringIO(cli("ops", "--store", url, "--csv").stdout)))
+    assert json.loads(line["late_result"]) == {"charged": "c1", "late": True}

@@ -57,6 +57,8 @@ _CSV_COLUMNS = (
     "completed_at",
     "result",
     "error",
+    "late_result",
+    "late_at",
 )
 # The CLI has no app to ask for its lease: it judges claims with the default one.
 DEFAULT_GRACE = takeover_grace(timedelta(seconds=DEFAULT_LEASE_SECONDS))
@@ -243,6 +245,16 @@ def _outcome(row: _Row) -> str:
     return "in doubt" if op.status == "in_doubt" else MISSING
 
 
+def _late(row: _Row) -> str:
+    """What a claimant that had lost its task learned, if one reported: it never
+    became the key's result, but it says the outside world acted for that claim."""
+    op = row.op
+    if op.late_result is None:
+        return ""
+    value = clip(stored_value(op.late_result, row.codec), _RESULT_WIDTH)
+    return f"; late, from a claimant that had lost its task ({short_time(op.late_at)}): {value}"
+
+
 def _print_table(rows: list[_Row], redundant: int, keys: int) -> None:
     console = stdout_console()
     scoped = any(row.op.scope for row in rows)
@@ -260,7 +272,7 @@ def _print_table(rows: list[_Row], redundant: int, keys: int) -> None:
             str(op.calls),
             short_time(op.first_claimed_at),
             short_time(op.completed_at),
-            _outcome(row),
+            _outcome(row) + _late(row),
         )
     if table.row_count:
         table.print()
@@ -297,6 +309,8 @@ def _op_dict(row: _Row) -> dict[str, Any]:
         "updated_at": iso_time(op.updated_at),
         "result": _result_value(row),
         "error": parse_error(op.error),
+        "late_result": value_for_json(op.late_result, row.codec),
+        "late_at": iso_time(op.late_at),
     }
 
 
@@ -322,6 +336,8 @@ def _print_csv(rows: list[_Row]) -> None:
                 iso_time(op.completed_at) or "",
                 result or "",
                 error_line(op.error, width=None),
+                "" if op.late_result is None else stored_value(op.late_result, row.codec),
+                iso_time(op.late_at) or "",
             )
         )
 
