@@ -51,7 +51,7 @@ def spawn(
     task_def = app.registered(task.name)
     seq = run.next_seq()
     record = run.replayed(seq, "spawn", task_def.name)
-    what = _What("spawn", task_def.name)
+    what = _What("spawn", task_def.name, seq)
     if record is not None and record.status == "completed":
         return ChildTask(run.decode(record.output or "null", what))
     started = run.now()
@@ -94,7 +94,7 @@ def join_machine(
     """Wait for every child to complete and return their results, in order."""
     seq = run.next_seq()
     record = run.replayed(seq, "join", "join")
-    what = _What("join", "join")
+    what = _What("join", "join", seq)
     if record is not None and record.status == "completed":
         return run.decode(record.output or "[]", what)  # type: ignore[no-any-return]
     started = run.now()

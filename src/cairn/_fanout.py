@@ -55,7 +55,7 @@ def open_map(run: TaskRun, name: str, count: int) -> int:
     """Write (or replay) the map's head; return the position of its first item."""
     seq = run.next_seq()
     record = run.replayed(seq, "map", name)
-    what = _What("map", name)
+    what = _What("map", name, seq)
     if record is None:
         record_completed(run, seq, "map", name, run.encode(count, what), run.now())
     else:

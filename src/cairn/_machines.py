@@ -23,17 +23,20 @@ _SELF_DECODING = frozenset({int, str, bool, type(None)})
 
 
 class _What:
-    """Names the entry in an error message; formatted only if one is raised."""
+    """Names the entry (and its position in the history) in an error message;
+    formatted only if one is raised."""
 
-    __slots__ = ("kind", "name")
+    __slots__ = ("kind", "name", "seq")
 
-    def __init__(self, kind: str, name: str) -> None:
+    def __init__(self, kind: str, name: str, seq: int | None = None) -> None:
         self.kind = kind
         self.name = name
+        self.seq = seq
 
     def __str__(self) -> str:
         label = "step" if self.kind == "step" else f"recorded {self.kind}"
-        return f"{label} {self.name!r}"
+        where = "" if self.seq is None else f" (position {self.seq})"
+        return f"{label} {self.name!r}{where}"
 
 
 def entry(
@@ -110,7 +113,7 @@ def step_machine(
     if seq is None:
         seq = run.next_seq()
     record = run.replayed(seq, kind, name)
-    what = _What(kind, name)
+    what = _What(kind, name, seq)
     if record is not None and record.status == "completed":
         return run.decode(record.output or "null", what)
     # Attempts are durable: a crash during attempt 3 resumes at attempt 3. The

@@ -7,7 +7,8 @@ While A is frozen, process B runs the same batch: it waits until A's lease has
 lapsed, takes the task over, finds the key in doubt and settles it by its policy
 (under the default policy, an operator follows the error's advice with
 ``cairn ops resolve``, and a third run finishes). Only then is A woken with
-SIGCONT.
+SIGCONT. The three doubt policies play at once, each with a store and a payment
+server of its own.
 
 What the payment server in this test process counts is the truth: every key is
 charged exactly once, and A, woken, makes no call. What the store holds is B's
@@ -23,6 +24,9 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +45,7 @@ LEASE_SECONDS = 2.0
 START_TIMEOUT_SECONDS = 60.0
 RUN_TIMEOUT_SECONDS = 120.0
 CLI = [sys.executable, "-c", "from cairn.cli import main; main()"]
+POLICIES = ("reconcile", "retry", "raise")
 
 
 @dataclass(frozen=True)
@@ -81,9 +86,9 @@ def _stopped(pid: int) -> bool:
     return stat[stat.rindex(")") + 2 :].split()[0] == "T"
 
 
-def _freeze_a(scene: Scene, point: str) -> subprocess.Popen[str]:
-    """Start A, and freeze it (SIGSTOP) while it holds at ``point``."""
-    a = subprocess.Popen(
+def _start_a(scene: Scene, point: str) -> subprocess.Popen[str]:
+    """Start A, to hold at ``point`` of its charge."""
+    return subprocess.Popen(
         _command(scene, "--stop-at", point, "--marker", str(scene.marker)),
         cwd=ROOT,
         env=_env(),
@@ -91,6 +96,10 @@ def _freeze_a(scene: Scene, point: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def _freeze(scene: Scene, a: subprocess.Popen[str], point: str) -> None:
+    """Freeze A (SIGSTOP) while it holds at ``point``."""
     held = wait_until(
         lambda: scene.marker.exists() or a.poll() is not None, START_TIMEOUT_SECONDS, poll=0.02
     )
@@ -99,7 +108,6 @@ def _freeze_a(scene: Scene, point: str) -> subprocess.Popen[str]:
     os.kill(a.pid, signal.SIGSTOP)
     assert wait_until(lambda: _stopped(a.pid), START_TIMEOUT_SECONDS, poll=0.01)
     scene.marker.unlink()  # once woken, A goes on from exactly where it held
-    return a
 
 
 def _run_b(scene: Scene) -> subprocess.CompletedProcess[str]:
@@ -161,53 +169,86 @@ def _settle_as_operator(scene: Scene, b: subprocess.CompletedProcess[str]) -> No
     assert again.returncode == 0, again.stderr
 
 
-def _play(scene: Scene, point: str) -> tuple[str, str]:
-    """A freezes at ``point``; B (and the operator) finish; then A is woken."""
-    a = _freeze_a(scene, point)
+def _finish_without_a(scene: Scene) -> None:
+    """While A is frozen: B runs the batch to its end (and, under the default
+    policy, an operator settles the key and runs it again)."""
+    b = _run_b(scene)
+    if scene.policy == "raise":
+        _settle_as_operator(scene, b)
+    else:
+        assert b.returncode == 0, b.stderr
+
+
+def _play(scenes: list[Scene], point: str) -> list[str]:
+    """In every scene at once (one per policy, each with its own store and payment
+    server): A freezes at ``point``; B (and the operator) finish; then A is
+    woken, and must send nothing more. Returns each A's log."""
+    started = [_start_a(scene, point) for scene in scenes]
+    woken: list[tuple[str, str]] = []
     try:
-        b = _run_b(scene)
-        if scene.policy == "raise":
-            _settle_as_operator(scene, b)
-        else:
-            assert b.returncode == 0, b.stderr
-        requests_before_waking = scene.server.requests
+        for scene, a in zip(scenes, started, strict=True):
+            _freeze(scene, a, point)
+        with ThreadPoolExecutor(len(scenes)) as pool:
+            list(pool.map(_finish_without_a, scenes))  # re-raises what failed
+        before_waking = [scene.server.requests for scene in scenes]
     finally:
-        woken = _wake(a)
-    assert scene.server.requests == requests_before_waking, f"A called after waking: {woken}"
-    return woken
+        woken = [_wake(a) for a in started]
+    for scene, requests, (_, log) in zip(scenes, before_waking, woken, strict=True):
+        assert scene.server.requests == requests, f"A called after waking ({scene.policy}): {log}"
+    return [log for _, log in woken]
+
+
+StoreFor = Callable[[str], str]
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def store_for(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFor:
+    """A fresh store per policy, of each backend (on PostgreSQL, a schema of its own
+    in the test's database)."""
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'pause.db'}"
-    return str(request.getfixturevalue("pg_url"))
+        return lambda policy: f"sqlite:///{tmp_path / f'pause-{policy}.db'}"
+    url = str(request.getfixturevalue("pg_url"))
+    return lambda policy: f"{url}?schema=pause_{policy}"
 
 
-@pytest.mark.parametrize("policy", ["reconcile", "retry", "raise"])
-def test_frozen_before_its_call_never_calls(store: str, policy: str, tmp_path: Path) -> None:
+@contextmanager
+def _scenes(store_for: StoreFor, tmp_path: Path) -> Iterator[list[Scene]]:
+    """One scene per doubt policy, each with its own store and payment server. The
+    server dedupes keys only for on_doubt="retry" (its premise); for the others it
+    charges every request, so any second call shows as a second charge."""
+    with ExitStack() as stack:
+        yield [
+            Scene(
+                store_for(policy),
+                stack.enter_context(PaymentServer(honor_keys=policy == "retry")),
+                policy,
+                tmp_path / f"frozen-{policy}",
+            )
+            for policy in POLICIES
+        ]
+
+
+def test_frozen_before_its_call_never_calls(store_for: StoreFor, tmp_path: Path) -> None:
     """A freezes after claiming the key, before its outside call, past its lease. B
     takes over, finds the key in doubt, and (by its policy, or an operator's
     `ops resolve --retry`) charges it. A, woken, checks its lease by its own
-    clock, finds its task gone, and stops with LeaseLost: the key is charged once,
-    by one request, and A wrote nothing and learned nothing."""
-    honor = policy == "retry"  # the premise of on_doubt="retry": the API dedupes keys
-    with PaymentServer(honor_keys=honor) as server:
-        scene = Scene(store, server, policy, tmp_path / "frozen")
-        _, a_log = _play(scene, "after_claim")
-        assert server.requests_by_key() == {KEY: 1}
-        assert server.charges_by_item() == {"item-00": 1}
-    assert "no longer holds its lease" in a_log, a_log
-    op = _operation(scene)
-    assert op.status == "completed"
-    assert op.late_result is None
-    assert op.result is not None
-    assert json.loads(op.result)["id"] == "ch_1"
+    clock, finds its task gone, and stops with LeaseLost: under every policy the
+    key is charged once, by one request, and A wrote nothing and learned nothing."""
+    with _scenes(store_for, tmp_path) as scenes:
+        logs = _play(scenes, "after_claim")
+        for scene, a_log in zip(scenes, logs, strict=True):
+            assert scene.server.requests_by_key() == {KEY: 1}, scene.policy
+            assert scene.server.charges_by_item() == {"item-00": 1}, scene.policy
+            assert "no longer holds its lease" in a_log, (scene.policy, a_log)
+            op = _operation(scene)
+            assert op.status == "completed"
+            assert op.late_result is None
+            assert op.result is not None
+            assert json.loads(op.result)["id"] == "ch_1"
 
 
-@pytest.mark.parametrize("policy", ["reconcile", "retry", "raise"])
 def test_frozen_after_its_call_records_nothing_in_the_new_owners_history(
-    store: str, policy: str, tmp_path: Path
+    store_for: StoreFor, tmp_path: Path
 ) -> None:
     """A freezes after its charge went through, before recording the answer, past
     its lease. B takes over and settles the key by its policy: reconcile finds
@@ -215,19 +256,18 @@ def test_frozen_after_its_call_records_nothing_in_the_new_owners_history(
     default an operator sees the charge and records it with `ops resolve
     --result`. A, woken, may not record into the history B now owns: it keeps the
     charge only as the key's late result and stops with LeaseLost. One charge."""
-    honor = policy == "retry"
-    with PaymentServer(honor_keys=honor) as server:
-        scene = Scene(store, server, policy, tmp_path / "frozen")
-        _, a_log = _play(scene, "after_act")
-        expected_requests = 2 if policy == "retry" else 1
-        assert server.requests_by_key() == {KEY: expected_requests}
-        assert server.charges_by_item() == {"item-00": 1}
-        charge = server.charge_for(KEY)
-    assert "no longer holds its lease" in a_log, a_log
-    op = _operation(scene)
-    assert op.status == "completed"
-    assert op.result is not None
-    assert charge is not None
-    assert json.loads(op.result)["id"] == charge["id"]
-    assert op.late_result is not None, "A's late answer is kept for the audit"
-    assert json.loads(op.late_result)["id"] == charge["id"]
+    with _scenes(store_for, tmp_path) as scenes:
+        logs = _play(scenes, "after_act")
+        for scene, a_log in zip(scenes, logs, strict=True):
+            expected_requests = 2 if scene.policy == "retry" else 1
+            assert scene.server.requests_by_key() == {KEY: expected_requests}, scene.policy
+            assert scene.server.charges_by_item() == {"item-00": 1}, scene.policy
+            charge = scene.server.charge_for(KEY)
+            assert "no longer holds its lease" in a_log, (scene.policy, a_log)
+            op = _operation(scene)
+            assert op.status == "completed"
+            assert op.result is not None
+            assert charge is not None
+            assert json.loads(op.result)["id"] == charge["id"]
+            assert op.late_result is not None, "A's late answer is kept for the audit"
+            assert json.loads(op.late_result)["id"] == charge["id"]

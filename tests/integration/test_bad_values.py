@@ -44,8 +44,9 @@ def test_a_step_returning_a_lone_surrogate_fails_naming_the_step_and_where(
     any_app: Cairn,
 ) -> None:
     """On either store, a step whose value holds a lone surrogate fails its task at
-    once with a CodecError naming the step, where in the value it is and how to
-    clean it; the step records nothing, and the steps before it stay recorded."""
+    once with a CodecError naming the step and its position in the history, where
+    in the value it is and how to clean it; the step records nothing, and the
+    steps before it stay recorded."""
     app = any_app
 
     @app.task
@@ -56,7 +57,7 @@ def test_a_step_returning_a_lone_surrogate_fails_naming_the_step_and_where(
     with pytest.raises(TaskFailed) as failed:
         app.run(review, task_id="r")
     message = str(failed.value)
-    assert "step 'analyze': cannot record text holding a lone surrogate" in message
+    assert "step 'analyze' (position 2): cannot record text holding a lone surrogate" in message
     assert "found at $.reply[1]" in message
     assert "text.encode('utf-8', 'replace')" in message
     assert isinstance(failed.value.__cause__, CodecError)
