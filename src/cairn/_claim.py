@@ -153,21 +153,20 @@ class Claimer:
         ours (or finish); None when nothing is left for this process."""
         with claim_lock:
             app = self._app
-            looked = app.clock.monotonic() >= self._next_orphan_look
-            if looked:
-                orphan = self._orphan()
+            elsewhere = None
+            if app.clock.monotonic() >= self._next_orphan_look:
+                orphan, elsewhere = self._orphan()
                 if orphan is not None:
                     return orphan
             pending = self._pending()
             if pending is not None:
                 return pending
-            # Nothing pending: orphans are all that is left to claim.
-            orphan = None if looked else self._orphan()
-            if orphan is not None:
-                return orphan
-            if app.store.running_elsewhere(app.owner, self._batch, self._names):
-                return WAIT
-            return None
+            if elsewhere is None:
+                # Nothing pending: orphans are all that is left to claim.
+                orphan, elsewhere = self._orphan()
+                if orphan is not None:
+                    return orphan
+            return WAIT if elsewhere else None
 
     def _pending(self) -> TaskRecord | None:
         app = self._app
@@ -179,32 +178,40 @@ class Claimer:
             _hold(app, claimed, sent_at)
         return claimed
 
-    def _orphan(self) -> TaskRecord | None:
-        """Claim a running task whose owner is gone or whose lease has lapsed.
+    def _orphan(self) -> tuple[TaskRecord | None, bool]:
+        """Claim a running task whose owner is gone or whose lease has lapsed; and
+        whether other owners run tasks (that may yet become ours, or finish).
 
         A look that finds one is due again at once (a dead worker leaves several);
         a look that finds none waits ``poll_interval`` while pending work remains."""
         app = self._app
         now = app.clock.now()
-        for task in self._orphan_candidates(now):
+        candidates, elsewhere = self._orphan_candidates(now)
+        for task in candidates:
             reason = reason_to_take(app, task, now)
             if reason is not None:
                 claimed = _take(app, task, reason, now)
                 if claimed is not None:
-                    return claimed
+                    return claimed, elsewhere
         self._next_orphan_look = app.clock.monotonic() + app.poll_interval
-        return None
+        return None, elsewhere
 
-    def _orphan_candidates(self, now: datetime) -> list[TaskRecord]:
-        """Running tasks of owners known gone, ours left behind, then lapsed leases."""
+    def _orphan_candidates(self, now: datetime) -> tuple[list[TaskRecord], bool]:
+        """Running tasks of owners known gone, ours left behind, then lapsed leases;
+        and whether any owner but this process runs tasks at all."""
         app, store = self._app, self._app.store
         found: list[TaskRecord] = []
-        for owner in store.running_owners(self._batch, self._names):
+        owners = store.running_owners(self._batch, self._names)
+        for owner in owners:
             if owner == app.owner:
                 mine = store.owned_running(owner, self._batch, self._names, _OWN_TASKS_LIMIT)
                 found += [t for t in mine if not is_active_here(store.identity, t.id)]
             elif owner_is_gone(owner):
                 found += store.owned_running(owner, self._batch, self._names, _ORPHANS_PER_LOOK)
-        lapsed_before = now - app.takeover_grace
-        found += store.expired_running(self._batch, self._names, lapsed_before, _ORPHANS_PER_LOOK)
-        return found
+        elsewhere = any(owner != app.owner for owner in owners)
+        if elsewhere:  # a lease of our own is never ours to take over
+            lapsed_before = now - app.takeover_grace
+            found += store.expired_running(
+                self._batch, self._names, lapsed_before, _ORPHANS_PER_LOOK
+            )
+        return found, elsewhere

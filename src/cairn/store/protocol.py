@@ -137,10 +137,6 @@ class Store(Protocol):
         """Up to ``limit`` running tasks held by ``owner``, in enqueue order."""
         ...
 
-    def running_elsewhere(self, owner: str, batch: str | None, names: Sequence[str] | None) -> bool:
-        """True if some task is running under an owner other than ``owner``."""
-        ...
-
     def running_tasks(self, batch: str | None) -> list[TaskRecord]:
         """Tasks in status running, of one batch or (None) of every batch."""
         ...

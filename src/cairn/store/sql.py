@@ -89,9 +89,6 @@ OWNED_RUNNING = (
     f"SELECT {TASK_COLUMNS} FROM tasks WHERE status = 'running' AND owner = ? "
     "AND {filter} ORDER BY pos LIMIT ?"
 )
-RUNNING_ELSEWHERE = (
-    "SELECT 1 FROM tasks WHERE status = 'running' AND owner <> ? AND {filter} LIMIT 1"
-)
 # Suspend a running task (ctx.wait_for) unless the signal it waits for is there
 # already: checked in the same statement, so a signal sent at any moment either
 # is seen here or finds the task waiting and wakes it.

@@ -267,10 +267,6 @@ class SQLStore(ABC):
         rows = self._exec(statement, (owner, *params, limit)).rows
         return [sql.task_record(r) for r in rows]
 
-    def running_elsewhere(self, owner: str, batch: str | None, names: Sequence[str] | None) -> bool:
-        where, params = self._filter(batch, names)
-        return bool(self._exec(sql.RUNNING_ELSEWHERE.format(filter=where), (owner, *params)).rows)
-
     def running_tasks(self, batch: str | None) -> list[TaskRecord]:
         if batch is None:
             rows = self._exec(sql.RUNNING_ALL).rows
