@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         return ctx.step("receipt", receipt, item, amount, charge)
 
     with app, payments:
-        report = app.run_batch(BATCH, charge_item, [{"item": ITEM}], progress=False)
+        report = app.run_batch(BATCH, charge_item, [{"item": ITEM}], concurrency=1, progress=False)
     summary = {
         "pid": os.getpid(),
         "ok": report.ok,

@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from typer.testing import CliRunner
 from cairn import Cairn, CodecError, Context, StoreError, StoreUnavailable
 from cairn.cli import app as cli_app
 from cairn.clock import FakeClock
+from cairn.store.records import NewTask
 from cairn.store.sqlite import SQLiteStore
 from tests.filesystems import fill, small_tmpfs
 
@@ -232,6 +234,32 @@ def test_a_lock_taken_while_a_step_works_stops_the_task_and_spends_no_attempt(
     assert app.run(task, task_id="t") == "done"
     assert calls == ["work", "work"]
     app.close()
+
+
+def test_a_claim_that_finds_nothing_takes_no_write_lock(holder: Holder, tmp_path: Path) -> None:
+    """An idle claimer on SQLite looks with a read before it writes: while another
+    process holds the store's write lock (a writer that is stuck, or paused), a
+    claim that finds nothing pending returns None at once instead of queueing for
+    the lock; and once there is work, claiming it needs the lock as before."""
+    store = SQLiteStore(tmp_path / "cairn.db", busy_timeout_ms=100)
+    now = datetime(2026, 5, 24, tzinfo=UTC)
+    holder.lock()
+    try:
+        assert store.claim_next_pending(None, "me", now, now, names=("job",)) is None
+        assert store.claim_next_pending("b", "me", now, now) is None
+    finally:
+        holder.unlock()
+    store.enqueue([NewTask("b/1", "job", "{}", "json", "b", "1")], now)
+    holder.lock()
+    try:
+        with pytest.raises(StoreUnavailable, match="stayed locked"):
+            store.claim_next_pending("b", "me", now, now)
+    finally:
+        holder.unlock()
+    claimed = store.claim_next_pending("b", "me", now, now)
+    assert claimed is not None
+    assert claimed.id == "b/1"
+    store.close()
 
 
 # -- a damaged file -----------------------------------------------------------------------

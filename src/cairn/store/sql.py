@@ -54,18 +54,21 @@ CLAIM_SET = (
 # {index} is where a backend that can name the index of pending rows does so
 # (SQLite's INDEXED BY), so the claim never walks finished rows however many
 # there are; PostgreSQL's planner picks that partial index on its own.
+NEXT_PENDING = (
+    "SELECT pos FROM tasks{index} WHERE {filter} AND status = 'pending' ORDER BY pos LIMIT 1{lock}"
+)
 CLAIM_NEXT = (
-    f"UPDATE tasks SET {CLAIM_SET} WHERE pos = ("
-    "SELECT pos FROM tasks{index} WHERE {filter} AND status = 'pending' "
-    "ORDER BY pos LIMIT 1{lock}"
-    f") AND status = 'pending' RETURNING {TASK_COLUMNS}"
+    f"UPDATE tasks SET {CLAIM_SET} WHERE pos = ({NEXT_PENDING}) "
+    f"AND status = 'pending' RETURNING {TASK_COLUMNS}"
 )
 # A waiting task whose timeout has passed is taken up like a pending one.
-CLAIM_DUE = (
-    f"UPDATE tasks SET {CLAIM_SET} WHERE pos = ("
+NEXT_DUE = (
     "SELECT pos FROM tasks WHERE status = 'waiting' AND wake_at <= ? AND {filter} "
     "ORDER BY wake_at LIMIT 1{lock}"
-    f") AND status = 'waiting' RETURNING {TASK_COLUMNS}"
+)
+CLAIM_DUE = (
+    f"UPDATE tasks SET {CLAIM_SET} WHERE pos = ({NEXT_DUE}) "
+    f"AND status = 'waiting' RETURNING {TASK_COLUMNS}"
 )
 # Taking one task by id, compare-and-set on the fence the claimer read. A running
 # task is taken only if the claimer knows its owner is gone (the first ?, 1), or
@@ -257,6 +260,7 @@ RELEASE_PERMIT = (
 )
 # The heartbeat: push on the permits of calls still running in tasks this owner
 # runs. A task lost or cancelled meanwhile stops renewing, so its permit ends.
+HOLDS_PERMITS = "SELECT 1 FROM permits WHERE owner = ? AND held = 1 LIMIT 1"
 RENEW_PERMITS = (
     "UPDATE permits SET ends_at = ? WHERE owner = ? AND held = 1 AND task_id IN "
     "(SELECT id FROM tasks WHERE owner = ? AND status = 'running')"

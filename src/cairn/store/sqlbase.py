@@ -49,6 +49,15 @@ class Result(NamedTuple):
     rows: list[tuple[Any, ...]]
 
 
+class ClaimStatement(NamedTuple):
+    """One way to claim the next task: the claiming statement and its parameters,
+    and the read that finds its candidate without claiming it."""
+
+    statement: str
+    params: list[Any]
+    probe: tuple[str, list[Any]]
+
+
 class Tx(Protocol):
     """Statements inside one transaction."""
 
@@ -187,12 +196,22 @@ class SQLStore(ABC):
         *,
         names: Sequence[str] | None = None,
     ) -> TaskRecord | None:
-        for statement, params in self.claim_statements(batch, names, owner, lease_until, now):
+        for claim in self.claim_statements(batch, names, owner, lease_until, now):
+            if self.look_before_writing:
+                probe, probe_params = claim.probe
+                if not self._exec(probe, probe_params).rows:
+                    continue  # nothing of this kind to claim: no write taken
             with self._writing():
-                rows = self._exec(statement, params).rows
+                rows = self._exec(claim.statement, claim.params).rows
             if rows:
                 return sql.task_record(rows[0])
         return None
+
+    # A backend whose writers lock the whole store (SQLite) first looks with a
+    # read whether there is anything to claim (or permits to renew): an idle
+    # poller then takes no write lock, so it never holds one while it is paused,
+    # nor queues behind writers.
+    look_before_writing: ClassVar[bool] = False
 
     def claim_statements(
         self,
@@ -201,18 +220,25 @@ class SQLStore(ABC):
         owner: str,
         lease_until: datetime,
         now: datetime,
-    ) -> list[tuple[str, list[Any]]]:
+    ) -> list[ClaimStatement]:
         """The statements ``claim_next_pending`` tries, in order, with their
         parameters: the oldest pending task, then a waiting task whose timeout
         has come. (The claim-plan tests explain exactly these.)"""
         stamp = self._ts(now)
         claim_set = [owner, self._ts(lease_until), stamp, stamp]
         where, filter_params = self._filter(batch, names)
-        pending = sql.CLAIM_NEXT.format(
-            filter=where, lock=self.claim_lock_clause, index=self._pending_index(batch)
-        )
-        due = sql.CLAIM_DUE.format(filter=where, lock=self.claim_lock_clause)
-        return [(pending, claim_set + filter_params), (due, [*claim_set, stamp, *filter_params])]
+        index = self._pending_index(batch)
+        lock = self.claim_lock_clause
+        pending = sql.CLAIM_NEXT.format(filter=where, lock=lock, index=index)
+        next_pending = sql.NEXT_PENDING.format(filter=where, lock="", index=index)
+        due = sql.CLAIM_DUE.format(filter=where, lock=lock)
+        next_due = sql.NEXT_DUE.format(filter=where, lock="")
+        return [
+            ClaimStatement(pending, claim_set + filter_params, (next_pending, filter_params)),
+            ClaimStatement(
+                due, [*claim_set, stamp, *filter_params], (next_due, [stamp, *filter_params])
+            ),
+        ]
 
     def claim_task(
         self,
@@ -280,7 +306,8 @@ class SQLStore(ABC):
         stamp = self._ts(lease_until)
         with self._writing():
             renewed = self._exec(sql.RENEW, (stamp, owner), patient=patient).rows
-            self._exec(sql.RENEW_PERMITS, (stamp, owner, owner), patient=patient)
+            if not self.look_before_writing or self._exec(sql.HOLDS_PERMITS, (owner,)).rows:
+                self._exec(sql.RENEW_PERMITS, (stamp, owner, owner), patient=patient)
         return [(str(task_id), int(fence)) for task_id, fence in renewed]
 
     def renew_task(self, task_id: str, fence: int, lease_until: datetime) -> bool:

@@ -340,6 +340,8 @@ class SQLiteStore(SQLStore):
             except UnicodeEncodeError as exc:
                 raise unstorable_text(exc) from exc
 
+    look_before_writing = True
+
     def _pending_index(self, batch: str | None) -> str:
         # Without it SQLite's planner prefers the (status) index, which also
         # seeks to the pending rows, but nothing would keep it from drifting;
