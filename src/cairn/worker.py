@@ -77,6 +77,9 @@ class Worker:
         self._lock = threading.Lock()
         self._running: dict[str, int] = {}
         self._errors: list[BaseException] = []
+        # Stop signals received (by the handler), and how many were acted on.
+        self._signals: list[int] = []
+        self._signals_seen = 0
         self._scheduler = Scheduler(app, lambda created: self._wake.set())
 
     # -- control -----------------------------------------------------------------
@@ -97,9 +100,25 @@ class Worker:
                 log.info("cairn worker: handed task %s back", task_id)
 
     def install_signal_handlers(self) -> None:
-        """SIGTERM/SIGINT once: finish and stop. Twice: hand back and stop now."""
+        """SIGTERM/SIGINT once: finish and stop. Twice: hand back and stop now.
+
+        The handler only notes the signal. It runs in the main thread between any
+        two bytecodes, so taking a lock there (an ``Event``'s, the logging
+        module's) could wait forever for a lock the interrupted code holds: the
+        main loop, which comes round at least once a second, acts on it."""
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
+            self._signals.append(signum)  # list.append takes no lock of ours
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+
+    def _act_on_signals(self) -> None:
+        """The first stop signal: stop claiming, let running tasks finish. Any
+        later one: hand them back and exit now."""
+        while self._signals_seen < len(self._signals):
+            signum = self._signals[self._signals_seen]
+            self._signals_seen += 1
             if self._stopping.is_set():
                 log.warning("cairn worker: handing running tasks back and stopping")
                 self.hand_back()
@@ -113,9 +132,6 @@ class Worker:
                 count,
             )
             self.stop()
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
 
     # -- running -------------------------------------------------------------------
     def run(self) -> WorkerReport:
@@ -138,9 +154,10 @@ class Worker:
         for thread in threads:
             thread.start()
         while any(thread.is_alive() for thread in threads):
-            # The main thread listens for new work and keeps the signal handlers
-            # responsive; idle worker threads wake when it hears of some, and
-            # otherwise look again every idle_wait seconds on their own.
+            # The main thread listens for new work and acts on stop signals;
+            # idle worker threads wake when it hears of some, and otherwise look
+            # again every idle_wait seconds on their own.
+            self._act_on_signals()
             if self._stopping.is_set():
                 for thread in threads:
                     thread.join(0.2)
