@@ -16,7 +16,7 @@ import pytest
 
 from cairn import Cairn
 from cairn.clock import FakeClock
-from cairn.ownership import takeover_grace
+from cairn.engine.owners import takeover_grace
 
 LEASE = 10.0
 # Far enough past a crashed run's lease that another owner may take its task:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from cairn._batch import BatchReport, Failure
-from cairn._children import ChildTask
-from cairn._waiting import Signal
 from cairn.app import Cairn
 from cairn.clock import Clock, SystemClock
 from cairn.codec import Codec, JsonCodec, PickleCodec
 from cairn.context import Context
+from cairn.engine.batch import BatchReport, Failure
+from cairn.engine.children import ChildTask
+from cairn.engine.waits import Signal
 from cairn.errorclass import is_transient
 from cairn.errors import (
     BlobCorrupt,

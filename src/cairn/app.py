@@ -11,11 +11,6 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
-from cairn import _batch
-from cairn._batch import BatchReport
-from cairn._claim import claim_task
-from cairn._execute import Outcome, aexecute, execute
-from cairn._taskrun import FaultHook, no_fault
 from cairn.blobs import (
     DEFAULT_INLINE_LIMIT,
     BlobCodec,
@@ -27,6 +22,13 @@ from cairn.blobs import (
 from cairn.clock import Clock, SystemClock
 from cairn.codec import Codec, codec_for
 from cairn.context import Context
+from cairn.engine import batch as _batch
+from cairn.engine.batch import BatchReport
+from cairn.engine.claim import claim_task
+from cairn.engine.execute import Outcome, aexecute, execute
+from cairn.engine.leases import LeaseKeeper
+from cairn.engine.owners import DEFAULT_LEASE_SECONDS, current_owner, takeover_grace
+from cairn.engine.run import FaultHook, no_fault
 from cairn.errors import (
     CodecError,
     ConfigurationError,
@@ -40,10 +42,8 @@ from cairn.errors import (
     TaskWaiting,
     UnknownTask,
 )
-from cairn.leases import LeaseKeeper
 from cairn.limits import Limit, LimitBook, checked_limits
 from cairn.names import check_name
-from cairn.ownership import DEFAULT_LEASE_SECONDS, current_owner, takeover_grace
 from cairn.progress import choose_progress
 from cairn.retry import NO_RETRY, Retry
 from cairn.schedule import Catchup, Schedule, check_spec, fire_due, make_schedule

@@ -19,19 +19,19 @@ from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from cairn._effects import adrive, drive, in_event_loop
-from cairn._machines import sleep_machine, step_machine
-from cairn._once import OncePolicy, OnDoubt, Reconcile, once_machine
-from cairn._taskrun import TaskRun
+from cairn.engine.effects import adrive, drive, in_event_loop
+from cairn.engine.once import OncePolicy, OnDoubt, Reconcile, once_machine
+from cairn.engine.run import TaskRun
+from cairn.engine.steps import sleep_machine, step_machine
 from cairn.keys import bounded_key
 from cairn.names import check_name
 from cairn.retry import NO_RETRY, Retry
 
 if TYPE_CHECKING:
-    from cairn._children import ChildTask
-    from cairn._waiting import Signal
     from cairn.agent.conversation import Conversation
     from cairn.app import Cairn
+    from cairn.engine.children import ChildTask
+    from cairn.engine.waits import Signal
     from cairn.task import TaskDef
 
 T = TypeVar("T")
@@ -277,7 +277,7 @@ class Context:
         step: it must not call ``ctx`` itself. ``limit`` names a shared limit
         (see ``Cairn(limits=...)``) each item's call holds a permit of.
         """
-        from cairn import _fanout
+        from cairn.engine import fanout as _fanout
 
         if concurrency < 1:
             raise ValueError(f"ctx.map concurrency must be at least 1, not {concurrency}")
@@ -299,7 +299,7 @@ class Context:
         a resumed parent gets the same child back. The child's id is this task's
         id + ``/`` + ``key`` (default: the task name and the spawn's position).
         Workers (or the join) run it; ``ctx.join`` waits for it."""
-        from cairn._children import spawn
+        from cairn.engine.children import spawn
 
         return spawn(self._need_app("spawn"), self._run, task, key, kwargs)
 
@@ -311,7 +311,7 @@ class Context:
         polled for; if every unfinished child waits for a signal, this task
         suspends too and looks again every ``poll`` seconds. A failed or
         cancelled child raises ``ChildFailed``."""
-        from cairn._children import ChildTask, join_machine
+        from cairn.engine.children import ChildTask, join_machine
 
         handles: list[ChildTask] = []
         for child in children:
@@ -330,7 +330,7 @@ class Context:
         If the signal is not there yet, the task is suspended: it stops here,
         holding no process, and is taken up again (replaying to this point) when
         the signal arrives or the timeout passes. Use one name per wait."""
-        from cairn._waiting import seconds_of, wait_for
+        from cairn.engine.waits import seconds_of, wait_for
 
         return wait_for(self._run, check_name("signal name", name), seconds_of(timeout))
 

@@ -33,12 +33,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from cairn._effects import Machine, Wait
+from cairn.engine.effects import Machine, Wait
 from cairn.errors import ConfigurationError
 from cairn.names import check_name
 
 if TYPE_CHECKING:
-    from cairn._taskrun import TaskRun
+    from cairn.engine.run import TaskRun
 
 # A full limit whose permits are held by running calls is asked again after this
 # many seconds, doubling up to the cap: any of those calls may end at any moment.

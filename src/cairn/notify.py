@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from cairn._once import OnDoubt
 from cairn.context import Context
+from cairn.engine.once import OnDoubt
 from cairn.errors import ConfigurationError, Permanent
 from cairn.retry import Retry
 

@@ -7,8 +7,8 @@ import inspect
 from collections.abc import Callable
 from typing import Concatenate, ParamSpec, TypeVar
 
-from cairn._once import OnDoubt, Reconcile
 from cairn.context import current_context
+from cairn.engine.once import OnDoubt, Reconcile
 from cairn.errors import CairnError
 from cairn.retry import Retry
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from cairn._execute import Outcome
+    from cairn.engine.execute import Outcome
 
 log = logging.getLogger("cairn")
 

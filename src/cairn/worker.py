@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from cairn._claim import WAIT, Claimer
-from cairn._execute import Outcome, aexecute, execute
+from cairn.engine.claim import WAIT, Claimer
+from cairn.engine.execute import Outcome, aexecute, execute
 from cairn.schedule import Scheduler
 from cairn.store.postgres import redacted
 from cairn.store.records import TaskRecord

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from cairn.codec import codec_for
-from cairn.ownership import Owner
+from cairn.engine.owners import Owner
 from cairn.store import Store, open_store
 from cairn.store.records import TaskRecord
 from tests.acceptance.batch_script import BATCH, STEPS, first_value, step_output, task_id

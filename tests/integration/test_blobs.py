@@ -222,9 +222,9 @@ def test_a_huge_step_output_logs_a_warning_naming_the_step(
 ) -> None:
     """A step output above the warning size logs one warning that names the step and
     the task and suggests returning a reference instead."""
-    import cairn._taskrun
+    import cairn.engine.run
 
-    monkeypatch.setattr(cairn._taskrun, "WARN_ABOVE", 100_000)
+    monkeypatch.setattr(cairn.engine.run, "WARN_ABOVE", 100_000)
     monkeypatch.setattr("cairn.blobs.offload.WARN_ABOVE", 100_000)
 
     @app.task

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from cairn import Cairn, Context, Retry, TaskDef, op_key
-from cairn._taskrun import no_fault
+from cairn.engine.run import no_fault
 from cairn.testing import Fault, FaultPlan, Fired, InjectedCrash, clear_fault_hook
 
 SUBPROCESS_TIMEOUT_SECONDS = 60

@@ -19,7 +19,7 @@ import pytest
 
 from cairn import Cairn, Context, LeaseLost, Permanent, TaskCancelled, TaskFailed
 from cairn.clock import FakeClock
-from cairn.ownership import Owner, current_owner, takeover_grace
+from cairn.engine.owners import Owner, current_owner, takeover_grace
 
 LEASE_SECONDS = 30.0
 # Past the lease and the grace a taker still honours it for (ownership.takeover_grace).

@@ -13,8 +13,8 @@ import pytest
 
 from cairn import Cairn, Context
 from cairn.clock import FakeClock, SystemClock
+from cairn.engine.leases import LeaseKeeper
 from cairn.errors import StoreUnavailable
-from cairn.leases import LeaseKeeper
 from cairn.store.records import NewTask
 from cairn.store.sqlbase import SQLStore
 from tests.servers import wait_until

@@ -28,7 +28,7 @@ from cairn import (
     TaskFailed,
 )
 from cairn.clock import FakeClock, SystemClock
-from cairn.ownership import Owner, current_owner
+from cairn.engine.owners import Owner, current_owner
 
 KEY = "stripe/charge/order-7"
 NO_TASK_RETRY = Retry(attempts=1)

@@ -22,7 +22,7 @@ from threading import Thread
 import pytest
 
 from cairn import BatchReport, Cairn, Context, TaskBusy
-from cairn.ownership import Owner
+from cairn.engine.owners import Owner
 from cairn.store.records import TaskRecord
 from cairn.task import TaskDef
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from cairn._effects import Call, Machine, Wait, adrive, drive
 from cairn.clock import FakeClock
+from cairn.engine.effects import Call, Machine, Wait, adrive, drive
 
 
 class Stop(BaseException):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cairn.ownership import Owner, current_owner, owner_is_gone
+from cairn.engine.owners import Owner, current_owner, owner_is_gone
 
 
 def _spawn_idle_child() -> subprocess.Popen[bytes]:

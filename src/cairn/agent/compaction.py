@@ -19,8 +19,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cairn._effects import Machine
-from cairn._machines import step_machine
 from cairn.agent._window import Row, split_point
 from cairn.agent.pricing import Usage
 from cairn.agent.summarize import (
@@ -31,6 +29,8 @@ from cairn.agent.summarize import (
     summary_message,
 )
 from cairn.agent.tokens import count_message
+from cairn.engine.effects import Machine
+from cairn.engine.steps import step_machine
 from cairn.retry import NO_RETRY
 
 if TYPE_CHECKING:

@@ -54,7 +54,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from cairn._effects import adrive, drive
 from cairn.agent._window import Row, Window
 from cairn.agent.archive import StoredMessage, iter_history
 from cairn.agent.handoff import build_handoff, seed_rows
@@ -68,13 +67,14 @@ from cairn.agent.summarize import (
     summary_text,
 )
 from cairn.agent.tokens import DEFAULT_COUNTER, TokenCounter, count_message
+from cairn.engine.effects import adrive, drive
 from cairn.errors import NonDeterminismError, StoreError
 from cairn.names import check_name
 from cairn.store.records import MessageRecord
 
 if TYPE_CHECKING:
-    from cairn._taskrun import TaskRun
     from cairn.context import Context
+    from cairn.engine.run import TaskRun
 
 PAGE = 500
 DEFAULT_THRESHOLD = 8000

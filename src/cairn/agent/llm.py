@@ -24,8 +24,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from cairn._effects import Machine, adrive, drive, in_event_loop
-from cairn._machines import step_machine
 from cairn.agent._window import Row
 from cairn.agent.compaction import compaction_machine
 from cairn.agent.messages import Message, normalize
@@ -34,12 +32,14 @@ from cairn.agent.providers import Completion, Provider, default_client, provider
 from cairn.agent.reply import Reply
 from cairn.agent.summarize import is_async_summarizer
 from cairn.agent.tokens import count_message
+from cairn.engine.effects import Machine, adrive, drive, in_event_loop
+from cairn.engine.steps import step_machine
 from cairn.retry import Retry
 
 if TYPE_CHECKING:
-    from cairn._taskrun import TaskRun
     from cairn.agent.conversation import Conversation
     from cairn.context import Context
+    from cairn.engine.run import TaskRun
 
 Tools = Sequence[Mapping[str, Any]] | None
 

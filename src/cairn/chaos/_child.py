@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cairn._batch import BatchReport
+from cairn.engine.batch import BatchReport
 from cairn.testing._targets import load
 
 

@@ -26,8 +26,8 @@ from rich.text import Text
 
 from cairn.blobs.ref import is_ref
 from cairn.codec import JsonCodec, codec_for
+from cairn.engine.owners import DEFAULT_LEASE_SECONDS, claimant_alive, takeover_grace
 from cairn.errors import CairnError
-from cairn.ownership import DEFAULT_LEASE_SECONDS, claimant_alive, takeover_grace
 from cairn.store import Store
 from cairn.store.records import OperationRecord, OperationStatus, TaskRecord
 

@@ -39,9 +39,9 @@ Built on the hook:
 
 from __future__ import annotations
 
-from cairn._taskrun import FaultHook, no_fault
 from cairn.app import Cairn
 from cairn.clock import FakeClock
+from cairn.engine.run import FaultHook, no_fault
 from cairn.testing.crash import (
     Boundary,
     CaseResult,

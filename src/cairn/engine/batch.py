@@ -14,8 +14,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from cairn._claim import WAIT, Claimer
-from cairn._execute import Outcome, aexecute, execute
+from cairn.engine.claim import WAIT, Claimer
+from cairn.engine.execute import Outcome, aexecute, execute
 from cairn.progress import Progress
 from cairn.store.records import FINISHED_STATUSES, TaskRecord
 

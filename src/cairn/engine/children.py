@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from cairn._claim import claim_task, claimable
-from cairn._effects import Call, Machine, Wait
-from cairn._machines import _What, record_completed
-from cairn._taskrun import TaskRun
+from cairn.engine.claim import claim_task, claimable
+from cairn.engine.effects import Call, Machine, Wait
+from cairn.engine.run import TaskRun
+from cairn.engine.steps import _What, record_completed
 from cairn.errors import ChildFailed, Suspended, TaskConflict, UnknownTask
 from cairn.names import check_name
 from cairn.store.records import NewTask, TaskRecord
@@ -137,7 +137,7 @@ def join_machine(
 
 def _run_inline(app: Cairn, child: TaskRecord) -> None:
     """Run a child no one has started in this thread (the parent's)."""
-    from cairn._execute import aexecute, execute
+    from cairn.engine.execute import aexecute, execute
 
     claimed = claim_task(app, child)
     if claimed is None:
@@ -150,7 +150,7 @@ def _run_inline(app: Cairn, child: TaskRecord) -> None:
 
 async def _arun_inline(app: Cairn, child: TaskRecord) -> None:
     """``_run_inline`` for a parent running in an event loop."""
-    from cairn._execute import aexecute, execute
+    from cairn.engine.execute import aexecute, execute
 
     claimed = claim_task(app, child)
     if claimed is None:

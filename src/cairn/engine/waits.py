@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from cairn._machines import entry, record_completed
-from cairn._taskrun import TaskRun
 from cairn.codec import codec_for
+from cairn.engine.run import TaskRun
+from cairn.engine.steps import entry, record_completed
 from cairn.errors import Suspended
 
 Timeout = float | timedelta | None

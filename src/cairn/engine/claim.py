@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
-from cairn.ownership import (
+from cairn.engine.owners import (
     TakeoverReason,
     claim_lock,
     is_active_here,

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from cairn._effects import Call, Machine, Wait
-from cairn._taskrun import TaskRun, describe_error
 from cairn.clock import from_iso, to_iso
+from cairn.engine.effects import Call, Machine, Wait
+from cairn.engine.run import TaskRun, describe_error
 from cairn.limits import acquire, release
 from cairn.retry import Retry
 from cairn.store.records import StepKind, StepRecord, StepStatus

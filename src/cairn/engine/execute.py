@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from cairn._claim import release
-from cairn._effects import Call, Machine, Wait, adrive, drive
-from cairn._taskrun import TaskRun, describe_error
 from cairn.context import Context, _current
+from cairn.engine.claim import release
+from cairn.engine.effects import Call, Machine, Wait, adrive, drive
+from cairn.engine.run import TaskRun, describe_error
 from cairn.errors import (
     CairnControl,
     Cancelled,

@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from cairn._effects import Call, Machine, Wait
-from cairn._machines import entry
-from cairn._taskrun import TaskRun, describe_error
+from cairn.engine.effects import Call, Machine, Wait
+from cairn.engine.owners import claimant_alive, owner_is_gone
+from cairn.engine.run import TaskRun, describe_error
+from cairn.engine.steps import entry
 from cairn.errors import CodecError, InDoubtOperation, OperationFailed, StoreUnavailable
-from cairn.ownership import claimant_alive, owner_is_gone
 from cairn.retry import Retry, is_permanent
 from cairn.store.records import OperationRecord
 

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
-from cairn._effects import inside_call
 from cairn.blobs.offload import WARN_ABOVE, Offloader, warn_if_large
 from cairn.clock import Clock
 from cairn.codec import Codec, storable_text
+from cairn.engine.effects import inside_call
+from cairn.engine.leases import LeaseKeeper
 from cairn.errors import (
     BlobError,
     CairnError,
@@ -29,7 +30,6 @@ from cairn.errors import (
     NonDeterminismError,
     TimeLimitExceeded,
 )
-from cairn.leases import LeaseKeeper
 from cairn.limits import NO_LIMITS, LimitBook
 from cairn.store.protocol import Store
 from cairn.store.records import StepKind, StepRecord

@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cairn._effects import Machine, adrive, drive
-from cairn._machines import _What, record_completed, step_machine
-from cairn._taskrun import TaskRun
+from cairn.engine.effects import Machine, adrive, drive
+from cairn.engine.run import TaskRun
+from cairn.engine.steps import _What, record_completed, step_machine
 from cairn.keys import bounded_key
 from cairn.retry import Retry
 
