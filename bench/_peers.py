@@ -39,6 +39,11 @@ def go_offline() -> None:
     os.environ.update(_OFFLINE_ENV)
 
 
+def offline_variables() -> list[str]:
+    """The names of the variables ``go_offline`` sets."""
+    return list(_OFFLINE_ENV)
+
+
 def offline_settings() -> str:
     return ", ".join(f"{k}={v}" for k, v in _OFFLINE_ENV.items())
 

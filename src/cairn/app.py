@@ -9,11 +9,11 @@ import shlex
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
+from types import MappingProxyType
 from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 from cairn.blobs import (
     DEFAULT_INLINE_LIMIT,
-    BlobCodec,
     BlobStore,
     Offloader,
     default_blobs_url,
@@ -25,15 +25,14 @@ from cairn.context import Context
 from cairn.engine import batch as _batch
 from cairn.engine.batch import BatchReport
 from cairn.engine.claim import claim_task
+from cairn.engine.config import EngineConfig, codec_named, task_named
 from cairn.engine.execute import Outcome, aexecute, execute
 from cairn.engine.leases import LeaseKeeper
 from cairn.engine.owners import DEFAULT_LEASE_SECONDS, current_owner, takeover_grace
-from cairn.engine.run import FaultHook, no_fault
+from cairn.engine.run import FaultHook, TaskRun, no_fault
 from cairn.errors import (
-    CodecError,
     ConfigurationError,
     ResultTimeout,
-    TaskArgumentsError,
     TaskBusy,
     TaskCancelled,
     TaskConflict,
@@ -214,15 +213,31 @@ class Cairn:
 
     def registered(self, name: str, *, task_id: str | None = None) -> TaskDef[..., Any]:
         """The task function registered as ``name``."""
-        task_def = self._tasks.get(name)
-        if task_def is None:
-            known = ", ".join(sorted(self._tasks)) or "none"
-            raise TaskNotRegistered(
-                f"no task function named {name!r} is registered on this app (registered: "
-                f"{known}). Decorate it with @app.task, or run with the app that has it.",
-                task_id=task_id,
-            )
-        return task_def
+        return task_named(self._tasks, name, task_id)
+
+    def engine(self) -> EngineConfig:
+        """What the engine needs from this app, fixed for the work it hands over
+        now (the store is opened if it is not yet)."""
+        return EngineConfig(
+            store=self.store,
+            clock=self.clock,
+            owner=self.owner,
+            leases=self.leases,
+            takeover_grace=self.takeover_grace,
+            poll_interval=self.poll_interval,
+            task_retry=self.task_retry,
+            step_retry=self.step_retry,
+            codec=self.codec,
+            offloader=self.offloader,
+            codecs=self._offloading,
+            tasks=MappingProxyType(self._tasks),
+            limits=self.limit_book(),
+            fault_hook=self.fault_hook,
+            make_context=self._context_for,
+        )
+
+    def _context_for(self, run: TaskRun) -> Context:
+        return Context(run, self.step_retry, self)
 
     def _definition(self, task: TaskDef[..., Any] | Callable[..., Any]) -> TaskDef[..., Any]:
         if isinstance(task, TaskDef):
@@ -321,55 +336,51 @@ class Cairn:
         recorded result if it finished; it never starts a second copy.
         """
         task_def = self._definition(task)
-        record = self._start(task_def, task_id, kwargs)
+        engine = self.engine()
+        record = self._start(engine, task_def, task_id, kwargs)
         if record.status != "running":
             return self._recorded_result(record)
         if task_def.is_async:
-            return asyncio.run(self._arun_claimed(record))
-        return self._outcome_result(execute(self, record), record)
+            return asyncio.run(self._arun_claimed(engine, record))
+        return self._outcome_result(execute(engine, record), record)
 
     async def arun(
         self, task: TaskDef[..., Any], /, *, task_id: str | None = None, **kwargs: Any
     ) -> Any:
         """``run`` for callers already inside an event loop."""
         task_def = self._definition(task)
-        record = self._start(task_def, task_id, kwargs)
+        engine = self.engine()
+        record = self._start(engine, task_def, task_id, kwargs)
         if record.status != "running":
             return self._recorded_result(record)
         if not task_def.is_async:
-            return await asyncio.to_thread(self._run_claimed_sync, record)
-        return await self._arun_claimed(record)
+            return await asyncio.to_thread(self._run_claimed_sync, engine, record)
+        return await self._arun_claimed(engine, record)
 
-    def _run_claimed_sync(self, record: TaskRecord) -> Any:
-        return self._outcome_result(execute(self, record), record)
+    def _run_claimed_sync(self, engine: EngineConfig, record: TaskRecord) -> Any:
+        return self._outcome_result(execute(engine, record), record)
 
-    async def _arun_claimed(self, record: TaskRecord) -> Any:
-        return self._outcome_result(await aexecute(self, record), record)
-
-    def encode_arguments(self, task_def: TaskDef[..., Any], kwargs: Mapping[str, Any]) -> str:
-        task_def.check_arguments(kwargs)
-        try:
-            # Sorted, so the same arguments given in another order are the same task.
-            return self.codec.encode({name: kwargs[name] for name in sorted(kwargs)})
-        except CodecError as exc:
-            raise TaskArgumentsError(
-                f"task {task_def.name!r}: its arguments cannot be recorded: {exc}"
-            ) from exc
+    async def _arun_claimed(self, engine: EngineConfig, record: TaskRecord) -> Any:
+        return self._outcome_result(await aexecute(engine, record), record)
 
     def _start(
-        self, task_def: TaskDef[..., Any], task_id: str | None, kwargs: Mapping[str, Any]
+        self,
+        engine: EngineConfig,
+        task_def: TaskDef[..., Any],
+        task_id: str | None,
+        kwargs: Mapping[str, Any],
     ) -> TaskRecord:
         """Create the task if new, then claim it; or return it if it finished."""
-        args = self.encode_arguments(task_def, kwargs)
+        args = task_def.encode_arguments(self.codec, kwargs)
         key = item_key(kwargs)
         tid = task_id or (f"{task_def.name}/{key}" if key else task_def.name)
         # A task_id given as "" is refused, not replaced by the default.
         check_name("task id", task_id if task_id is not None else tid)
         now = self.clock.now()
-        self.store.create_task(NewTask(tid, task_def.name, args, self.codec.name), now)
-        record = self.store.get_task(tid)
+        engine.store.create_task(NewTask(tid, task_def.name, args, self.codec.name), now)
+        record = engine.store.get_task(tid)
         assert record is not None  # just created or already there
-        if record.name != task_def.name or not self.same_arguments(record, args):
+        if record.name != task_def.name or not engine.same_arguments(record, args):
             raise TaskConflict(
                 f"task id {tid!r} already belongs to task {record.name!r} with arguments "
                 f"{record.args}; it was now asked for {task_def.name!r} with {args}. Use "
@@ -380,7 +391,7 @@ class Cairn:
             return record
         if record.status == "waiting" and not _due(record, now):
             return record
-        claimed = claim_task(self, record)
+        claimed = claim_task(engine, record)
         if claimed is None:
             raise self._busy(record)
         return claimed
@@ -414,15 +425,8 @@ class Cairn:
         return next((r.name for _, r in sorted(history.items()) if r.status == "waiting"), None)
 
     def codec_named(self, name: str) -> Codec:
-        """The codec a record was written with: this app's own, or a built-in one,
-        offloading large values to the blob store when the app has one."""
-        wrapped = self._offloading.get(name)
-        if wrapped is None:
-            codec = self.codec if name == self.codec.name else codec_for(name)
-            offloader = self.offloader
-            wrapped = codec if offloader is None else BlobCodec(codec, offloader)
-            self._offloading[name] = wrapped
-        return wrapped
+        """The codec a record was written with (``EngineConfig.codec_named``)."""
+        return codec_named(self._offloading, self.codec, self.offloader, name)
 
     @property
     def blobs(self) -> BlobStore | None:
@@ -442,16 +446,6 @@ class Cairn:
             blobs = open_blobs(arg) if isinstance(arg, str) else arg
             self._offloader = Offloader(blobs, self._inline_limit)
         return self._offloader
-
-    def same_arguments(self, record: TaskRecord, args: str) -> bool:
-        if record.args == args:
-            return True
-        # Equal values may encode differently (dict key order is kept on purpose).
-        try:
-            codec = self.codec_named(record.codec)
-            return bool(codec.decode(record.args) == self.codec.decode(args))
-        except CodecError:
-            return False
 
     def _outcome_result(self, outcome: Outcome, record: TaskRecord) -> Any:
         if outcome.status == "completed":
@@ -569,7 +563,7 @@ class Cairn:
             )
 
         def new_task(item: Mapping[str, Any]) -> NewTask:
-            args = self.encode_arguments(task_def, item)
+            args = task_def.encode_arguments(self.codec, item)
             ikey = key(item) if key is not None else item_key(item)
             tid = check_name("task id", f"{batch}/{ikey}")
             return NewTask(tid, task_def.name, args, self.codec.name, batch, ikey)
@@ -604,8 +598,8 @@ class Cairn:
         self.enqueue(batch, task_def, items, key=key)
         shown = choose_progress(progress)
         if task_def.is_async:
-            return asyncio.run(_batch.run_async(self, batch, concurrency, shown))
-        return _batch.run_sync(self, batch, concurrency, shown)
+            return asyncio.run(_batch.run_async(self.engine(), batch, concurrency, shown))
+        return _batch.run_sync(self.engine(), batch, concurrency, shown)
 
     async def arun_batch(
         self,
@@ -622,7 +616,7 @@ class Cairn:
         if not task_def.is_async:
             raise TaskConflict(f"task {task_def.name!r} is not async; use run_batch for sync tasks")
         self.enqueue(batch, task_def, items, key=key)
-        return await _batch.run_async(self, batch, concurrency, choose_progress(progress))
+        return await _batch.run_async(self.engine(), batch, concurrency, choose_progress(progress))
 
 
 def _positive_seconds(value: float | timedelta | None, what: str) -> float | None:

@@ -15,14 +15,17 @@ import inspect
 import random as _random
 import uuid as _uuid
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+from cairn.engine import fanout as _fanout
+from cairn.engine.children import ChildTask, join_machine, spawn
+from cairn.engine.config import EngineConfig
 from cairn.engine.effects import adrive, drive, in_event_loop
 from cairn.engine.once import OncePolicy, OnDoubt, Reconcile, once_machine
-from cairn.engine.run import TaskRun
+from cairn.engine.run import TaskRun, current
 from cairn.engine.steps import sleep_machine, step_machine
+from cairn.engine.waits import Signal, seconds_of, wait_for
 from cairn.keys import bounded_key
 from cairn.names import check_name
 from cairn.retry import NO_RETRY, Retry
@@ -30,18 +33,15 @@ from cairn.retry import NO_RETRY, Retry
 if TYPE_CHECKING:
     from cairn.agent.conversation import Conversation
     from cairn.app import Cairn
-    from cairn.engine.children import ChildTask
-    from cairn.engine.waits import Signal
     from cairn.task import TaskDef
 
 T = TypeVar("T")
 
-_current: ContextVar[Context | None] = ContextVar("cairn_context", default=None)
-
 
 def current_context() -> Context | None:
     """The context of the task running in this thread or coroutine, if any."""
-    return _current.get()
+    found: Context | None = current.get()
+    return found
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:
@@ -62,20 +62,20 @@ def _outside_context(fn: Callable[..., Any]) -> Callable[..., Any]:
     if _is_async(fn):
 
         async def acall(*args: Any) -> Any:
-            token = _current.set(None)
+            token = current.set(None)
             try:
                 return await fn(*args)
             finally:
-                _current.reset(token)
+                current.reset(token)
 
         return acall
 
     def call(*args: Any) -> Any:
-        token = _current.set(None)
+        token = current.set(None)
         try:
             return fn(*args)
         finally:
-            _current.reset(token)
+            current.reset(token)
 
     return call
 
@@ -277,8 +277,6 @@ class Context:
         step: it must not call ``ctx`` itself. ``limit`` names a shared limit
         (see ``Cairn(limits=...)``) each item's call holds a permit of.
         """
-        from cairn.engine import fanout as _fanout
-
         if concurrency < 1:
             raise ValueError(f"ctx.map concurrency must be at least 1, not {concurrency}")
         label = name or getattr(fn, "__name__", None) or "map"
@@ -299,9 +297,7 @@ class Context:
         a resumed parent gets the same child back. The child's id is this task's
         id + ``/`` + ``key`` (default: the task name and the spawn's position).
         Workers (or the join) run it; ``ctx.join`` waits for it."""
-        from cairn.engine.children import spawn
-
-        return spawn(self._need_app("spawn"), self._run, task, key, kwargs)
+        return spawn(self._need_engine("spawn"), self._run, task, key, kwargs)
 
     def join(self, *children: ChildTask | Iterable[ChildTask], poll: float = 30.0) -> Any:
         """Wait for child tasks and return their results in order (an awaitable in
@@ -311,15 +307,13 @@ class Context:
         polled for; if every unfinished child waits for a signal, this task
         suspends too and looks again every ``poll`` seconds. A failed or
         cancelled child raises ``ChildFailed``."""
-        from cairn.engine.children import ChildTask, join_machine
-
         handles: list[ChildTask] = []
         for child in children:
             handles.extend([child] if isinstance(child, ChildTask) else child)
-        app = self._need_app("join")
+        engine = self._need_engine("join")
         if in_event_loop():
-            return adrive(join_machine(app, self._run, handles, poll, True), self._run.clock)
-        return drive(join_machine(app, self._run, handles, poll, False), self._run.clock)
+            return adrive(join_machine(engine, self._run, handles, poll, True), self._run.clock)
+        return drive(join_machine(engine, self._run, handles, poll, False), self._run.clock)
 
     # -- waiting for people and events ---------------------------------------------------
     def wait_for(self, name: str, /, *, timeout: float | timedelta | None = None) -> Signal:
@@ -330,14 +324,12 @@ class Context:
         If the signal is not there yet, the task is suspended: it stops here,
         holding no process, and is taken up again (replaying to this point) when
         the signal arrives or the timeout passes. Use one name per wait."""
-        from cairn.engine.waits import seconds_of, wait_for
-
         return wait_for(self._run, check_name("signal name", name), seconds_of(timeout))
 
-    def _need_app(self, what: str) -> Cairn:
-        if self._app is None:
+    def _need_engine(self, what: str) -> EngineConfig:
+        if self._run.engine is None:
             raise RuntimeError(f"ctx.{what} needs a context made by a Cairn app")
-        return self._app
+        return self._run.engine
 
     # -- durable sleep ---------------------------------------------------------------
     def sleep(self, seconds: float) -> None:

@@ -10,9 +10,9 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
-from cairn.codec import JsonCodec
+from cairn.codec import Codec, JsonCodec
 from cairn.context import Context, current_context
-from cairn.errors import TaskArgumentsError
+from cairn.errors import CodecError, TaskArgumentsError
 from cairn.names import check_name
 from cairn.retry import Retry
 
@@ -52,6 +52,17 @@ class TaskDef(Generic[P, R]):
                 f"task {self.name!r} cannot take the arguments {dict(kwargs)!r}: {exc}. "
                 f"Its signature is {self.name}{signature}; pass the arguments after the "
                 "context by name. Nothing was recorded."
+            ) from exc
+
+    def encode_arguments(self, codec: Codec, kwargs: Mapping[str, Any]) -> str:
+        """The recorded form of ``kwargs``, checked against the function first."""
+        self.check_arguments(kwargs)
+        try:
+            # Sorted, so the same arguments given in another order are the same task.
+            return codec.encode({name: kwargs[name] for name in sorted(kwargs)})
+        except CodecError as exc:
+            raise TaskArgumentsError(
+                f"task {self.name!r}: its arguments cannot be recorded: {exc}"
             ) from exc
 
 

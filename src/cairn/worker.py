@@ -24,9 +24,10 @@ import signal
 import threading
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from cairn.engine.claim import WAIT, Claimer
+from cairn.engine.config import EngineConfig
 from cairn.engine.execute import Outcome, aexecute, execute
 from cairn.schedule import Scheduler
 from cairn.store.postgres import redacted
@@ -71,7 +72,8 @@ class Worker:
         self.burst = burst
         self.report = WorkerReport()
         self._names = tuple(sorted(app.task_names()))
-        self._claimer = Claimer(app, None, self._names)
+        self._engine: EngineConfig | None = None
+        self._claimer: Claimer | None = None
         self._stopping = threading.Event()
         self._wake = threading.Event()
         self._lock = threading.Lock()
@@ -194,7 +196,7 @@ class Worker:
 
     def _claim_and_run(self) -> None:
         while not self._stopping.is_set():
-            task = self._claimer.next()
+            task = self._claim_next()
             if task is None and self.burst:
                 return
             if task is None or task == WAIT:
@@ -203,14 +205,29 @@ class Worker:
                 continue
             self._run_one(task)
 
+    @property
+    def engine(self) -> EngineConfig:
+        """The app's engine config, built when the worker first claims (so
+        ``use_store`` may still be called between making the worker and running it)."""
+        if self._engine is None:
+            self._engine = self.app.engine()
+        return self._engine
+
+    def _claim_next(self) -> TaskRecord | Literal["wait"] | None:
+        with self._lock:
+            if self._claimer is None:
+                self._claimer = Claimer(self.engine, None, self._names)
+            claimer = self._claimer
+        return claimer.next()
+
     def _run_one(self, task: TaskRecord) -> None:
         with self._lock:
             self._running[task.id] = task.fence
         try:
             if self.app.registered(task.name).is_async:
-                outcome = asyncio.run(aexecute(self.app, task))
+                outcome = asyncio.run(aexecute(self.engine, task))
             else:
-                outcome = execute(self.app, task)
+                outcome = execute(self.engine, task)
         finally:
             with self._lock:
                 self._running.pop(task.id, None)

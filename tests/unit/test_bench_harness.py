@@ -7,6 +7,7 @@ peer that is missing is skipped with a note saying how to install it.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -15,11 +16,17 @@ from bench import _peers
 
 
 def test_quick_cairn_only_run_prints_every_sqlite_table(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With the peers left out and no PostgreSQL, --quick runs the step,
     conversation and resume sections and prints a table for each, with the floor
     measured in the same run and each skipped peer named."""
+    # The harness switches the peers' telemetry off for the whole process
+    # (OTEL_SDK_DISABLED among them): put the environment back afterwards, or
+    # a later test's OpenTelemetry exporter records nothing.
+    for name in _peers.offline_variables():
+        monkeypatch.setenv(name, os.environ.get(name, ""))
+        monkeypatch.delenv(name)
     argv = ["--quick", "--no-peers", "--no-postgres", "--dir", str(tmp_path)]
     assert harness.main([*argv, "--only", "step", "conversation", "resume", "workers"]) == 0
     out = capsys.readouterr().out

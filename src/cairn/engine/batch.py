@@ -20,7 +20,7 @@ from cairn.progress import Progress
 from cairn.store.records import FINISHED_STATUSES, TaskRecord
 
 if TYPE_CHECKING:
-    from cairn.app import Cairn
+    from cairn.engine.config import EngineConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,9 +92,9 @@ class _Tally:
         self._progress.task_finished(outcome)
 
 
-def run_sync(app: Cairn, batch: str, concurrency: int, progress: Progress) -> BatchReport:
+def run_sync(engine: EngineConfig, batch: str, concurrency: int, progress: Progress) -> BatchReport:
     """Run the batch's tasks on ``concurrency`` threads of this process."""
-    report, tally, claimer = _begin(app, batch, progress)
+    report, tally, claimer = _begin(engine, batch, progress)
     stop = threading.Event()
     errors: list[BaseException] = []
 
@@ -105,7 +105,7 @@ def run_sync(app: Cairn, batch: str, concurrency: int, progress: Progress) -> Ba
             errors.append(exc)
             stop.set()
         finally:
-            app.store.close_thread()
+            engine.store.close_thread()
 
     def _work() -> None:
         while not stop.is_set():
@@ -113,10 +113,10 @@ def run_sync(app: Cairn, batch: str, concurrency: int, progress: Progress) -> Ba
             if task is None:
                 return
             if task == WAIT:
-                app.clock.sleep(app.poll_interval)
+                engine.clock.sleep(engine.poll_interval)
                 continue
             tally.started(task)
-            tally.add(execute(app, task))
+            tally.add(execute(engine, task))
 
     # Daemon threads: if the process is interrupted, its tasks stay "running"
     # under a dead pid and the next run reclaims them at once.
@@ -135,12 +135,14 @@ def run_sync(app: Cairn, batch: str, concurrency: int, progress: Progress) -> Ba
         raise
     if errors:
         raise errors[0]
-    return _end(app, report, tally, progress)
+    return _end(engine, report, tally, progress)
 
 
-async def run_async(app: Cairn, batch: str, concurrency: int, progress: Progress) -> BatchReport:
+async def run_async(
+    engine: EngineConfig, batch: str, concurrency: int, progress: Progress
+) -> BatchReport:
     """Run the batch's async tasks as ``concurrency`` coroutines."""
-    report, tally, claimer = _begin(app, batch, progress)
+    report, tally, claimer = _begin(engine, batch, progress)
 
     async def worker() -> None:
         while True:
@@ -148,30 +150,34 @@ async def run_async(app: Cairn, batch: str, concurrency: int, progress: Progress
             if task is None:
                 return
             if task == WAIT:
-                await app.clock.asleep(app.poll_interval)
+                await engine.clock.asleep(engine.poll_interval)
                 continue
             tally.started(task)
-            tally.add(await aexecute(app, task))
+            tally.add(await aexecute(engine, task))
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return _end(app, report, tally, progress)
+    return _end(engine, report, tally, progress)
 
 
-def _begin(app: Cairn, batch: str, progress: Progress) -> tuple[BatchReport, _Tally, Claimer]:
-    counts = app.store.batch_counts(batch)
+def _begin(
+    engine: EngineConfig, batch: str, progress: Progress
+) -> tuple[BatchReport, _Tally, Claimer]:
+    counts = engine.store.batch_counts(batch)
     total = sum(counts.values())
     skipped = sum(n for status, n in counts.items() if status in FINISHED_STATUSES)
     progress.start(batch, total=total, finished=skipped)
     report = BatchReport(batch=batch, total=total, skipped=skipped)
     report.elapsed_seconds = time.monotonic()
-    return report, _Tally(progress), Claimer(app, batch)
+    return report, _Tally(progress), Claimer(engine, batch)
 
 
-def _end(app: Cairn, report: BatchReport, tally: _Tally, progress: Progress) -> BatchReport:
+def _end(
+    engine: EngineConfig, report: BatchReport, tally: _Tally, progress: Progress
+) -> BatchReport:
     report.elapsed_seconds = time.monotonic() - report.elapsed_seconds
     report.ran = tally.ran
     report.resumed = tally.resumed
     report.failures = tally.failures
-    report.counts = dict(Counter(app.store.batch_counts(report.batch)))
+    report.counts = dict(Counter(engine.store.batch_counts(report.batch)))
     progress.close(report.counts)
     return report

@@ -8,7 +8,7 @@ never starts a second child. The join is a history entry holding the children's
 results: a resumed parent gets them back without looking at the children again.
 
 While joining, a child no one has started is run right here, in the parent's
-thread, so a parent run with ``app.run`` (no workers) still makes progress. A
+thread, so a parent run with ``engine.run`` (no workers) still makes progress. A
 child that another live process runs is polled for. A child that is itself
 waiting (for a signal) suspends the parent too, which then looks again every
 ``poll`` seconds without holding a process. A child that failed or was cancelled
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from cairn.engine.claim import claim_task, claimable
 from cairn.engine.effects import Call, Machine, Wait
+from cairn.engine.execute import aexecute, execute
 from cairn.engine.run import TaskRun
 from cairn.engine.steps import _What, record_completed
 from cairn.errors import ChildFailed, Suspended, TaskConflict, UnknownTask
@@ -33,7 +34,7 @@ from cairn.names import check_name
 from cairn.store.records import NewTask, TaskRecord
 
 if TYPE_CHECKING:
-    from cairn.app import Cairn
+    from cairn.engine.config import EngineConfig
     from cairn.task import TaskDef
 
 
@@ -45,25 +46,35 @@ class ChildTask:
 
 
 def spawn(
-    app: Cairn, run: TaskRun, task: TaskDef[..., Any], key: str | None, kwargs: dict[str, Any]
+    engine: EngineConfig,
+    run: TaskRun,
+    task: TaskDef[..., Any],
+    key: str | None,
+    kwargs: dict[str, Any],
 ) -> ChildTask:
     """Create the child task once (replay returns the recorded handle)."""
-    task_def = app.registered(task.name)
+    task_def = engine.registered(task.name)
     seq = run.next_seq()
     record = run.replayed(seq, "spawn", task_def.name)
     what = _What("spawn", task_def.name, seq)
     if record is not None and record.status == "completed":
         return ChildTask(run.decode(record.output or "null", what))
     started = run.now()
-    args = app.encode_arguments(task_def, kwargs)
+    args = task_def.encode_arguments(engine.codec, kwargs)
     child_id = f"{run.task_id}/{key if key is not None else f'{task_def.name}.{seq}'}"
     check_name("child task id", child_id)
-    child = NewTask(child_id, task_def.name, args, app.codec.name, run.batch, child_id, run.task_id)
+    child = NewTask(
+        child_id, task_def.name, args, engine.codec.name, run.batch, child_id, run.task_id
+    )
     # Insert-if-absent: a parent that died after this and before its record
     # finds its child here on the next run, and the check below accepts it.
-    app.store.create_task(child, started)
-    existing = app.store.get_task(child_id)
-    if existing is None or existing.name != task_def.name or not app.same_arguments(existing, args):
+    engine.store.create_task(child, started)
+    existing = engine.store.get_task(child_id)
+    if (
+        existing is None
+        or existing.name != task_def.name
+        or not engine.same_arguments(existing, args)
+    ):
         raise TaskConflict(
             f"ctx.spawn: task id {child_id!r} already belongs to another task "
             f"({None if existing is None else existing.name!r}); give spawn a key= of its own",
@@ -85,7 +96,7 @@ def _failed(child: TaskRecord) -> ChildFailed:
 
 
 def join_machine(
-    app: Cairn,
+    engine: EngineConfig,
     run: TaskRun,
     children: Sequence[ChildTask],
     poll: float,
@@ -102,7 +113,7 @@ def join_machine(
     while True:
         records: list[TaskRecord] = []
         for task_id in ids:
-            found = app.store.get_task(task_id)
+            found = engine.store.get_task(task_id)
             if found is None:
                 raise UnknownTask(f"ctx.join: no task {task_id!r}", task_id=task_id)
             records.append(found)
@@ -111,16 +122,16 @@ def join_machine(
                 raise _failed(child)
         if all(child.status == "completed" for child in records):
             results = [
-                app.codec_named(child.codec).decode(child.result or "null") for child in records
+                engine.codec_named(child.codec).decode(child.result or "null") for child in records
             ]
             output = run.encode(results, what)
             record_completed(run, seq, "join", "join", output, started)
             return run.decode(output, what)  # type: ignore[no-any-return]
         now = run.now()
-        runnable = next((c for c in records if claimable(app, c, now)), None)
+        runnable = next((c for c in records if claimable(engine, c, now)), None)
         if runnable is not None:
             runner = _arun_inline if in_loop else _run_inline
-            yield Call(runner, (app, runnable), {})
+            yield Call(runner, (engine, runnable), {})
             continue
         if any(c.status == "waiting" for c in records) and not any(
             c.status == "running" for c in records
@@ -135,27 +146,23 @@ def join_machine(
         yield Wait(run.poll_interval)
 
 
-def _run_inline(app: Cairn, child: TaskRecord) -> None:
+def _run_inline(engine: EngineConfig, child: TaskRecord) -> None:
     """Run a child no one has started in this thread (the parent's)."""
-    from cairn.engine.execute import aexecute, execute
-
-    claimed = claim_task(app, child)
+    claimed = claim_task(engine, child)
     if claimed is None:
         return  # another process took it first: the join polls for it
-    if app.registered(claimed.name).is_async:
-        asyncio.run(aexecute(app, claimed))
+    if engine.registered(claimed.name).is_async:
+        asyncio.run(aexecute(engine, claimed))
     else:
-        execute(app, claimed)
+        execute(engine, claimed)
 
 
-async def _arun_inline(app: Cairn, child: TaskRecord) -> None:
+async def _arun_inline(engine: EngineConfig, child: TaskRecord) -> None:
     """``_run_inline`` for a parent running in an event loop."""
-    from cairn.engine.execute import aexecute, execute
-
-    claimed = claim_task(app, child)
+    claimed = claim_task(engine, child)
     if claimed is None:
         return
-    if app.registered(claimed.name).is_async:
-        await aexecute(app, claimed)
+    if engine.registered(claimed.name).is_async:
+        await aexecute(engine, claimed)
     else:
-        await asyncio.to_thread(execute, app, claimed)
+        await asyncio.to_thread(execute, engine, claimed)

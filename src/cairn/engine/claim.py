@@ -1,6 +1,6 @@
 """Claiming: the one path by which this process takes a task to run.
 
-Every runner claims here: ``app.run`` (one task, by id), ``run_batch`` and
+Every runner claims here: ``engine.run`` (one task, by id), ``run_batch`` and
 ``cairn worker`` (the next task of a batch, or of any batch), and ``ctx.join``
 (a child nobody has started). So the rules are written once:
 
@@ -40,7 +40,7 @@ from cairn.engine.owners import (
 from cairn.store.records import TaskRecord
 
 if TYPE_CHECKING:
-    from cairn.app import Cairn
+    from cairn.engine.config import EngineConfig
 
 log = logging.getLogger("cairn")
 
@@ -51,68 +51,68 @@ _ORPHANS_PER_LOOK = 16
 _OWN_TASKS_LIMIT = 100_000
 
 
-def reason_to_take(app: Cairn, task: TaskRecord, now: datetime) -> TakeoverReason | None:
+def reason_to_take(engine: EngineConfig, task: TaskRecord, now: datetime) -> TakeoverReason | None:
     """Why this process may take the running ``task`` over now, or None."""
     return takeover_reason(
-        task, me=app.owner, store=app.store.identity, now=now, grace=app.takeover_grace
+        task, me=engine.owner, store=engine.store.identity, now=now, grace=engine.takeover_grace
     )
 
 
-def claimable(app: Cairn, task: TaskRecord, now: datetime) -> bool:
+def claimable(engine: EngineConfig, task: TaskRecord, now: datetime) -> bool:
     """True if the rules let this process claim ``task`` (as last read) now."""
     if task.status == "pending":
         return True
     if task.status == "waiting":
         return task.wake_at is not None and task.wake_at <= now
     if task.status == "running":
-        return reason_to_take(app, task, now) is not None
+        return reason_to_take(engine, task, now) is not None
     return False
 
 
-def claim_task(app: Cairn, task: TaskRecord) -> TaskRecord | None:
+def claim_task(engine: EngineConfig, task: TaskRecord) -> TaskRecord | None:
     """Take ``task`` (as last read) if the rules allow and nobody moved first;
     the claimed record, or None."""
     with claim_lock:
-        now = app.clock.now()
+        now = engine.clock.now()
         reason = None
         if task.status == "running":
-            reason = reason_to_take(app, task, now)
+            reason = reason_to_take(engine, task, now)
             if reason is None:
                 return None
-        return _take(app, task, reason, now)
+        return _take(engine, task, reason, now)
 
 
-def release(app: Cairn, task_id: str) -> None:
+def release(engine: EngineConfig, task_id: str) -> None:
     """This process stops running ``task_id`` (it ended, or was handed back)."""
-    mark_inactive(app.store.identity, task_id)
-    app.leases.drop(task_id)
+    mark_inactive(engine.store.identity, task_id)
+    engine.leases.drop(task_id)
 
 
 def _take(
-    app: Cairn, task: TaskRecord, reason: TakeoverReason | None, now: datetime
+    engine: EngineConfig, task: TaskRecord, reason: TakeoverReason | None, now: datetime
 ) -> TaskRecord | None:
     """The claim statement for one task; on success the task is ours here."""
-    sent_at, lease_until = app.leases.stamp()
-    claimed = app.store.claim_task(
+    sent_at, lease_until = engine.leases.stamp()
+    claimed = engine.store.claim_task(
         task.id,
         task.fence,
-        app.owner,
+        engine.owner,
         lease_until,
         now,
         owner_gone=reason in ("gone", "interrupted"),
-        lapsed_before=now - app.takeover_grace,
+        lapsed_before=now - engine.takeover_grace,
     )
     if claimed is None:
         return None
-    _hold(app, claimed, sent_at)
+    _hold(engine, claimed, sent_at)
     if reason is not None:
         _log_takeover(task, reason, now)
     return claimed
 
 
-def _hold(app: Cairn, claimed: TaskRecord, sent_at: float) -> None:
-    mark_active(app.store.identity, claimed.id)
-    app.leases.hold(claimed.id, claimed.fence, sent_at)
+def _hold(engine: EngineConfig, claimed: TaskRecord, sent_at: float) -> None:
+    mark_active(engine.store.identity, claimed.id)
+    engine.leases.hold(claimed.id, claimed.fence, sent_at)
 
 
 def _log_takeover(task: TaskRecord, reason: TakeoverReason, now: datetime) -> None:
@@ -140,8 +140,10 @@ class Claimer:
     """Finds and claims the next task this process may run: of one batch, or
     (``batch=None``) of any batch whose task function is one of ``names``."""
 
-    def __init__(self, app: Cairn, batch: str | None, names: Sequence[str] | None = None) -> None:
-        self._app = app
+    def __init__(
+        self, engine: EngineConfig, batch: str | None, names: Sequence[str] | None = None
+    ) -> None:
+        self._engine = engine
         self._batch = batch
         self._names = tuple(names) if names is not None else None
         # When (the app clock's monotonic time) to look for orphans again while
@@ -152,9 +154,9 @@ class Claimer:
         """A claimed task; ``WAIT`` if tasks still run elsewhere that may become
         ours (or finish); None when nothing is left for this process."""
         with claim_lock:
-            app = self._app
+            engine = self._engine
             elsewhere = None
-            if app.clock.monotonic() >= self._next_orphan_look:
+            if engine.clock.monotonic() >= self._next_orphan_look:
                 orphan, elsewhere = self._orphan()
                 if orphan is not None:
                     return orphan
@@ -169,13 +171,13 @@ class Claimer:
             return WAIT if elsewhere else None
 
     def _pending(self) -> TaskRecord | None:
-        app = self._app
-        sent_at, lease_until = app.leases.stamp()
-        claimed = app.store.claim_next_pending(
-            self._batch, app.owner, lease_until, app.clock.now(), names=self._names
+        engine = self._engine
+        sent_at, lease_until = engine.leases.stamp()
+        claimed = engine.store.claim_next_pending(
+            self._batch, engine.owner, lease_until, engine.clock.now(), names=self._names
         )
         if claimed is not None:
-            _hold(app, claimed, sent_at)
+            _hold(engine, claimed, sent_at)
         return claimed
 
     def _orphan(self) -> tuple[TaskRecord | None, bool]:
@@ -184,33 +186,33 @@ class Claimer:
 
         A look that finds one is due again at once (a dead worker leaves several);
         a look that finds none waits ``poll_interval`` while pending work remains."""
-        app = self._app
-        now = app.clock.now()
+        engine = self._engine
+        now = engine.clock.now()
         candidates, elsewhere = self._orphan_candidates(now)
         for task in candidates:
-            reason = reason_to_take(app, task, now)
+            reason = reason_to_take(engine, task, now)
             if reason is not None:
-                claimed = _take(app, task, reason, now)
+                claimed = _take(engine, task, reason, now)
                 if claimed is not None:
                     return claimed, elsewhere
-        self._next_orphan_look = app.clock.monotonic() + app.poll_interval
+        self._next_orphan_look = engine.clock.monotonic() + engine.poll_interval
         return None, elsewhere
 
     def _orphan_candidates(self, now: datetime) -> tuple[list[TaskRecord], bool]:
         """Running tasks of owners known gone, ours left behind, then lapsed leases;
         and whether any owner but this process runs tasks at all."""
-        app, store = self._app, self._app.store
+        engine, store = self._engine, self._engine.store
         found: list[TaskRecord] = []
         owners = store.running_owners(self._batch, self._names)
         for owner in owners:
-            if owner == app.owner:
+            if owner == engine.owner:
                 mine = store.owned_running(owner, self._batch, self._names, _OWN_TASKS_LIMIT)
                 found += [t for t in mine if not is_active_here(store.identity, t.id)]
             elif owner_is_gone(owner):
                 found += store.owned_running(owner, self._batch, self._names, _ORPHANS_PER_LOOK)
-        elsewhere = any(owner != app.owner for owner in owners)
+        elsewhere = any(owner != engine.owner for owner in owners)
         if elsewhere:  # a lease of our own is never ours to take over
-            lapsed_before = now - app.takeover_grace
+            lapsed_before = now - engine.takeover_grace
             found += store.expired_running(
                 self._batch, self._names, lapsed_before, _ORPHANS_PER_LOOK
             )

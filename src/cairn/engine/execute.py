@@ -7,10 +7,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from cairn.context import Context, _current
 from cairn.engine.claim import release
 from cairn.engine.effects import Call, Machine, Wait, adrive, drive
-from cairn.engine.run import TaskRun, describe_error
+from cairn.engine.run import TaskRun, current, describe_error
 from cairn.errors import (
     CairnControl,
     Cancelled,
@@ -22,10 +21,10 @@ from cairn.errors import (
 )
 from cairn.retry import Retry
 from cairn.store.records import TaskRecord
-from cairn.task import TaskDef
 
 if TYPE_CHECKING:
-    from cairn.app import Cairn
+    from cairn.engine.config import EngineConfig
+    from cairn.task import TaskDef
 
 log = logging.getLogger("cairn")
 
@@ -45,7 +44,7 @@ class Outcome:
 
 def _task_machine(
     run: TaskRun,
-    ctx: Context,
+    ctx: Any,
     task: TaskDef[..., Any],
     kwargs: dict[str, Any],
     retry: Retry,
@@ -85,51 +84,55 @@ def _task_machine(
 
 @dataclass(frozen=True, slots=True)
 class _Prepared:
-    ctx: Context
+    # The task's ctx (the app's Context), made by EngineConfig.make_context.
+    ctx: Any
     machine: Machine[Any]
     resumed: bool
 
 
-def _prepare(app: Cairn, record: TaskRecord) -> _Prepared:
-    task = app.registered(record.name, task_id=record.id)
-    codec = app.codec_named(record.codec)
-    history = app.store.load_history(record.id)
+def _prepare(engine: EngineConfig, record: TaskRecord) -> _Prepared:
+    task = engine.registered(record.name, task_id=record.id)
+    codec = engine.codec_named(record.codec)
+    history = engine.store.load_history(record.id)
     deadline = None
     if task.max_duration is not None and record.started_at is not None:
         deadline = record.started_at + timedelta(seconds=task.max_duration)
     run = TaskRun(
-        store=app.store,
+        store=engine.store,
         codec=codec,
-        clock=app.clock,
+        clock=engine.clock,
         task_id=record.id,
         batch=record.batch,
         fence=record.fence,
         attempt=record.attempts,
         history=history,
-        leases=app.leases,
-        takeover_grace=app.takeover_grace,
-        hook=app.fault_hook,
-        poll_interval=app.poll_interval,
+        leases=engine.leases,
+        takeover_grace=engine.takeover_grace,
+        hook=engine.fault_hook,
+        poll_interval=engine.poll_interval,
         deadline=deadline,
         max_duration=task.max_duration,
-        limits=app.limit_book(),
-        offloader=app.offloader,
+        limits=engine.limits,
+        offloader=engine.offloader,
+        engine=engine,
     )
-    ctx = Context(run, app.step_retry, app)
+    ctx = engine.make_context(run)
     kwargs = run.decode(record.args, "task arguments")
-    retry = task.retry or app.task_retry
+    retry = task.retry or engine.task_retry
     machine = _task_machine(run, ctx, task, kwargs, retry, record.retry_base)
     return _Prepared(ctx, machine, resumed=bool(history))
 
 
-def _ended(app: Cairn, record: TaskRecord, error: BaseException, resumed: bool) -> Outcome:
+def _ended(
+    engine: EngineConfig, record: TaskRecord, error: BaseException, resumed: bool
+) -> Outcome:
     if isinstance(error, Suspended):
         log.info("%s", error)
         return Outcome(record.id, "waiting", error=error, resumed=resumed)
     if isinstance(error, TimeLimitExceeded):
         # Raised at a step boundary, past user code: record the failure here.
-        if not app.store.finish_task(
-            record.id, record.fence, "failed", None, describe_error(error), app.clock.now()
+        if not engine.store.finish_task(
+            record.id, record.fence, "failed", None, describe_error(error), engine.clock.now()
         ):
             return Outcome(record.id, "lost", error=error, resumed=resumed)
         return Outcome(record.id, "failed", error=error, resumed=resumed)
@@ -141,7 +144,7 @@ def _ended(app: Cairn, record: TaskRecord, error: BaseException, resumed: bool) 
     return Outcome(record.id, "failed", error=error, resumed=resumed)
 
 
-def _prepare_or_settle(app: Cairn, record: TaskRecord) -> _Prepared | Outcome:
+def _prepare_or_settle(engine: EngineConfig, record: TaskRecord) -> _Prepared | Outcome:
     """Prepare a claimed task, or settle it if it cannot start.
 
     Arguments that no longer decode (a class renamed since they were recorded)
@@ -150,30 +153,30 @@ def _prepare_or_settle(app: Cairn, record: TaskRecord) -> _Prepared | Outcome:
     registered here) hands the task back untouched for a process that knows it.
     """
     try:
-        return _prepare(app, record)
+        return _prepare(engine, record)
     except CodecError as exc:
         try:
-            app.store.finish_task(
-                record.id, record.fence, "failed", None, describe_error(exc), app.clock.now()
+            engine.store.finish_task(
+                record.id, record.fence, "failed", None, describe_error(exc), engine.clock.now()
             )
         finally:
-            release(app, record.id)
+            release(engine, record.id)
         return Outcome(record.id, "failed", error=exc)
     except BaseException:
         try:
-            hand_back(app, record)
+            hand_back(engine, record)
         finally:
-            release(app, record.id)
+            release(engine, record.id)
         raise
 
 
-def hand_back(app: Cairn, record: TaskRecord) -> None:
+def hand_back(engine: EngineConfig, record: TaskRecord) -> None:
     """Give a claimed task back as pending (its fence moves), after an error of
     the store or of cairn itself: never leave it ``running`` if the store lets
     us write. If even that fails, the task waits for its lease to lapse (or for
     this process to end), and is then taken up from its last checkpoint."""
     try:
-        app.store.release_task(record.id, record.fence, app.clock.now(), patient=False)
+        engine.store.release_task(record.id, record.fence, engine.clock.now(), patient=False)
     except Exception:
         log.warning(
             "cairn: could not hand task %s back to the store; it resumes once its lease lapses",
@@ -182,45 +185,45 @@ def hand_back(app: Cairn, record: TaskRecord) -> None:
         )
 
 
-def execute(app: Cairn, record: TaskRecord) -> Outcome:
+def execute(engine: EngineConfig, record: TaskRecord) -> Outcome:
     """Run a claimed sync task in this thread (claimed and marked active)."""
-    prepared = _prepare_or_settle(app, record)
+    prepared = _prepare_or_settle(engine, record)
     if isinstance(prepared, Outcome):
         return prepared
-    token = _current.set(prepared.ctx)
+    token = current.set(prepared.ctx)
     try:
-        result = drive(prepared.machine, app.clock)
+        result = drive(prepared.machine, engine.clock)
     except StoreError:
         # The store failed under the task (unreachable, locked, full): not the
         # task's failure, so no attempt is spent. The task is handed back, and
         # the worker or batch stops as a whole with the store's error.
-        hand_back(app, record)
+        hand_back(engine, record)
         raise
     except (CairnControl, Exception) as exc:  # noqa: BLE001 - becomes the outcome
-        return _ended(app, record, exc, prepared.resumed)
+        return _ended(engine, record, exc, prepared.resumed)
     finally:
-        release(app, record.id)
-        _current.reset(token)
+        release(engine, record.id)
+        current.reset(token)
     return Outcome(record.id, "completed", result=result, resumed=prepared.resumed)
 
 
-async def aexecute(app: Cairn, record: TaskRecord) -> Outcome:
+async def aexecute(engine: EngineConfig, record: TaskRecord) -> Outcome:
     """Run a claimed async task in the running event loop (claimed and marked active)."""
-    prepared = _prepare_or_settle(app, record)
+    prepared = _prepare_or_settle(engine, record)
     if isinstance(prepared, Outcome):
         return prepared
-    token = _current.set(prepared.ctx)
+    token = current.set(prepared.ctx)
     try:
-        result = await adrive(prepared.machine, app.clock)
+        result = await adrive(prepared.machine, engine.clock)
     except StoreError:
         # The store failed under the task (unreachable, locked, full): not the
         # task's failure, so no attempt is spent. The task is handed back, and
         # the worker or batch stops as a whole with the store's error.
-        hand_back(app, record)
+        hand_back(engine, record)
         raise
     except (CairnControl, Exception) as exc:  # noqa: BLE001 - becomes the outcome
-        return _ended(app, record, exc, prepared.resumed)
+        return _ended(engine, record, exc, prepared.resumed)
     finally:
-        release(app, record.id)
-        _current.reset(token)
+        release(engine, record.id)
+        current.reset(token)
     return Outcome(record.id, "completed", result=result, resumed=prepared.resumed)

@@ -11,9 +11,10 @@ import json
 import time
 import traceback
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from cairn.blobs.offload import WARN_ABOVE, Offloader, warn_if_large
 from cairn.clock import Clock
@@ -33,6 +34,13 @@ from cairn.errors import (
 from cairn.limits import NO_LIMITS, LimitBook
 from cairn.store.protocol import Store
 from cairn.store.records import StepKind, StepRecord
+
+if TYPE_CHECKING:
+    from cairn.engine.config import EngineConfig
+
+# The ctx of the task running in this thread or coroutine (the app's Context),
+# for ``cairn.step`` functions and ``current_context()``; set by ``execute``.
+current: ContextVar[Any] = ContextVar("cairn_context", default=None)
 
 FaultHook = Callable[[str, str, int, str], None]
 """``hook(point, task_id, seq, name)``: called at each boundary; a no-op unless a
@@ -81,6 +89,9 @@ class TaskRun:
     limits: LimitBook = NO_LIMITS
     # Where large conversation messages go (cairn.agent.offload); None: no blob store.
     offloader: Offloader | None = None
+    # The app's engine config (spawn and join read the registry and store from
+    # it); None for a run made outside an app.
+    engine: EngineConfig | None = None
     seq: int = field(default=0)
     # Set once replay has diverged (or a step called ctx from inside itself):
     # every later call raises it again, so an agent's ``except Exception:``
