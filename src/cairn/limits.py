@@ -9,7 +9,8 @@ A limit holds across every thread, process and host that shares the store: each
 call takes a *permit* in one store transaction (on PostgreSQL under a lock on the
 limit's row), so two workers can never both take the last one. A step that finds
 no room waits (``Wait`` effects: never inside a transaction, never an attempt
-spent) and asks again.
+spent) and asks again (``cairn.engine.permits``). This module holds the
+values: the two kinds of limit and the app's book of them.
 
 How a permit counts:
 
@@ -26,27 +27,12 @@ How a permit counts:
 from __future__ import annotations
 
 import math
-import random
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
-from cairn.engine.effects import Machine, Wait
 from cairn.errors import ConfigurationError
 from cairn.names import check_name
-
-if TYPE_CHECKING:
-    from cairn.engine.run import TaskRun
-
-# A full limit whose permits are held by running calls is asked again after this
-# many seconds, doubling up to the cap: any of those calls may end at any moment.
-FIRST_POLL = 0.01
-MAX_POLL = 0.25
-# Up to this fraction is added to every poll, so that many waiters do not all ask
-# again in the same instant.
-POLL_JITTER = 0.2
 
 
 def _seconds(per: float | timedelta, what: str) -> float:
@@ -165,48 +151,3 @@ class LimitBook:
 
 
 NO_LIMITS = LimitBook({}, "", timedelta(seconds=30))
-
-
-@dataclass(frozen=True, slots=True)
-class Permit:
-    limit: str
-    permit: str
-
-
-def acquire(run: TaskRun, name: str) -> Machine[Permit]:
-    """Take a permit of limit ``name``, yielding ``Wait`` while there is no room."""
-    limit = run.limits.get(name)
-    permit = Permit(name, uuid.uuid4().hex)
-    poll = FIRST_POLL
-    while True:
-        now = run.now()
-        refused = run.store.acquire_permit(
-            name,
-            limit.capacity,
-            limit.window,
-            permit.permit,
-            run.limits.owner,
-            run.task_id,
-            now,
-            now + run.limits.lease,
-        )
-        if refused is None:
-            return permit
-        # An ended permit stops counting at a known time: wait exactly that (and
-        # a hair more, so waiters do not all ask in the same instant). A held one
-        # may end at any moment, so it is polled for, more slowly as time passes.
-        if refused.held == 0 and refused.frees_at is not None:
-            wait = max(0.0, (refused.frees_at - now).total_seconds())
-            wait += random.random() * FIRST_POLL
-        else:
-            wait = poll
-            if refused.frees_at is not None:
-                wait = min(wait, max(0.0, (refused.frees_at - now).total_seconds()))
-            wait *= 1 + random.random() * POLL_JITTER
-            poll = min(poll * 2, MAX_POLL)
-        yield Wait(wait)
-
-
-def release(run: TaskRun, permit: Permit) -> None:
-    """The call that held ``permit`` ended, however it ended."""
-    run.store.release_permit(permit.limit, permit.permit, run.now())

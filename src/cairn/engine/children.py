@@ -28,7 +28,7 @@ from cairn.engine.claim import claim_task, claimable
 from cairn.engine.effects import Call, Machine, Wait
 from cairn.engine.execute import aexecute, execute
 from cairn.engine.run import TaskRun
-from cairn.engine.steps import _What, record_completed
+from cairn.engine.steps import EntryLabel, record_completed
 from cairn.errors import ChildFailed, Suspended, TaskConflict, UnknownTask
 from cairn.names import check_name
 from cairn.store.records import NewTask, TaskRecord
@@ -56,7 +56,7 @@ def spawn(
     task_def = engine.registered(task.name)
     seq = run.next_seq()
     record = run.replayed(seq, "spawn", task_def.name)
-    what = _What("spawn", task_def.name, seq)
+    what = EntryLabel("spawn", task_def.name, seq)
     if record is not None and record.status == "completed":
         return ChildTask(run.decode(record.output or "null", what))
     started = run.now()
@@ -105,7 +105,7 @@ def join_machine(
     """Wait for every child to complete and return their results, in order."""
     seq = run.next_seq()
     record = run.replayed(seq, "join", "join")
-    what = _What("join", "join", seq)
+    what = EntryLabel("join", "join", seq)
     if record is not None and record.status == "completed":
         return run.decode(record.output or "[]", what)  # type: ignore[no-any-return]
     started = run.now()

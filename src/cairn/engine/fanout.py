@@ -22,7 +22,7 @@ from typing import Any
 
 from cairn.engine.effects import Machine, adrive, drive
 from cairn.engine.run import TaskRun
-from cairn.engine.steps import _What, record_completed, step_machine
+from cairn.engine.steps import EntryLabel, record_completed, step_machine
 from cairn.keys import bounded_key
 from cairn.retry import Retry
 
@@ -55,7 +55,7 @@ def open_map(run: TaskRun, name: str, count: int) -> int:
     """Write (or replay) the map's head; return the position of its first item."""
     seq = run.next_seq()
     record = run.replayed(seq, "map", name)
-    what = _What("map", name, seq)
+    what = EntryLabel("map", name, seq)
     if record is None:
         record_completed(run, seq, "map", name, run.encode(count, what), run.now())
     else:

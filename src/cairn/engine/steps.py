@@ -14,15 +14,15 @@ from typing import Any
 
 from cairn.clock import from_iso, to_iso
 from cairn.engine.effects import Call, Machine, Wait
+from cairn.engine.permits import acquire, release
 from cairn.engine.run import TaskRun, describe_error
-from cairn.limits import acquire, release
 from cairn.retry import Retry
 from cairn.store.records import StepKind, StepRecord, StepStatus
 
 _SELF_DECODING = frozenset({int, str, bool, type(None)})
 
 
-class _What:
+class EntryLabel:
     """Names the entry (and its position in the history) in an error message;
     formatted only if one is raised."""
 
@@ -113,7 +113,7 @@ def step_machine(
     if seq is None:
         seq = run.next_seq()
     record = run.replayed(seq, kind, name)
-    what = _What(kind, name, seq)
+    what = EntryLabel(kind, name, seq)
     if record is not None and record.status == "completed":
         return run.decode(record.output or "null", what)
     # Attempts are durable: a crash during attempt 3 resumes at attempt 3. The
