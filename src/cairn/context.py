@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from cairn.engine import fanout as _fanout
 from cairn.engine.children import ChildTask, join_machine, spawn
 from cairn.engine.config import EngineConfig
-from cairn.engine.effects import adrive, drive, in_event_loop
 from cairn.engine.once import OncePolicy, OnDoubt, Reconcile, once_machine
-from cairn.engine.run import TaskRun, current
+from cairn.engine.run import TaskRun, adrive, current, drive, in_event_loop
 from cairn.engine.steps import sleep_machine, step_machine
 from cairn.engine.waits import Signal, seconds_of, wait_for
 from cairn.keys import bounded_key

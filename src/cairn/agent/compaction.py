@@ -29,7 +29,7 @@ from cairn.agent.summarize import (
     summary_message,
 )
 from cairn.agent.tokens import count_message
-from cairn.engine.effects import Machine
+from cairn.engine.run import Machine
 from cairn.engine.steps import step_machine
 from cairn.retry import NO_RETRY
 

@@ -67,7 +67,7 @@ from cairn.agent.summarize import (
     summary_text,
 )
 from cairn.agent.tokens import DEFAULT_COUNTER, TokenCounter, count_message
-from cairn.engine.effects import adrive, drive
+from cairn.engine.run import adrive, drive
 from cairn.errors import NonDeterminismError, StoreError
 from cairn.names import check_name
 from cairn.store.records import MessageRecord

@@ -32,7 +32,7 @@ from cairn.agent.providers import Completion, Provider, default_client, provider
 from cairn.agent.reply import Reply
 from cairn.agent.summarize import is_async_summarizer
 from cairn.agent.tokens import count_message
-from cairn.engine.effects import Machine, adrive, drive, in_event_loop
+from cairn.engine.run import Machine, adrive, drive, in_event_loop
 from cairn.engine.steps import step_machine
 from cairn.retry import Retry
 

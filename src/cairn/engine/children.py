@@ -25,9 +25,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from cairn.engine.claim import claim_task, claimable
-from cairn.engine.effects import Call, Machine, Wait
 from cairn.engine.execute import aexecute, execute
-from cairn.engine.run import TaskRun
+from cairn.engine.run import Call, Machine, TaskRun, Wait
 from cairn.engine.steps import EntryLabel, record_completed
 from cairn.errors import ChildFailed, Suspended, TaskConflict, UnknownTask
 from cairn.names import check_name

@@ -8,8 +8,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from cairn.engine.claim import release
-from cairn.engine.effects import Call, Machine, Wait, adrive, drive
-from cairn.engine.run import TaskRun, current, describe_error
+from cairn.engine.run import Call, Machine, TaskRun, Wait, adrive, current, describe_error, drive
 from cairn.errors import (
     CairnControl,
     Cancelled,

@@ -20,8 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cairn.engine.effects import Machine, adrive, drive
-from cairn.engine.run import TaskRun
+from cairn.engine.run import Machine, TaskRun, adrive, drive
 from cairn.engine.steps import EntryLabel, record_completed, step_machine
 from cairn.keys import bounded_key
 from cairn.retry import Retry

@@ -27,9 +27,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from cairn.engine.effects import Call, Machine, Wait
 from cairn.engine.owners import claimant_alive, owner_is_gone
-from cairn.engine.run import TaskRun, describe_error
+from cairn.engine.run import Call, Machine, TaskRun, Wait, describe_error
 from cairn.engine.steps import entry
 from cairn.errors import CodecError, InDoubtOperation, OperationFailed, StoreUnavailable
 from cairn.retry import Retry, is_permanent

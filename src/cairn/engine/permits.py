@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cairn.engine.effects import Machine, Wait
+from cairn.engine.run import Machine, Wait
 
 if TYPE_CHECKING:
     from cairn.engine.run import TaskRun

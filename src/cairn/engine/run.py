@@ -1,25 +1,42 @@
-"""The state of one task while this process runs it: fence, history, position.
+"""One task as this process runs it, and the two drivers that run its machines.
 
-Every write goes through ``TaskRun.write`` or ``TaskRun.finish``, which carry the
-fence. A refused write means the task is no longer ours: if it was cancelled we
-raise ``Cancelled``, otherwise ``LeaseLost``. Either stops the task at once.
+``TaskRun`` holds the fence, the history and the position. Every write of the
+task's history goes through it (``write``, ``start_attempt``, ``finish``, and
+the operation and conversation writes), carrying the fence. A refused write
+means the task is no longer ours: if it was cancelled we raise ``Cancelled``,
+otherwise ``LeaseLost``. Either stops the task at once.
+
+One engine for sync and async code: cairn's logic for a step, a recorded input
+or a whole task is written once, as a generator (a *machine*). It never calls
+user code or sleeps itself: it *yields* a ``Call`` or a ``Wait`` and receives
+the outcome. ``drive`` performs effects synchronously; ``adrive`` awaits them.
+Each driver is a dozen lines, so the two edges cannot drift apart the way
+hand-kept twin engines do. Only ``Exception`` is thrown back into a machine;
+``BaseException`` (lease lost, cancellation, KeyboardInterrupt) passes straight
+through to the caller, after the machine is closed so its ``finally`` blocks run.
+
+The drivers live beside ``TaskRun`` because every step passes through both: a
+first-run step visits the context, ``steps``, this module and the store's
+backend, nothing else (tests/integration/test_hot_path.py holds that).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import inspect
 import json
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar
 
-from cairn.blobs.offload import WARN_ABOVE, Offloader, warn_if_large
+from cairn.blobs.offload import WARN_ABOVE, BlobCodec, Offloader, warn_if_large
 from cairn.clock import Clock
-from cairn.codec import Codec, storable_text
-from cairn.engine.effects import inside_call
+from cairn.codec import Codec, JsonCodec, storable_text
 from cairn.engine.leases import LeaseKeeper
 from cairn.errors import (
     BlobError,
@@ -37,6 +54,112 @@ from cairn.store.records import StepKind, StepRecord
 
 if TYPE_CHECKING:
     from cairn.engine.config import EngineConfig
+
+T = TypeVar("T")
+
+
+# NamedTuples, not frozen dataclasses: one is made per step, and a frozen
+# dataclass's __init__ costs about a microsecond more on that path.
+class Call(NamedTuple):
+    """Call user code; the machine receives its return value or its exception.
+
+    ``inside`` names the history entry whose work the call is, as (the task's
+    run, a label): set while the call runs, so a ``ctx`` call from inside it (a
+    step inside a step) is caught at once (``TaskRun.replayed``)."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    inside: tuple[object, object] | None = None
+
+
+# The entry whose function is running in this thread or coroutine, if any.
+inside_call: ContextVar[tuple[object, object] | None] = ContextVar(
+    "cairn_inside_call", default=None
+)
+
+
+class Wait(NamedTuple):
+    """Wait this many seconds (retry backoff, durable sleep)."""
+
+    seconds: float
+
+
+Effect = Call | Wait
+Machine = Generator[Effect, Any, T]
+
+
+def in_event_loop() -> bool:
+    """True when called from a coroutine (a running event loop in this thread):
+    the sync-or-async question for calls that take no function to look at."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def drive(machine: Machine[T], clock: Clock) -> T:
+    """Run ``machine`` to its end in the calling thread."""
+    value: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            effect = machine.send(value) if error is None else machine.throw(error)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        value, error = None, None
+        if isinstance(effect, Wait):
+            clock.sleep(effect.seconds)
+            continue
+        token = None if effect.inside is None else inside_call.set(effect.inside)
+        try:
+            value = effect.fn(*effect.args, **effect.kwargs)
+        except Exception as exc:  # noqa: BLE001 - handed to the machine, which decides
+            error = exc
+        except BaseException:
+            _close(machine)
+            raise
+        finally:
+            if token is not None:
+                inside_call.reset(token)
+
+
+async def adrive(machine: Machine[T], clock: Clock) -> T:
+    """Run ``machine`` to its end, awaiting calls that return awaitables."""
+    value: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            effect = machine.send(value) if error is None else machine.throw(error)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        value, error = None, None
+        if isinstance(effect, Wait):
+            await clock.asleep(effect.seconds)
+            continue
+        token = None if effect.inside is None else inside_call.set(effect.inside)
+        try:
+            value = effect.fn(*effect.args, **effect.kwargs)
+            if inspect.isawaitable(value):
+                value = await value
+        except Exception as exc:  # noqa: BLE001 - handed to the machine, which decides
+            error = exc
+        except BaseException:
+            _close(machine)
+            raise
+        finally:
+            if token is not None:
+                inside_call.reset(token)
+
+
+def _close(machine: Machine[Any]) -> None:
+    """Run the machine's ``finally`` blocks now (a shared-limit permit is given
+    back at once) when a ``BaseException`` passes through user code, rather than
+    whenever the generator is collected. Nothing it raises may hide the original."""
+    with contextlib.suppress(Exception):
+        machine.close()
+
 
 # The ctx of the task running in this thread or coroutine (the app's Context),
 # for ``cairn.step`` functions and ``current_context()``; set by ``execute``.
@@ -103,8 +226,14 @@ class TaskRun:
     # When (time.monotonic) to look next whether the task was cancelled.
     next_check: float = field(default_factory=time.monotonic)
 
+    # Whether the codec is cairn's JSON (inside a blob-store wrapper or not): its
+    # ints and null are written here, without a call into the codec.
+    json_scalars: bool = field(default=False, init=False)
+
     def __post_init__(self) -> None:
         self.next_check = time.monotonic() + self.poll_interval
+        inner = self.codec.inner if isinstance(self.codec, BlobCodec) else self.codec
+        self.json_scalars = isinstance(inner, JsonCodec)
 
     def next_seq(self) -> int:
         """The position of the next history entry: a step boundary, where a
@@ -167,6 +296,14 @@ class TaskRun:
         raise self.poisoned
 
     def encode(self, value: Any, what: object) -> str:
+        """The recorded form of ``value``, the output of ``what``."""
+        # The commonest step outputs, as JsonCodec writes them (never offloaded:
+        # they are far below any inline limit). bool is not int here, by type.
+        if self.json_scalars:
+            if type(value) is int:
+                return str(value)
+            if value is None:
+                return "null"
         try:
             text = self.codec.encode(value)
         except CodecError as exc:
@@ -177,6 +314,14 @@ class TaskRun:
         return text
 
     def decode(self, text: str, what: object) -> Any:
+        """The value ``text`` records, the output of ``what``."""
+        if self.json_scalars:
+            if text == "null":
+                return None
+            # Only what encode writes for an int: ASCII digits, maybe a minus.
+            digits = text[1:] if text[:1] == "-" else text
+            if digits.isascii() and digits.isdigit():
+                return int(text)
         try:
             return self.codec.decode(text)
         except (CodecError, BlobError) as exc:

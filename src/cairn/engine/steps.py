@@ -13,9 +13,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from cairn.clock import from_iso, to_iso
-from cairn.engine.effects import Call, Machine, Wait
 from cairn.engine.permits import acquire, release
-from cairn.engine.run import TaskRun, describe_error
+from cairn.engine.run import Call, Machine, TaskRun, Wait, describe_error
 from cairn.retry import Retry
 from cairn.store.records import StepKind, StepRecord, StepStatus
 

@@ -32,7 +32,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, NoReturn, TypeVar
 
@@ -324,8 +324,9 @@ class SQLiteStore(SQLStore):
 
     def record_step(self, step: StepRecord, fence: int, *, first: bool = False) -> bool:
         # The per-step write, straight to this thread's connection: the shared
-        # version's wrappers cost a few microseconds a step, measurable here.
-        params = self._step_params(step, fence)
+        # version's wrappers cost a few microseconds a step, measurable here;
+        # and a step's first run calls nothing of cairn's outside this file.
+        params = _step_params(step, fence)
         with self._write_lock:
             conn = self._conn()
             try:
@@ -376,3 +377,34 @@ def _rollback(conn: sqlite3.Connection) -> None:
     if conn.in_transaction:
         with contextlib.suppress(sqlite3.Error):
             conn.execute("ROLLBACK")
+
+
+def _stamp(moment: datetime) -> str:
+    """``to_iso`` for the clock's own UTC times, inline; any other goes to it."""
+    if moment.tzinfo is not UTC:
+        return to_iso(moment)
+    text = moment.isoformat()
+    return f"{text[:19]}.000000{text[19:]}" if moment.microsecond == 0 else text
+
+
+def _step_params(step: StepRecord, fence: int) -> tuple[Any, ...]:
+    """``SQLStore._step_params``, with its timestamps written inline."""
+    retry_at = step.retry_at
+    return (
+        step.task_id,
+        step.seq,
+        step.kind,
+        step.name,
+        step.status,
+        step.output,
+        step.attempts,
+        step.task_attempt,
+        step.run_attempts,
+        step.error,
+        None if retry_at is None else _stamp(retry_at),
+        _stamp(step.started_at),
+        _stamp(step.finished_at),
+        step.deferred,
+        step.task_id,
+        fence,
+    )

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from cairn.clock import FakeClock
-from cairn.engine.effects import Call, Machine, Wait, adrive, drive
+from cairn.engine.run import Call, Machine, Wait, adrive, drive
 
 
 class Stop(BaseException):
