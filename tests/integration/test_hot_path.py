@@ -14,6 +14,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import pytest
+
 import cairn
 from cairn import Cairn, Context
 
@@ -71,24 +73,26 @@ def test_a_replayed_step_visits_three_files_and_no_store(tmp_path: Path) -> None
     traced: list[set[str]] = []
     calls: list[int] = []
 
+    def add() -> int:
+        calls.append(1)
+        return 42
+
     def build(interrupt: bool) -> Cairn:
         app = Cairn(url)
 
         @app.task(name="twice")
         def twice(ctx: Context) -> int:
             if interrupt:
-                ctx.step("add", lambda: calls.append(1) or 42)
+                ctx.step("add", add)
                 raise KeyboardInterrupt  # the process is stopped here
-            traced.append(files_entered(lambda: ctx.step("add", lambda: calls.append(1) or 42)))
+            traced.append(files_entered(lambda: ctx.step("add", add)))
             return 0
 
         return app
 
     first = build(interrupt=True)
-    try:
+    with pytest.raises(KeyboardInterrupt):
         first.run(first.registered("twice"))
-    except KeyboardInterrupt:
-        pass
     first.close()
     with build(interrupt=False) as again:
         again.run(again.registered("twice"))

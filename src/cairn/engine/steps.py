@@ -27,15 +27,14 @@ class EntryLabel:
 
     __slots__ = ("kind", "name", "seq")
 
-    def __init__(self, kind: str, name: str, seq: int | None = None) -> None:
+    def __init__(self, kind: StepKind, name: str, seq: int) -> None:
         self.kind = kind
         self.name = name
         self.seq = seq
 
     def __str__(self) -> str:
         label = "step" if self.kind == "step" else f"recorded {self.kind}"
-        where = "" if self.seq is None else f" (position {self.seq})"
-        return f"{label} {self.name!r}{where}"
+        return f"{label} {self.name!r} (position {self.seq})"
 
 
 def entry(
@@ -115,13 +114,8 @@ def step_machine(
     what = EntryLabel(kind, name, seq)
     if record is not None and record.status == "completed":
         return run.decode(record.output or "null", what)
-    # Attempts are durable: a crash during attempt 3 resumes at attempt 3. The
-    # budget restarts when a new task attempt replays into a failed step.
-    total = 0 if record is None else record.attempts
-    same_attempt = record is not None and record.task_attempt == run.attempt
-    used = record.run_attempts if record is not None and same_attempt else 0
-    deferred = record.deferred if record is not None and same_attempt else 0.0
-    if record is not None and record.retry_at is not None and same_attempt:
+    spent = _Spent.resumed(run, record)
+    if record is not None and record.retry_at is not None and spent.same_attempt:
         yield Wait(max(0.0, (record.retry_at - run.now()).total_seconds()))
     while True:
         started = run.now()
@@ -133,73 +127,104 @@ def step_machine(
             else:
                 value = yield from _limited(run, limit, work)
         except Exception as exc:
-            total += 1
-            # "Call again in N seconds" (RetryAfter) is waited out without
-            # spending an attempt, up to the policy's max_deferral in all.
-            pause = retry.deferral(exc, deferred)
-            if pause is not None:
-                deferred += pause
-            else:
-                used += 1
-                if not retry.should_retry(exc, used):
-                    run.write(
-                        entry(
-                            run,
-                            seq,
-                            kind,
-                            name,
-                            "failed",
-                            attempts=total,
-                            run_attempts=used,
-                            error=exc,
-                            started_at=started,
-                            deferred=deferred,
-                        )
-                    )
-                    raise
-                pause = retry.delay(used)
-            run.write(
-                entry(
-                    run,
-                    seq,
-                    kind,
-                    name,
-                    "retrying",
-                    attempts=total,
-                    run_attempts=used,
-                    error=exc,
-                    retry_at=run.now() + timedelta(seconds=pause),
-                    started_at=started,
-                    deferred=deferred,
-                )
-            )
+            pause = _failed_call(run, what, exc, retry, spent, started)
+            if pause is None:
+                raise
             yield Wait(pause)
             continue
-        # The at-least-once window: the work is done, nothing is recorded yet.
-        run.hook(f"{kind}_returned", run.task_id, seq, name)
-        # Encoding fails before anything is written, with the step named.
-        output = run.encode(value, what)
-        run.write(
-            entry(
-                run,
-                seq,
-                kind,
-                name,
-                "completed",
-                output=output,
-                attempts=total + 1,
-                run_attempts=used + 1,
-                started_at=started,
-                deferred=deferred,
-            )
-        )
-        run.hook(f"after_{kind}", run.task_id, seq, name)
-        # Hand back the decoded value, so the first run sees exactly what a
-        # replay would: the two can never behave differently. Immutable plain
-        # scalars decode to themselves, so they skip the round trip.
-        if type(value) in _SELF_DECODING:
-            return value
-        return run.decode(output, what)
+        return _completed(run, what, value, spent, started)
+
+
+class _Spent:
+    """What a step has spent so far: calls in all (``total``), attempts of this
+    task attempt's budget (``used``), and seconds deferred by ``RetryAfter``."""
+
+    __slots__ = ("deferred", "same_attempt", "total", "used")
+
+    def __init__(self, total: int, used: int, deferred: float, same_attempt: bool) -> None:
+        self.total = total
+        self.used = used
+        self.deferred = deferred
+        self.same_attempt = same_attempt
+
+    @classmethod
+    def resumed(cls, run: TaskRun, record: StepRecord | None) -> _Spent:
+        """Attempts are durable: a crash during attempt 3 resumes at attempt 3.
+        The budget restarts when a new task attempt replays into a failed step."""
+        if record is None:
+            return cls(0, 0, 0.0, False)
+        same = record.task_attempt == run.attempt
+        used = record.run_attempts if same else 0
+        return cls(record.attempts, used, record.deferred if same else 0.0, same)
+
+
+def _failed_call(
+    run: TaskRun, what: EntryLabel, exc: Exception, retry: Retry, spent: _Spent, started: datetime
+) -> float | None:
+    """Record a call that raised: as ``retrying`` (and the seconds to wait), or
+    as ``failed`` when the policy gives up (None: the caller re-raises)."""
+    spent.total += 1
+    # "Call again in N seconds" (RetryAfter) is waited out without spending an
+    # attempt, up to the policy's max_deferral in all.
+    pause = retry.deferral(exc, spent.deferred)
+    if pause is not None:
+        spent.deferred += pause
+    else:
+        spent.used += 1
+        if not retry.should_retry(exc, spent.used):
+            run.write(_attempt_entry(run, what, "failed", spent, started, error=exc))
+            return None
+        pause = retry.delay(spent.used)
+    retry_at = run.now() + timedelta(seconds=pause)
+    run.write(_attempt_entry(run, what, "retrying", spent, started, error=exc, retry_at=retry_at))
+    return pause
+
+
+def _completed(run: TaskRun, what: EntryLabel, value: Any, spent: _Spent, started: datetime) -> Any:
+    """Record a call that returned, and hand back what a replay would return."""
+    seq, kind, name = what.seq, what.kind, what.name
+    # The at-least-once window: the work is done, nothing is recorded yet.
+    run.hook(f"{kind}_returned", run.task_id, seq, name)
+    # Encoding fails before anything is written, with the step named.
+    output = run.encode(value, what)
+    spent.total += 1
+    spent.used += 1
+    run.write(_attempt_entry(run, what, "completed", spent, started, output=output))
+    run.hook(f"after_{kind}", run.task_id, seq, name)
+    # Hand back the decoded value, so the first run sees exactly what a replay
+    # would: the two can never behave differently. Immutable plain scalars
+    # decode to themselves, so they skip the round trip.
+    if type(value) in _SELF_DECODING:
+        return value
+    return run.decode(output, what)
+
+
+def _attempt_entry(
+    run: TaskRun,
+    what: EntryLabel,
+    status: StepStatus,
+    spent: _Spent,
+    started: datetime,
+    *,
+    output: str | None = None,
+    error: BaseException | None = None,
+    retry_at: datetime | None = None,
+) -> StepRecord:
+    """The history entry for the step's latest call, as ``spent`` counts it."""
+    return entry(
+        run,
+        what.seq,
+        what.kind,
+        what.name,
+        status,
+        output=output,
+        attempts=spent.total,
+        run_attempts=spent.used,
+        error=error,
+        retry_at=retry_at,
+        started_at=started,
+        deferred=spent.deferred,
+    )
 
 
 def _limited(run: TaskRun, limit: str, call: Call) -> Machine[Any]:
