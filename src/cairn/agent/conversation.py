@@ -229,7 +229,7 @@ class Conversation:
         if not fresh:
             return
         records = [self.record(row) for row in fresh]
-        if not self._run.store.append_messages(self._conv_id, records, self._run.fence):
+        if not self._run.append_messages(self._conv_id, records):
             self._run.lost()
         self._end = max(self._end, fresh[-1].idx + 1)
         for row in fresh:
@@ -267,7 +267,7 @@ class Conversation:
 
     # -- the machinery (used by cairn.agent's own modules) ----------------------------------
     def open(self, system: str | Mapping[str, Any] | None, start_from: Any) -> None:
-        conv_id = self._run.store.open_conversation(self.task_id, self.name, self._run.fence)
+        conv_id = self._run.open_conversation(self.name)
         if conv_id is None:
             self._run.lost()
         self._conv_id = conv_id
@@ -279,7 +279,7 @@ class Conversation:
         seed = seed_rows(system, start_from, self.counter)
         if self._end == 0 and seed:
             seed_records = [self.record(r) for r in seed]
-            if not self._run.store.append_messages(self._conv_id, seed_records, self._run.fence):
+            if not self._run.append_messages(self._conv_id, seed_records):
                 self._run.lost()
             self._end = len(seed)
             self._restored = Window.from_rows(seed)
@@ -343,7 +343,7 @@ class Conversation:
 
     def write(self, row: Row) -> None:
         """Append ``row`` to the store under the task's fence."""
-        if not self._run.store.append_message(self._conv_id, self.record(row), self._run.fence):
+        if not self._run.append_message(self._conv_id, self.record(row)):
             self._run.lost()
         self._end = max(self._end, row.idx + 1)
         self._cache[row.idx] = row

@@ -138,7 +138,7 @@ def join_machine(
             # Every unfinished child waits for a signal: so does the parent, until
             # its next look, holding no process.
             wake = now + timedelta(seconds=poll)
-            if run.store.suspend_task(run.task_id, run.fence, "", wake, now):
+            if run.suspend("", wake):
                 raise Suspended(run.task_id, "its children")
             run.check_still_ours()
             continue

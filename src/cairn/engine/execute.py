@@ -83,6 +83,7 @@ def _task_machine(
 
 @dataclass(frozen=True, slots=True)
 class _Prepared:
+    run: TaskRun
     # The task's ctx (the app's Context), made by EngineConfig.make_context.
     ctx: Any
     machine: Machine[Any]
@@ -119,28 +120,27 @@ def _prepare(engine: EngineConfig, record: TaskRecord) -> _Prepared:
     kwargs = run.decode(record.args, "task arguments")
     retry = task.retry or engine.task_retry
     machine = _task_machine(run, ctx, task, kwargs, retry, record.retry_base)
-    return _Prepared(ctx, machine, resumed=bool(history))
+    return _Prepared(run, ctx, machine, resumed=bool(history))
 
 
-def _ended(
-    engine: EngineConfig, record: TaskRecord, error: BaseException, resumed: bool
-) -> Outcome:
+def _ended(run: TaskRun, error: BaseException, resumed: bool) -> Outcome:
+    task_id = run.task_id
     if isinstance(error, Suspended):
         log.info("%s", error)
-        return Outcome(record.id, "waiting", error=error, resumed=resumed)
+        return Outcome(task_id, "waiting", error=error, resumed=resumed)
     if isinstance(error, TimeLimitExceeded):
         # Raised at a step boundary, past user code: record the failure here.
-        if not engine.store.finish_task(
-            record.id, record.fence, "failed", None, describe_error(error), engine.clock.now()
-        ):
-            return Outcome(record.id, "lost", error=error, resumed=resumed)
-        return Outcome(record.id, "failed", error=error, resumed=resumed)
+        try:
+            run.finish("failed", None, error)
+        except (Cancelled, LeaseLost):
+            return Outcome(task_id, "lost", error=error, resumed=resumed)
+        return Outcome(task_id, "failed", error=error, resumed=resumed)
     if isinstance(error, Cancelled):
-        return Outcome(record.id, "cancelled", error=error, resumed=resumed)
+        return Outcome(task_id, "cancelled", error=error, resumed=resumed)
     if isinstance(error, LeaseLost):
         log.warning("%s", error)
-        return Outcome(record.id, "lost", error=error, resumed=resumed)
-    return Outcome(record.id, "failed", error=error, resumed=resumed)
+        return Outcome(task_id, "lost", error=error, resumed=resumed)
+    return Outcome(task_id, "failed", error=error, resumed=resumed)
 
 
 def _prepare_or_settle(engine: EngineConfig, record: TaskRecord) -> _Prepared | Outcome:
@@ -154,6 +154,8 @@ def _prepare_or_settle(engine: EngineConfig, record: TaskRecord) -> _Prepared | 
     try:
         return _prepare(engine, record)
     except CodecError as exc:
+        # No TaskRun exists yet (its codec or arguments are what failed): the
+        # outcome is written here, under the claim's fence, like TaskRun.finish.
         try:
             engine.store.finish_task(
                 record.id, record.fence, "failed", None, describe_error(exc), engine.clock.now()
@@ -199,7 +201,7 @@ def execute(engine: EngineConfig, record: TaskRecord) -> Outcome:
         hand_back(engine, record)
         raise
     except (CairnControl, Exception) as exc:  # noqa: BLE001 - becomes the outcome
-        return _ended(engine, record, exc, prepared.resumed)
+        return _ended(prepared.run, exc, prepared.resumed)
     finally:
         release(engine, record.id)
         current.reset(token)
@@ -221,7 +223,7 @@ async def aexecute(engine: EngineConfig, record: TaskRecord) -> Outcome:
         hand_back(engine, record)
         raise
     except (CairnControl, Exception) as exc:  # noqa: BLE001 - becomes the outcome
-        return _ended(engine, record, exc, prepared.resumed)
+        return _ended(prepared.run, exc, prepared.resumed)
     finally:
         release(engine, record.id)
         current.reset(token)

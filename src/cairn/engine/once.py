@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from cairn.engine.owners import claimant_alive, owner_is_gone
-from cairn.engine.run import Call, Machine, TaskRun, Wait, describe_error
+from cairn.engine.run import Call, Machine, TaskRun, Wait
 from cairn.engine.steps import entry
 from cairn.errors import CodecError, InDoubtOperation, OperationFailed, StoreUnavailable
 from cairn.retry import Retry, is_permanent
@@ -156,7 +156,7 @@ def _claim(
     """Claim the key for this attempt (its claim number), or find its outcome."""
     scope = policy.scope
     while True:
-        claim = run.store.claim_operation(scope, key, run.task_id, seq, run.fence, run.now())
+        claim = run.claim_operation(scope, key, seq)
         if claim.fenced_out:
             run.lost()
         if claim.claimed:
@@ -185,17 +185,7 @@ def _claim(
                 continue
             if settled is not _RECLAIM:
                 return _Settled(settled)
-        retaken = run.store.reclaim_operation(
-            scope,
-            key,
-            op.calls,
-            run.task_id,
-            seq,
-            run.fence,
-            run.now(),
-            claimant_gone=claimant == "gone",
-            lapsed_before=run.now() - run.takeover_grace,
-        )
+        retaken = run.reclaim_operation(op, seq, claimant_gone=claimant == "gone")
         if retaken.claimed:
             return op.calls + 1
         # Someone else moved first, or the claimant renewed after all (look
@@ -238,16 +228,8 @@ def _still_claimant(run: TaskRun, scope: str, key: str, calls: int) -> bool:
 def _settle_failure(run: TaskRun, scope: str, key: str, calls: int, error: Exception) -> None:
     """``fn`` raised: record claim ``calls`` as failed (a call that raised counts
     as not having happened), unless the task is no longer ours."""
-    if not run.store.settle_operation(
-        scope,
-        key,
-        calls,
-        "failed",
-        error=describe_error(error),
-        permanent=is_permanent(error),
-        now=run.now(),
-        task_id=run.task_id,
-        fence=run.fence,
+    if not run.settle_operation(
+        scope, key, calls, "failed", error=error, permanent=is_permanent(error)
     ):
         run.check_still_ours()  # LeaseLost if it was taken; else the claim moved on
 
@@ -257,17 +239,7 @@ def _encoded(run: TaskRun, scope: str, key: str, calls: int, value: Any, what: s
         return run.encode(value, what)
     except CodecError as exc:
         # Never complete a key with garbage: leave it in doubt for a person.
-        run.store.settle_operation(
-            scope,
-            key,
-            calls,
-            "in_doubt",
-            error=describe_error(exc),
-            permanent=False,
-            now=run.now(),
-            task_id=run.task_id,
-            fence=run.fence,
-        )
+        run.settle_operation(scope, key, calls, "in_doubt", error=exc)
         raise
 
 
@@ -285,18 +257,7 @@ def _settle_doubt(
         if found is None:
             return _RECLAIM  # the outside world says it did not happen: call again
         output = run.encode(found, f"reconciled result of operation {key!r}")
-        if not run.store.settle_operation(
-            op.scope,
-            key,
-            op.calls,
-            "completed",
-            result=output,
-            error=None,
-            permanent=False,
-            now=run.now(),
-            task_id=run.task_id,
-            fence=run.fence,
-        ):
+        if not run.settle_operation(op.scope, key, op.calls, "completed", result=output):
             run.check_still_ours()
             return _LOOK_AGAIN  # it moved meanwhile; look again
         return _adopt(run, seq, key, run.store.get_operation(op.scope, key) or op, started)
@@ -306,16 +267,8 @@ def _settle_doubt(
     # Keep the reason in the audit log, so `cairn ops` can say why. If the row
     # is no longer this claim (its claimant recorded the moment we looked), it
     # was never in doubt: look again.
-    if op.status == "claimed" and not run.store.settle_operation(
-        op.scope,
-        key,
-        op.calls,
-        "in_doubt",
-        error=describe_error(doubt),
-        permanent=False,
-        now=run.now(),
-        task_id=run.task_id,
-        fence=run.fence,
+    if op.status == "claimed" and not run.settle_operation(
+        op.scope, key, op.calls, "in_doubt", error=doubt
     ):
         run.check_still_ours()
         return _LOOK_AGAIN
@@ -357,13 +310,12 @@ def _record(
         run_attempts=calls,
         started_at=started,
     )
-    if not run.store.complete_operation(scope, key, calls, output, step, run.fence):
+    if not run.complete_operation(scope, key, calls, output, step):
         # We acted, but the key or the task is no longer ours: keep what we
         # learned for the audit, and change nothing else.
-        run.store.record_late_result(scope, key, output, run.now())
+        run.record_late_result(scope, key, output)
         run.check_still_ours()
         return None
-    run.history[seq] = step
     run.hook("after_record", run.task_id, seq, key)
     return _Settled(run.decode(output, f"operation {key!r}"))
 

@@ -28,7 +28,7 @@ import inspect
 import json
 import time
 import traceback
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -50,7 +50,13 @@ from cairn.errors import (
 )
 from cairn.limits import NO_LIMITS, LimitBook
 from cairn.store.protocol import Store
-from cairn.store.records import StepKind, StepRecord
+from cairn.store.records import (
+    MessageRecord,
+    OperationClaim,
+    OperationRecord,
+    StepKind,
+    StepRecord,
+)
 
 if TYPE_CHECKING:
     from cairn.engine.config import EngineConfig
@@ -348,6 +354,85 @@ class TaskRun:
             self.task_id, self.fence, status, result, described, self.clock.now()
         ):
             self.lost()
+
+    # -- operations (ctx.once): a completed operation is the task's history entry
+    def claim_operation(self, scope: str, key: str, seq: int) -> OperationClaim:
+        """Claim ``key`` for this run's position ``seq``, under the fence."""
+        return self.store.claim_operation(scope, key, self.task_id, seq, self.fence, self.now())
+
+    def reclaim_operation(
+        self, op: OperationRecord, seq: int, *, claimant_gone: bool
+    ) -> OperationClaim:
+        """Take over claim ``op.calls`` of a key whose claimant died (or is gone)."""
+        now = self.now()
+        return self.store.reclaim_operation(
+            op.scope,
+            op.key,
+            op.calls,
+            self.task_id,
+            seq,
+            self.fence,
+            now,
+            claimant_gone=claimant_gone,
+            lapsed_before=now - self.takeover_grace,
+        )
+
+    def settle_operation(
+        self,
+        scope: str,
+        key: str,
+        calls: int,
+        status: str,
+        *,
+        error: BaseException | None = None,
+        permanent: bool = False,
+        result: str | None = None,
+    ) -> bool:
+        """Record claim ``calls`` of ``key`` as ``status``, fenced on this run."""
+        return self.store.settle_operation(
+            scope,
+            key,
+            calls,
+            status,
+            error=None if error is None else describe_error(error),
+            permanent=permanent,
+            now=self.now(),
+            task_id=self.task_id,
+            fence=self.fence,
+            result=result,
+        )
+
+    def complete_operation(
+        self, scope: str, key: str, calls: int, output: str, step: StepRecord
+    ) -> bool:
+        """Record claim ``calls`` completed, as the history entry ``step``; False
+        if the key or the task is no longer ours (then nothing is written)."""
+        if not self.store.complete_operation(scope, key, calls, output, step, self.fence):
+            return False
+        self.history[step.seq] = step
+        return True
+
+    def record_late_result(self, scope: str, key: str, output: str) -> None:
+        """Keep what a claimant that lost its claim learned, for the audit only."""
+        self.store.record_late_result(scope, key, output, self.now())
+
+    # -- waiting, and conversations ------------------------------------------------
+    def suspend(self, signal: str, wake_at: datetime | None) -> bool:
+        """Suspend the task until ``signal`` (or ``wake_at``), unless the signal is
+        already there; False then, or if the fence moved."""
+        return self.store.suspend_task(self.task_id, self.fence, signal, wake_at, self.now())
+
+    def open_conversation(self, name: str) -> int | None:
+        """The id of the task's conversation ``name``, made under the fence."""
+        return self.store.open_conversation(self.task_id, name, self.fence)
+
+    def append_message(self, conv_id: int, message: MessageRecord) -> bool:
+        """Append one conversation message under the fence."""
+        return self.store.append_message(conv_id, message, self.fence)
+
+    def append_messages(self, conv_id: int, messages: Sequence[MessageRecord]) -> bool:
+        """Append conversation messages under the fence."""
+        return self.store.append_messages(conv_id, messages, self.fence)
 
     def lost(self) -> NoReturn:
         """The fence moved: say why, and stop the task."""

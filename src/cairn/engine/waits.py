@@ -86,7 +86,7 @@ def wait_for(run: TaskRun, name: str, timeout: float | None) -> Signal:
         if deadline is not None and run.now() >= deadline:
             return _finish(run, seq, name, started, None, timed_out=True)
         run.hook("before_suspend", run.task_id, seq, name)
-        if run.store.suspend_task(run.task_id, run.fence, name, deadline, run.now()):
+        if run.suspend(name, deadline):
             raise Suspended(run.task_id, name)
         # Refused: the task is not ours any more, or the signal arrived just now.
         run.check_still_ours()
