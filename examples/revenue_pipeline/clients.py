@@ -1,7 +1,7 @@
 """Calls to the outside services, and what their errors mean for a retry.
 
 Each function is one call; the pipeline wraps them in checkpointed steps.
-Errors are classified at the edge by ``cairn.errorclass``: a quota error is
+Errors are classified at the edge by ``cairn.outside_errors``: a quota error is
 ``RetryAfter`` (wait, then call again, without spending an attempt), a 5xx or a
 dropped connection is transient, and any other 4xx is ``Permanent``
 (PERMISSION_DENIED fails the run at once, with the answer recorded).
@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from cairn import Permanent, Transient, errorclass
+from cairn import Permanent, Transient, outside_errors
 
 from .settings import LOS_ANGELES
 
@@ -26,13 +26,13 @@ _http = httpx.Client(timeout=10.0)
 def raise_for_status(response: httpx.Response) -> None:
     """cairn's error for an error answer, saying what the API said.
 
-    ``cairn.errorclass`` classifies: 429 is ``RetryAfter`` (honouring
+    ``cairn.outside_errors`` classifies: 429 is ``RetryAfter`` (honouring
     ``Retry-After``), 5xx ``Transient``, any other 4xx ``Permanent``. The
     message adds the API's own status (``PERMISSION_DENIED``), which is what a
     person reading the failed task needs.
     """
     try:
-        errorclass.raise_for_status(response)
+        outside_errors.raise_for_status(response)
     except (Transient, Permanent) as exc:
         status, message = _error_of(response)
         said = f"{response.request.url.path} answered {response.status_code} {status}: {message}"

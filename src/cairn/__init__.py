@@ -9,7 +9,6 @@ from cairn.context import Context
 from cairn.engine.batch import BatchReport, Failure
 from cairn.engine.children import ChildTask
 from cairn.engine.waits import Signal
-from cairn.errorclass import is_transient
 from cairn.errors import (
     BlobCorrupt,
     BlobError,
@@ -52,6 +51,7 @@ from cairn.errors import (
 from cairn.keys import op_key
 from cairn.limits import Concurrency, Rate
 from cairn.operations import operation
+from cairn.outside_errors import is_transient
 from cairn.retry import Retry
 from cairn.task import TaskDef, step
 

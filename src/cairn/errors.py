@@ -235,8 +235,8 @@ class Transient(Exception):
     """An outside error that may go away if the call is made again later
     (a 5xx answer, a timeout, a dropped connection, gRPC ``UNAVAILABLE``).
 
-    ``cairn.errorclass`` raises it ``from`` the original error, and
-    ``cairn.errorclass.is_transient`` recognises it; use that as
+    ``cairn.outside_errors`` raises it ``from`` the original error, and
+    ``cairn.outside_errors.is_transient`` recognises it; use that as
     ``Retry(retry_on=is_transient)`` to retry only what may succeed later.
     """
 

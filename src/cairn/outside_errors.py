@@ -1,4 +1,4 @@
-"""Error classes: which outside errors may go away if tried again, and which never will.
+"""Errors of outside services: which may go away if tried again, and which never will.
 
 cairn retries what a ``Retry`` policy lets it. Outside services say in their own
 words whether trying again can help; this module reads them:

@@ -1,7 +1,7 @@
 """Error classes: real httpx calls to a real local HTTP server, classified.
 
 Each test sends a real request with httpx to an ``ApiServer`` on 127.0.0.1 told
-what to answer, and checks what ``cairn.errorclass`` makes of the outcome.
+what to answer, and checks what ``cairn.outside_errors`` makes of the outcome.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 
 from cairn import Cairn, Context, Permanent, Retry, RetryAfter, TaskFailed, Transient, is_transient
 from cairn.clock import FakeClock
-from cairn.errorclass import (
+from cairn.outside_errors import (
     as_cairn_error,
     classified,
     classify,
