@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any
 
 from cairn import Cairn, Concurrency, Context, Permanent, Rate, Retry, is_transient, op_key
-from cairn.notify import post_once
+from cairn.webhook import post_once
 
 from . import clients
 from .database import Database

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from cairn.context import Context
-from cairn.notify import post_once
+from cairn.webhook import post_once
 
 log = logging.getLogger("cairn.observe")
 

@@ -31,7 +31,7 @@ def _httpx() -> Any:
     try:
         import httpx
     except ImportError as exc:
-        raise ConfigurationError("cairn.notify needs httpx: pip install 'cairn[notify]'") from exc
+        raise ConfigurationError("cairn.webhook needs httpx: pip install 'cairn[notify]'") from exc
     return httpx
 
 

@@ -1,4 +1,4 @@
-"""``cairn.notify.post_once`` against a real webhook server on 127.0.0.1.
+"""``cairn.webhook.post_once`` against a real webhook server on 127.0.0.1.
 
 The daily-report case: a report is posted once per key however often the
 pipeline runs, transient webhook errors are retried with the same key, a
@@ -19,7 +19,7 @@ import pytest
 
 from cairn import Cairn, Context, TaskDef, TaskFailed, op_key
 from cairn.clock import FakeClock
-from cairn.notify import NOTIFY_RETRY, post_once
+from cairn.webhook import NOTIFY_RETRY, post_once
 from tests.servers import WebhookServer
 
 DAY = "2026-05-24"
