@@ -4,7 +4,7 @@
 proportional to it (as ``ctx.conversation`` does when it opens);
 ``iter_history`` streams every row, the compacted head included, in pages.
 Archived heads stay in the ``messages`` table, row by row; a message above the
-app's ``inline_limit`` is in the blob store (``cairn.agent.offload``), and both
+app's ``inline_limit`` is in the blob store (``cairn.agent.message_blobs``), and both
 read it back transparently, checking its hash. ``blobs`` names the blob store to
 read from; by default it is the store's own (``$CAIRN_BLOBS``, else the
 directory beside a SQLite file), opened only if a message needs it.
@@ -19,8 +19,8 @@ from datetime import datetime
 from typing import IO, TYPE_CHECKING, Any
 
 from cairn.agent._window import Row, Window
+from cairn.agent.message_blobs import MessageReader
 from cairn.agent.messages import Message
-from cairn.agent.offload import MessageReader
 from cairn.agent.summarize import summary_text
 from cairn.blobs import BlobStore, Offloader
 from cairn.clock import to_iso

@@ -19,7 +19,7 @@ row, of kind ``summary``, whose ``covers_until`` says which messages it stands
 in for; nothing is deleted, so the compacted head stays in the table as the
 archive. A message whose JSON is above the app's ``inline_limit`` goes to the
 blob store before its row is written, and the row holds the reference
-(``cairn.agent.offload``); rows read back are resolved and hash-checked.
+(``cairn.agent.message_blobs``); rows read back are resolved and hash-checked.
 
 The rows themselves are the record that replay reads, keyed by their position
 in the conversation; appends take no position in the task's history (no
@@ -57,8 +57,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from cairn.agent._window import Row, Window
 from cairn.agent.archive import StoredMessage, iter_history
 from cairn.agent.handoff import build_handoff, seed_rows
+from cairn.agent.message_blobs import MessageReader, offload_content
 from cairn.agent.messages import Message, dumps, normalize, text_of
-from cairn.agent.offload import MessageReader, offload_content
 from cairn.agent.pricing import DEFAULT_PRICES, PriceTable
 from cairn.agent.summarize import (
     ExtractiveSummarizer,
@@ -134,7 +134,7 @@ class Conversation:
         self._anchor: tuple[int, int] | None = None
         self._failed_at = -1  # a failed compaction is not retried at the same position
         self._conv_id = -1  # the store's key for this conversation, set by open()
-        # Messages above the inline limit go to the blob store (cairn.agent.offload).
+        # Messages above the inline limit go to the blob store (cairn.agent.message_blobs).
         self._offloader = run.offloader
         self._inline_limit = -1 if run.offloader is None else run.offloader.inline_limit
         self._reader = MessageReader(run.offloader)

@@ -21,8 +21,8 @@ from cairn.agent.archive import (
     iter_history,
     load_conversation,
 )
+from cairn.agent.message_blobs import MessageReader
 from cairn.agent.messages import text_of
-from cairn.agent.offload import MessageReader
 from cairn.errors import UnknownTask
 from cairn.store import Store
 

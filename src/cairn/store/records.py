@@ -179,7 +179,7 @@ class MessageRecord(NamedTuple):
     ``cairn.store.sql.pack_content``) and ``created_at`` as integer microseconds,
     and convert both back when they read a row: a record always holds the JSON
     text (or, for a message offloaded to the blob store, its reference text
-    ``!blob:…``, which ``cairn.agent.offload`` resolves) and an aware UTC datetime.
+    ``!blob:…``, which ``cairn.agent.message_blobs`` resolves) and an aware UTC datetime.
     """
 
     task_id: str

@@ -369,7 +369,7 @@ def time_of_micros(micros: int) -> datetime:
 # A message's content is stored as bytes: b"j" + the UTF-8 JSON, or b"z" + the
 # JSON zlib-compressed when that is at least a fifth smaller. Short JSON is never
 # tried: it rarely shrinks enough to pay for the compressor's time. A message
-# offloaded to the blob store (cairn.agent.offload) is stored as its reference
+# offloaded to the blob store (cairn.agent.message_blobs) is stored as its reference
 # text as it is: its first byte, "!", is neither format byte, so a reference is
 # exact to find (sqlmove.BLOB_REFERENCES) and a record carries it as the text.
 _PLAIN = b"j"
