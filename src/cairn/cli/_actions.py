@@ -13,10 +13,11 @@ from datetime import datetime
 
 from rich.text import Text
 
+from cairn.clock import SystemClock
 from cairn.store import Store
 
-from ._common import fail, note, now, require_batch, streamed
-from ._render import stdout_console
+from ._consoles import fail, note, stdout_console
+from ._store_option import require_batch, streamed
 from .show import get_task_or_fail
 
 # A batch action lists this many changed tasks by id, then only counts the rest.
@@ -55,7 +56,7 @@ def act_on_task(store: Store, action: Action, task_id: str) -> None:
             "Nothing changed.",
             code=1,
         )
-    if not action.apply(store, task_id, now()):
+    if not action.apply(store, task_id, SystemClock().now()):
         fail(f"task {task_id} changed status just now; nothing changed. Look again.", code=1)
     stdout_console().print(Text(describe(task_id, task.status, action)), soft_wrap=True)
 
@@ -65,7 +66,7 @@ def act_on_batch(store: Store, action: Action, batch: str, sources: tuple[str, .
     require_batch(store, batch)
     console = stdout_console()
     counts: Counter[str] = Counter()
-    stamp = now()
+    stamp = SystemClock().now()
     for source in sources:
         # The stream reads on a connection of its own, so writing meanwhile is safe.
         with streamed(store.list_tasks(batch=batch, status=source)) as rows:

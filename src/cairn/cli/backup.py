@@ -10,8 +10,9 @@ import typer
 from cairn.errors import CairnError
 from cairn.portable import backup_sqlite
 
-from ._blobs import BlobsOption, blobs_for
-from ._common import DEFAULT_URL, StoreOption, _store_file, fail, note, opened_store
+from ._blobs_option import BlobsOption, blobs_for
+from ._consoles import fail, note
+from ._store_option import DEFAULT_URL, StoreOption, opened_store, store_file
 
 
 def backup_command(
@@ -24,7 +25,7 @@ def backup_command(
 
     For PostgreSQL use pg_dump, or move one batch with `cairn export`.
     """
-    path = _store_file(store)
+    path = store_file(store)
     if path is None:
         fail(
             f"cairn backup copies SQLite stores; {store} is not one. Use pg_dump, or "

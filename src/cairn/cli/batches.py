@@ -6,10 +6,11 @@ from rich.text import Text
 
 from cairn.store.records import TASK_STATUSES, BatchSummary
 
-from ._common import DEFAULT_URL, JsonOption, StoreOption, note, opened_store
-from ._format import short_time
-from ._json import batch_dict, print_json
-from ._render import STATUS_STYLES, RowTable, stdout_console
+from ._consoles import note, stdout_console
+from ._field_text import short_time
+from ._json_output import JsonOption, batch_dict, print_json
+from ._store_option import DEFAULT_URL, StoreOption, opened_store
+from ._tables import STATUS_STYLES, RowTable
 
 _COLUMNS = ("batch", "task", *TASK_STATUSES, "total", "first start", "last finish")
 

@@ -11,8 +11,8 @@ import typer
 
 from cairn.errors import CairnError
 
-from ._common import JsonOption, fail, note
-from ._json import print_json
+from ._consoles import fail, note
+from ._json_output import JsonOption, print_json
 
 BUILTIN = "cairn.chaos.batch:run"
 

@@ -23,14 +23,16 @@ from cairn.agent.archive import (
 )
 from cairn.agent.message_blobs import MessageReader
 from cairn.agent.messages import text_of
+from cairn.clock import SystemClock
 from cairn.errors import UnknownTask
 from cairn.store import Store
 
-from ._blobs import BlobsOption, blobs_for
-from ._common import DEFAULT_URL, JsonOption, StoreOption, now, opened_store
-from ._format import clip, short_time
-from ._json import print_json
-from ._render import RowTable, key_values, print_table, stdout_console
+from ._blobs_option import BlobsOption, blobs_for
+from ._consoles import stdout_console
+from ._field_text import clip, short_time
+from ._json_output import JsonOption, print_json
+from ._store_option import DEFAULT_URL, StoreOption, opened_store
+from ._tables import RowTable, key_values, print_table
 from .show import TaskArgument, get_task_or_fail
 
 NameOption = Annotated[
@@ -87,7 +89,7 @@ def conversation_command(
         active = {row.idx for row in view.active_rows()}
         rows = list(iter_history(opened, task_id, conv, blobs=reader)) if show_all else None
     if handoff:
-        print_json(view.handoff(now=now()))
+        print_json(view.handoff(now=SystemClock().now()))
         return
     shown = rows if rows is not None else view.active_rows()
     if jsonl:

@@ -12,9 +12,10 @@ import typer
 from cairn.agent.costs import CostLine, cost_report
 from cairn.agent.pricing import PriceTable
 
-from ._common import DEFAULT_URL, JsonOption, StoreOption, fail, note, opened_store, require_batch
-from ._json import print_json
-from ._render import RowTable, stdout_console
+from ._consoles import fail, note, stdout_console
+from ._json_output import JsonOption, print_json
+from ._store_option import DEFAULT_URL, StoreOption, opened_store, require_batch
+from ._tables import RowTable
 
 _COLUMNS = (
     "",

@@ -18,10 +18,11 @@ from cairn.agent.fidelity import fidelity, next_tool_call, same_tool
 from cairn.agent.providers import default_client
 from cairn.errors import CairnError
 
-from ._blobs import BlobsOption, blobs_for
-from ._common import DEFAULT_URL, JsonOption, StoreOption, fail, opened_store
-from ._json import print_json
-from ._render import RowTable, stdout_console
+from ._blobs_option import BlobsOption, blobs_for
+from ._consoles import fail, stdout_console
+from ._json_output import JsonOption, print_json
+from ._store_option import DEFAULT_URL, StoreOption, opened_store
+from ._tables import RowTable
 from .conversation import NameOption, conversation_name
 from .show import TaskArgument, get_task_or_fail
 

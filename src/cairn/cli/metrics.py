@@ -15,8 +15,9 @@ from cairn.observe.metrics import compute
 from cairn.observe.text import metrics_lines
 from cairn.store.sqlmetrics import Window
 
-from ._common import DEFAULT_URL, JsonOption, StoreOption, fail, now, opened_store, require_batch
-from ._json import print_json
+from ._consoles import fail
+from ._json_output import JsonOption, print_json
+from ._store_option import DEFAULT_URL, StoreOption, opened_store, require_batch
 
 SinceOption = Annotated[
     str | None,
@@ -32,7 +33,7 @@ SinceOption = Annotated[
 def window_of(batch: str | None, since: str | None) -> Window:
     """The window the options name (the CLI's own --since parsing)."""
     try:
-        start = None if since is None else parse_moment(since, now())
+        start = None if since is None else parse_moment(since, SystemClock().now())
     except ValueError as exc:
         fail(str(exc))
     return Window(since=start, batch=batch)

@@ -11,8 +11,9 @@ import typer
 from cairn.errors import CairnError
 from cairn.portable import export_batch, import_batch
 
-from ._blobs import BlobsOption, blobs_for
-from ._common import DEFAULT_URL, StoreOption, fail, note, opened_store
+from ._blobs_option import BlobsOption, blobs_for
+from ._consoles import fail, note
+from ._store_option import DEFAULT_URL, StoreOption, opened_store
 
 
 def export_command(

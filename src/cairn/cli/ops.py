@@ -25,16 +25,18 @@ import typer
 from rich.text import Text
 
 from cairn.blobs.ref import is_ref
+from cairn.clock import SystemClock
 from cairn.codec import JsonCodec, codec_for
 from cairn.engine.owners import DEFAULT_LEASE_SECONDS, claimant_alive, takeover_grace
 from cairn.errors import CairnError
 from cairn.store import Store
 from cairn.store.records import OperationRecord, OperationStatus, TaskRecord
 
-from ._common import DEFAULT_URL, JsonOption, StoreOption, fail, note, now, opened_store, streamed
-from ._format import MISSING, clip, error_line, iso_time, parse_error, short_time, stored_value
-from ._json import print_json, value_for_json
-from ._render import RowTable, status_text, stdout_console
+from ._consoles import fail, note, stdout_console
+from ._field_text import MISSING, clip, error_line, iso_time, parse_error, short_time, stored_value
+from ._json_output import JsonOption, print_json, value_for_json
+from ._store_option import DEFAULT_URL, StoreOption, opened_store, streamed
+from ._tables import RowTable, status_text
 
 __all__ = ["claimant_gone", "ops_app", "parse_since"]
 
@@ -176,7 +178,7 @@ def ops_command(
             fail("listing options go with `cairn ops`, not with its subcommands")
         return
     _check_listing(status, in_doubt, as_json, as_csv)
-    since_at = None if since is None else parse_since(since, now())
+    since_at = None if since is None else parse_since(since, SystemClock().now())
     with opened_store(store) as opened:
         rows = _fetch(opened, prefix, since_at, task, status, in_doubt, limit)
         redundant, keys = opened.operation_call_counts()
@@ -212,7 +214,7 @@ def _fetch(
     wanted = None if limit == 0 else limit + 1
     statuses = ("claimed", "in_doubt") if in_doubt else None if status is None else (status,)
     tasks: Callable[[str], TaskRecord | None] = cache(store.get_task)
-    at = now()
+    at = SystemClock().now()
     # Dead claims are found by looking, so the store cannot apply the limit then.
     operations = store.list_operations(
         prefix=prefix,
@@ -406,7 +408,12 @@ def resolve_command(
         _check_resolvable(op, task)
         text = None if decision.status != "completed" else _encode(decision.value, task)
         if not opened.resolve_operation(
-            scope, key, decision.status, result=text, permanent=decision.permanent, now=now()
+            scope,
+            key,
+            decision.status,
+            result=text,
+            permanent=decision.permanent,
+            now=SystemClock().now(),
         ):
             fail(f"operation {_label(op)} changed just now; nothing changed. Look again.", code=1)
         _say(
@@ -437,7 +444,7 @@ def _check_resolvable(op: OperationRecord, task: TaskRecord | None) -> None:
             "resolved. Nothing changed.",
             code=1,
         )
-    if op.status == "claimed" and not claimant_gone(op, task, now()):
+    if op.status == "claimed" and not claimant_gone(op, task, SystemClock().now()):
         fail(
             f"operation {_label(op)} is claimed by task {op.task_id}, which is still running "
             "and may record an outcome; wait for it (or stop it), then look again. "
@@ -468,7 +475,7 @@ def _effect(decision: _Decision, text: str | None) -> str:
 def _run_task_again(store: Store, task: TaskRecord) -> None:
     if task.status == "cancelled":
         note(f"task {task.id} is cancelled; `cairn retry {task.id}` would run it again")
-    if task.status != "failed" or not store.retry_task(task.id, now()):
+    if task.status != "failed" or not store.retry_task(task.id, SystemClock().now()):
         return
     if task.batch:
         picks_up = f"the next run_batch of batch {task.batch} (or app.run of this task)"

@@ -6,11 +6,13 @@ from typing import Annotated, Any
 
 import typer
 
+from cairn.clock import SystemClock
 from cairn.errors import CairnError
 from cairn.observe._time import parse_moment
 from cairn.observe.otel import export_spans
 
-from ._common import DEFAULT_URL, StoreOption, fail, now, opened_store
+from ._consoles import fail
+from ._store_option import DEFAULT_URL, StoreOption, opened_store
 
 
 def _provider(endpoint: str | None) -> Any:
@@ -49,7 +51,7 @@ def otel_command(
     """Emit one span per finished task and one child span per step, with the recorded
     start and finish times (printed as JSON, or sent to an OTLP endpoint)."""
     try:
-        start = None if since is None else parse_moment(since, now())
+        start = None if since is None else parse_moment(since, SystemClock().now())
     except ValueError as exc:
         fail(str(exc))
     provider = _provider(otlp)

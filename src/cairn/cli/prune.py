@@ -8,11 +8,13 @@ from typing import Annotated
 
 import typer
 
+from cairn.clock import SystemClock
 from cairn.errors import CairnError
 from cairn.portable import DEFAULT_GRACE, collect_garbage, prune
 
-from ._blobs import BlobsOption, blobs_for
-from ._common import DEFAULT_URL, StoreOption, fail, note, now, opened_store
+from ._blobs_option import BlobsOption, blobs_for
+from ._consoles import fail, note
+from ._store_option import DEFAULT_URL, StoreOption, opened_store
 from .ops import parse_since
 
 
@@ -39,7 +41,7 @@ def prune_command(
 ) -> None:
     """Delete the records (tasks, history, operations, conversations) of finished
     batches. Their blobs go at the next `cairn gc`."""
-    before = parse_since(finished_before, now())
+    before = parse_since(finished_before, SystemClock().now())
     with opened_store(store) as opened:
         try:
             plan = prune(
@@ -65,7 +67,7 @@ def prune_command(
 
 
 def _grace(text: str) -> timedelta:
-    at = now()
+    at = SystemClock().now()
     return at - parse_since(text, at)
 
 
@@ -91,7 +93,9 @@ def gc_command(
         if target is None:
             fail(f"{store} has no blob store; pass --blobs URL")
         try:
-            report = collect_garbage(opened, target, now(), grace=period, dry_run=dry_run)
+            report = collect_garbage(
+                opened, target, SystemClock().now(), grace=period, dry_run=dry_run
+            )
         except CairnError as exc:
             fail(str(exc))
     verb = "would delete" if dry_run else "deleted"

@@ -8,17 +8,19 @@ from typing import Annotated
 import typer
 
 from cairn.app import Cairn
+from cairn.clock import SystemClock
 from cairn.errors import CairnError
 from cairn.observe._time import day_bounds, parse_moment
 from cairn.observe.notifiers import notifiers_for
 from cairn.observe.report import DailyReporter, day_report, report_for
 
-from ._common import DEFAULT_URL, StoreOption, fail, now, opened_store
+from ._consoles import fail
+from ._store_option import DEFAULT_URL, StoreOption, opened_store
 
 
 def _day(text: str | None) -> date:
     if text is None:
-        return (now() - timedelta(days=1)).date()  # yesterday (UTC): a whole day
+        return (SystemClock().now() - timedelta(days=1)).date()  # yesterday (UTC): a whole day
     try:
         return date.fromisoformat(text)
     except ValueError:
@@ -59,7 +61,7 @@ def report_command(
     with opened_store(store) as opened:
         if since is not None:
             try:
-                start = parse_moment(since, now())
+                start = parse_moment(since, SystemClock().now())
             except ValueError as exc:
                 fail(str(exc))
             typer.echo(report_for(opened, start, None))

@@ -7,7 +7,8 @@ from typing import Annotated
 import typer
 
 from ._actions import Action, act_on_batch, act_on_task
-from ._common import DEFAULT_URL, StoreOption, fail, opened_store
+from ._consoles import fail
+from ._store_option import DEFAULT_URL, StoreOption, opened_store
 
 RETRY = Action(
     done="retried",

@@ -7,13 +7,15 @@ from typing import Annotated, Any
 
 import typer
 
+from cairn.clock import SystemClock
 from cairn.schedule import ON_TIME, Schedule
 from cairn.store.records import ScheduleRecord
 
-from ._common import JsonOption, note, now, opened_store
-from ._format import iso_time
-from ._json import print_json
-from ._render import RowTable, stdout_console
+from ._consoles import note, stdout_console
+from ._field_text import iso_time
+from ._json_output import JsonOption, print_json
+from ._store_option import opened_store
+from ._tables import RowTable
 from .worker import load_app
 
 _COLUMNS = ("schedule", "task", "cron", "tz", "catchup", "last firing", "next firing", "note")
@@ -48,7 +50,7 @@ def schedules_command(
     # error, never created.
     with opened_store(app.store_url) as opened:
         rows = {row.name: row for row in opened.list_schedules()}
-    moment = now()
+    moment = SystemClock().now()
     described = [_describe(s, rows.get(s.name), moment) for s in schedules]
     if as_json:
         print_json(described)

@@ -12,8 +12,8 @@ from cairn.errors import UnknownTask
 from cairn.store import Store
 from cairn.store.records import StepRecord, TaskRecord
 
-from ._common import DEFAULT_URL, JsonOption, StoreOption, opened_store
-from ._format import (
+from ._consoles import stdout_console
+from ._field_text import (
     MISSING,
     error_line,
     human_duration,
@@ -22,8 +22,9 @@ from ._format import (
     short_time,
     stored_value,
 )
-from ._json import print_json, step_dict, task_detail_dict
-from ._render import RowTable, key_values, print_table, status_text, stdout_console
+from ._json_output import JsonOption, print_json, step_dict, task_detail_dict
+from ._store_option import DEFAULT_URL, StoreOption, opened_store
+from ._tables import RowTable, key_values, print_table, status_text
 
 TaskArgument = Annotated[str, typer.Argument(metavar="TASK", help="The task id.")]
 

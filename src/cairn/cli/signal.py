@@ -10,8 +10,8 @@ import typer
 from cairn.clock import SystemClock
 from cairn.signals import send_signal
 
-from ._common import DEFAULT_URL, StoreOption, fail, opened_store
-from ._render import stdout_console
+from ._consoles import fail, stdout_console
+from ._store_option import DEFAULT_URL, StoreOption, opened_store
 
 
 def signal_command(

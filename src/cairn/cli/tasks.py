@@ -10,19 +10,11 @@ import typer
 
 from cairn.store.records import TASK_STATUSES, TaskRecord
 
-from ._common import (
-    DEFAULT_URL,
-    JsonOption,
-    StoreOption,
-    fail,
-    note,
-    opened_store,
-    require_batch,
-    streamed,
-)
-from ._format import error_line, human_duration, seconds_between, short_time
-from ._json import stream_json_list, task_dict
-from ._render import RowTable, status_text, stdout_console
+from ._consoles import fail, note, stdout_console
+from ._field_text import error_line, human_duration, seconds_between, short_time
+from ._json_output import JsonOption, stream_json_list, task_dict
+from ._store_option import DEFAULT_URL, StoreOption, opened_store, require_batch, streamed
+from ._tables import RowTable, status_text
 
 DEFAULT_LIMIT = 200
 _COLUMNS = ("id", "status", "attempts", "started", "finished", "duration", "error")

@@ -11,7 +11,8 @@ from cairn.errors import ConfigurationError
 from cairn.observe._time import parse_duration
 from cairn.ui.server import DashboardServer, UIConfig
 
-from ._common import DEFAULT_URL, StoreOption, fail, opened_store
+from ._consoles import fail
+from ._store_option import DEFAULT_URL, StoreOption, opened_store
 
 
 def ui_command(

@@ -12,7 +12,8 @@ from cairn.observe._time import parse_duration
 from cairn.observe.notifiers import notifiers_for
 from cairn.observe.stalls import StallWatcher
 
-from ._common import DEFAULT_URL, StoreOption, fail, opened_store
+from ._consoles import fail
+from ._store_option import DEFAULT_URL, StoreOption, opened_store
 
 UrlsOption = Annotated[list[str] | None, typer.Option(metavar="URL")]
 

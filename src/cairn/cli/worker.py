@@ -17,7 +17,7 @@ from cairn.errors import CairnError
 if TYPE_CHECKING:
     from cairn.observe.stalls import StallWatcher
 
-from ._common import fail
+from ._consoles import fail
 
 
 def load_app(target: str) -> Cairn:

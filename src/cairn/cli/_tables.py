@@ -1,4 +1,4 @@
-"""Rich output: tables on a terminal, plain aligned columns everywhere else.
+"""Tables of rows: rich tables on a terminal, plain aligned columns everywhere else.
 
 When stdout is not a terminal (a pipe, a file, a test runner) tables have no
 borders, no colour, no wrapping and no trailing blanks, so the text can be
@@ -15,8 +15,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-# Wide enough that plain output never wraps a row; a table only takes what it needs.
-_PLAIN_WIDTH = 100_000
 # Free-text columns wrap on a narrow terminal, but not into a sliver.
 _FREE_MIN_WIDTH = 24
 # Space between two columns: padding on each side, or a collapsed gap on a terminal.
@@ -33,31 +31,6 @@ STATUS_STYLES = {
 }
 
 Cell = Text | str
-
-
-def _console(*, stderr: bool) -> Console:
-    # markup/emoji off: cells hold user data such as "[x]" or ":tada:" verbatim.
-    console = Console(stderr=stderr, markup=False, emoji=False, highlight=False)
-    if not console.is_terminal:
-        console = Console(
-            stderr=stderr,
-            markup=False,
-            emoji=False,
-            highlight=False,
-            color_system=None,
-            width=_PLAIN_WIDTH,
-        )
-    return console
-
-
-def stdout_console() -> Console:
-    """A console on the current stdout (looked up now, so test runners can swap it)."""
-    return _console(stderr=False)
-
-
-def stderr_console() -> Console:
-    """A console on the current stderr."""
-    return _console(stderr=True)
 
 
 def status_text(status: str) -> Text:

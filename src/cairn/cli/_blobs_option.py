@@ -9,7 +9,7 @@ import typer
 from cairn.blobs import BlobStore, default_blobs_url, open_blobs
 from cairn.errors import CairnError
 
-from ._common import fail
+from ._consoles import fail
 
 BlobsOption = Annotated[
     str | None,

@@ -1,16 +1,23 @@
-"""Rows as plain dicts for ``--json``: timestamps ISO 8601 with offset, errors parsed."""
+"""The ``--json`` option and what it prints: rows as plain dicts, timestamps ISO 8601
+with offset, errors parsed."""
 
 from __future__ import annotations
 
 import json
 import sys
 from collections.abc import Iterable
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from cairn.blobs.ref import is_ref, parse_ref
 from cairn.store.records import TASK_STATUSES, BatchSummary, StepRecord, TaskRecord
 
-from ._format import iso_time, parse_error, seconds_between
+from ._field_text import iso_time, parse_error, seconds_between
+
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print JSON instead of a table, for scripts.")
+]
 
 
 def batch_dict(summary: BatchSummary) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""What every command shares: the ``--store`` option, opening a store, failing cleanly.
+"""The ``--store`` option and the store it names: opened, checked, read safely.
 
 The CLI never creates or migrates a store: every command opens an existing cairn
 store or stops with one red line and exit code 2, leaving every file as it was.
@@ -9,36 +9,28 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
-from typing import Annotated, NoReturn, TypeVar
+from typing import Annotated, TypeVar
 from urllib.parse import urlsplit
 
 import typer
-from rich.text import Text
 
-from cairn.clock import SystemClock
 from cairn.errors import CairnError
 from cairn.store import DEFAULT_URL, Store, open_store, sqlite_path
 from cairn.store.sqlite import inspect_file
 
-from ._render import stderr_console
+from ._consoles import fail
 
 __all__ = [
     "DEFAULT_URL",
-    "JsonOption",
     "StoreOption",
-    "fail",
-    "note",
-    "now",
     "opened_store",
     "require_batch",
+    "store_file",
     "streamed",
 ]
 
 T = TypeVar("T")
-
-USAGE_EXIT = 2
 
 StoreOption = Annotated[
     str,
@@ -52,30 +44,8 @@ StoreOption = Annotated[
     ),
 ]
 
-JsonOption = Annotated[
-    bool, typer.Option("--json", help="Print JSON instead of a table, for scripts.")
-]
 
-
-def fail(message: str, *, code: int = USAGE_EXIT) -> NoReturn:
-    """Print ``message`` as one red line on stderr and exit with ``code``."""
-    # One line, whatever the message holds, so scripts can grep it.
-    line = " ".join(message.split())
-    stderr_console().print(Text(f"error: {line}", style="red"), soft_wrap=True)
-    raise typer.Exit(code)
-
-
-def note(message: str) -> None:
-    """Print a remark that is not data (stderr, so stdout stays parseable)."""
-    stderr_console().print(Text(message, style="dim"), soft_wrap=True)
-
-
-def now() -> datetime:
-    """The time operator actions are stamped with."""
-    return SystemClock().now()
-
-
-def _store_file(url: str) -> Path | None:
+def store_file(url: str) -> Path | None:
     """The SQLite file ``url`` names, or None for a store that is not a file."""
     if "://" not in url:
         return Path(url)
@@ -106,7 +76,7 @@ def opened_store(url: str) -> Iterator[Store]:
     task) becomes one red line and exit code 2.
     """
     try:
-        path = _store_file(url)
+        path = store_file(url)
         if path is not None:
             _check_existing_file(path)
         store = open_store(url, create=False)
