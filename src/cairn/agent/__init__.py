@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from cairn.agent.archive import ConversationView, StoredMessage, iter_history, load_conversation
 from cairn.agent.compaction import Compaction
-from cairn.agent.conversation import Conversation, ConversationStats
+from cairn.agent.conversation import Conversation
+from cairn.agent.conversation_stats import ConversationStats
 from cairn.agent.fidelity import Disagreement, FidelityReport, fidelity, next_tool_call
 from cairn.agent.handoff import parse_handoff
 from cairn.agent.messages import Message, assistant, system, tool_call, tool_result, user

@@ -16,9 +16,11 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from cairn.agent._window import Row, Window
+from cairn.agent.conversation_stats import ConversationStats, stats_of
+from cairn.agent.handoff import build_handoff
 from cairn.agent.message_blobs import MessageReader
 from cairn.agent.messages import Message
 from cairn.agent.summarize import summary_text
@@ -26,9 +28,6 @@ from cairn.blobs import BlobStore, Offloader
 from cairn.clock import to_iso
 from cairn.store.protocol import Store
 from cairn.store.records import MessageRecord
-
-if TYPE_CHECKING:
-    from cairn.agent.conversation import ConversationStats
 
 PAGE = 500
 
@@ -127,8 +126,6 @@ class ConversationView:
 
     @property
     def stats(self) -> ConversationStats:
-        from cairn.agent.conversation import stats_of
-
         return stats_of(self.window, self.rows)
 
     def active_rows(self) -> list[StoredMessage]:
@@ -139,8 +136,6 @@ class ConversationView:
     def handoff(
         self, metadata: Mapping[str, Any] | None = None, *, now: datetime
     ) -> dict[str, Any]:
-        from cairn.agent.handoff import build_handoff
-
         return build_handoff(self.task_id, self.name, self.window, self.stats, metadata, now)
 
 

@@ -51,11 +51,12 @@ from __future__ import annotations
 import json
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from cairn.agent._window import Row, Window
 from cairn.agent.archive import StoredMessage, iter_history
+from cairn.agent.compaction import compaction_machine
+from cairn.agent.conversation_stats import ConversationStats, stats_of
 from cairn.agent.handoff import build_handoff, seed_rows
 from cairn.agent.message_blobs import MessageReader, offload_content
 from cairn.agent.messages import Message, dumps, normalize, text_of
@@ -80,19 +81,6 @@ PAGE = 500
 DEFAULT_THRESHOLD = 8000
 DEFAULT_KEEP_TAIL = 2000
 DEFAULT_SUMMARY_TOKENS = 800
-
-
-@dataclass(frozen=True, slots=True)
-class ConversationStats:
-    """Counts of one conversation. ``full_tokens`` is what the context would hold
-    without compaction: every message ever appended (an estimate)."""
-
-    rows: int
-    compactions: int
-    archived_messages: int
-    archived_tokens: int
-    active_tokens: int
-    full_tokens: int
 
 
 class Conversation:
@@ -241,8 +229,6 @@ class Conversation:
         ``force``). ``ctx.llm`` does this by itself before each call. Returns the
         ``Compaction`` (None if nothing was due), or an awaitable of it when the
         summarizer is async."""
-        from cairn.agent.compaction import compaction_machine
-
         machine = compaction_machine(self, force=force)
         if is_async_summarizer(self.summarizer):
             return adrive(machine, self._run.clock)
@@ -368,21 +354,6 @@ class Conversation:
 def describe(message: Mapping[str, Any]) -> str:
     text = " ".join(text_of(message).split())
     return f"{message.get('role')} {text[:60]!r}"
-
-
-def stats_of(window: Window, rows: int) -> ConversationStats:
-    meta = (window.summary.meta if window.summary is not None else None) or {}
-    active = window.tokens()
-    message_tokens = sum(r.tokens for r in window.rows() if r.kind == "message")
-    archived = int(meta.get("archived_tokens", 0))
-    return ConversationStats(
-        rows=rows,
-        compactions=int(meta.get("compactions", 0)),
-        archived_messages=int(meta.get("archived_messages", 0)),
-        archived_tokens=archived,
-        active_tokens=active,
-        full_tokens=archived + message_tokens,
-    )
 
 
 # -- opening, once per task attempt ----------------------------------------------------------

@@ -20,17 +20,15 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cairn.agent._window import Row, Window, tool_pairs_intact
+from cairn.agent.conversation_stats import ConversationStats
 from cairn.agent.messages import Message, normalize
 from cairn.agent.messages import system as system_message
 from cairn.agent.summarize import summary_message, summary_text
 from cairn.agent.tokens import TokenCounter, count_message
 from cairn.clock import to_iso
-
-if TYPE_CHECKING:
-    from cairn.agent.conversation import ConversationStats
 
 FORMAT = "cairn.handoff"
 VERSION = 1

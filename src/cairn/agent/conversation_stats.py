@@ -1,0 +1,41 @@
+"""Counts of one conversation, read from its active window.
+
+Both a live ``Conversation`` and a ``ConversationView`` read outside a task
+report them, so they live here, below both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cairn.agent._window import Window
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationStats:
+    """Counts of one conversation. ``full_tokens`` is what the context would hold
+    without compaction: every message ever appended (an estimate)."""
+
+    rows: int
+    compactions: int
+    archived_messages: int
+    archived_tokens: int
+    active_tokens: int
+    full_tokens: int
+
+
+def stats_of(window: Window, rows: int) -> ConversationStats:
+    """The counts of a conversation of ``rows`` stored rows whose active context is
+    ``window``; the archived counts are those the latest summary carries."""
+    meta = (window.summary.meta if window.summary is not None else None) or {}
+    active = window.tokens()
+    message_tokens = sum(r.tokens for r in window.rows() if r.kind == "message")
+    archived = int(meta.get("archived_tokens", 0))
+    return ConversationStats(
+        rows=rows,
+        compactions=int(meta.get("compactions", 0)),
+        archived_messages=int(meta.get("archived_messages", 0)),
+        archived_tokens=archived,
+        active_tokens=active,
+        full_tokens=archived + message_tokens,
+    )
