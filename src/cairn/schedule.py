@@ -32,11 +32,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cairn.errors import ConfigurationError, TaskArgumentsError
 from cairn.names import check_name
 from cairn.store.records import NewTask, ScheduleRecord
+from cairn.task import TaskDef
 
 if TYPE_CHECKING:
     from cairn.app import Cairn
     from cairn.store import Store
-    from cairn.task import TaskDef
 
 log = logging.getLogger("cairn")
 
@@ -132,8 +132,6 @@ def make_schedule(
 ) -> Schedule:
     """The schedule of ``target``, which must be a task (``@app.schedule`` above
     ``@app.task``) that accepts ``fired_at``."""
-    from cairn.task import TaskDef
-
     if not isinstance(target, TaskDef):
         what = getattr(target, "__name__", repr(target))
         raise ConfigurationError(
