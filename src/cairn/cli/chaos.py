@@ -17,45 +17,53 @@ from ._json_output import JsonOption, print_json
 BUILTIN = "cairn.chaos.batch:run"
 
 
+# The options of `cairn chaos`, named here so its signature reads as a list.
+TargetOption = Annotated[
+    str,
+    typer.Option(
+        "--target",
+        metavar="MODULE:FUNCTION",
+        help="A function that takes a store URL and runs your batch to its end "
+        "(default: cairn's built-in chaos batch).",
+    ),
+]
+KillsOption = Annotated[int, typer.Option("--kills", min=1, help="How many SIGKILLs.")]
+SeedOption = Annotated[
+    int | None, typer.Option("--seed", help="Picks the kill moments (default: random).")
+]
+ChaosStoreOption = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        metavar="URL",
+        help="The store to run on (default: a new SQLite file in the workdir). "
+        "CAIRN_STORE is never read: chaos must not run on your real store by accident.",
+    ),
+]
+TasksOption = Annotated[
+    int | None,
+    typer.Option(
+        "--tasks", min=1, help="Tasks in the built-in batch (default: 8 per kill, min 20)."
+    ),
+]
+MaxDelayOption = Annotated[
+    float,
+    typer.Option("--max-delay-ms", min=0, help="Each kill lands up to this long after progress."),
+]
+WorkdirOption = Annotated[
+    Path | None,
+    typer.Option("--workdir", help="Where the log and outputs go (default: a temp dir)."),
+]
+
+
 def chaos_command(
-    target: Annotated[
-        str,
-        typer.Option(
-            "--target",
-            metavar="MODULE:FUNCTION",
-            help="A function that takes a store URL and runs your batch to its end "
-            "(default: cairn's built-in chaos batch).",
-        ),
-    ] = BUILTIN,
-    kills: Annotated[int, typer.Option("--kills", min=1, help="How many SIGKILLs.")] = 50,
-    seed: Annotated[
-        int | None, typer.Option("--seed", help="Picks the kill moments (default: random).")
-    ] = None,
-    store: Annotated[
-        str | None,
-        typer.Option(
-            "--store",
-            metavar="URL",
-            help="The store to run on (default: a new SQLite file in the workdir). "
-            "CAIRN_STORE is never read: chaos must not run on your real store by accident.",
-        ),
-    ] = None,
-    tasks: Annotated[
-        int | None,
-        typer.Option(
-            "--tasks", min=1, help="Tasks in the built-in batch (default: 8 per kill, min 20)."
-        ),
-    ] = None,
-    max_delay_ms: Annotated[
-        float,
-        typer.Option(
-            "--max-delay-ms", min=0, help="Each kill lands up to this long after progress."
-        ),
-    ] = 50.0,
-    workdir: Annotated[
-        Path | None,
-        typer.Option("--workdir", help="Where the log and outputs go (default: a temp dir)."),
-    ] = None,
+    target: TargetOption = BUILTIN,
+    kills: KillsOption = 50,
+    seed: SeedOption = None,
+    store: ChaosStoreOption = None,
+    tasks: TasksOption = None,
+    max_delay_ms: MaxDelayOption = 50.0,
+    workdir: WorkdirOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Kill a batch at random moments, resume it each time, and report what was lost.

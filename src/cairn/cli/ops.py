@@ -127,45 +127,55 @@ def _check_listing(status: str | None, in_doubt: bool, as_json: bool, as_csv: bo
 
 
 # -- cairn ops --------------------------------------------------------------------------
+# The listing options of `cairn ops`, named here so its signature reads as a list.
+PrefixOption = Annotated[
+    str | None, typer.Option("--prefix", "-p", help="Only keys starting with this text.")
+]
+SinceOption = Annotated[
+    str | None,
+    typer.Option(
+        "--since",
+        metavar="TIME",
+        help="Only keys first claimed at or after TIME: ISO 8601 (2026-05-24, "
+        "2026-05-24T09:30:00+02:00; a time without an offset is taken as UTC) or an "
+        "age such as 90m, 24h, 7d.",
+    ),
+]
+TaskOption = Annotated[
+    str | None, typer.Option("--task", "-t", help="Only keys claimed by this task.")
+]
+InDoubtOption = Annotated[
+    bool,
+    typer.Option(
+        "--in-doubt",
+        help="Only keys in doubt: marked in_doubt, or still claimed by an attempt that "
+        "died (its task stopped, moved on, lost its lease or its process is gone).",
+    ),
+]
+StatusOption = Annotated[
+    str | None,
+    typer.Option("--status", "-s", help=f"Only this status: {', '.join(OPERATION_STATUSES)}."),
+]
+LimitOption = Annotated[
+    int, typer.Option("--limit", "-n", min=0, help="Show at most this many keys (0: all).")
+]
+CsvOption = Annotated[
+    bool, typer.Option("--csv", help="Print CSV with a header row, for spreadsheets.")
+]
+
+
 @ops_app.callback(invoke_without_command=True)
 def ops_command(
     ctx: typer.Context,
     store: StoreOption = DEFAULT_URL,
-    prefix: Annotated[
-        str | None, typer.Option("--prefix", "-p", help="Only keys starting with this text.")
-    ] = None,
-    since: Annotated[
-        str | None,
-        typer.Option(
-            "--since",
-            metavar="TIME",
-            help="Only keys first claimed at or after TIME: ISO 8601 (2026-05-24, "
-            "2026-05-24T09:30:00+02:00; a time without an offset is taken as UTC) or an "
-            "age such as 90m, 24h, 7d.",
-        ),
-    ] = None,
-    task: Annotated[
-        str | None, typer.Option("--task", "-t", help="Only keys claimed by this task.")
-    ] = None,
-    in_doubt: Annotated[
-        bool,
-        typer.Option(
-            "--in-doubt",
-            help="Only keys in doubt: marked in_doubt, or still claimed by an attempt that "
-            "died (its task stopped, moved on, lost its lease or its process is gone).",
-        ),
-    ] = False,
-    status: Annotated[
-        str | None,
-        typer.Option("--status", "-s", help=f"Only this status: {', '.join(OPERATION_STATUSES)}."),
-    ] = None,
-    limit: Annotated[
-        int, typer.Option("--limit", "-n", min=0, help="Show at most this many keys (0: all).")
-    ] = DEFAULT_LIMIT,
+    prefix: PrefixOption = None,
+    since: SinceOption = None,
+    task: TaskOption = None,
+    in_doubt: InDoubtOption = False,
+    status: StatusOption = None,
+    limit: LimitOption = DEFAULT_LIMIT,
     as_json: JsonOption = False,
-    as_csv: Annotated[
-        bool, typer.Option("--csv", help="Print CSV with a header row, for spreadsheets.")
-    ] = False,
+    as_csv: CsvOption = False,
 ) -> None:
     """List operations (ctx.once keys): who claimed each, how it ended, how often it ran.
 
@@ -183,7 +193,16 @@ def ops_command(
         rows = _fetch(opened, prefix, since_at, task, status, in_doubt, limit)
         redundant, keys = opened.operation_call_counts()
     more = limit != 0 and len(rows) > limit
-    rows = rows[:limit] if more else rows
+    _print_listing(rows[:limit] if more else rows, redundant, keys, as_json, as_csv)
+    if more:
+        note(f"showing the first {limit} key(s); more exist (raise --limit, or --limit 0 for all)")
+
+
+def _print_listing(
+    rows: list[_Row], redundant: int, keys: int, as_json: bool, as_csv: bool
+) -> None:
+    """``rows`` as CSV, JSON or a table; ``redundant`` of the store's ``keys`` ran
+    their function more than once."""
     if as_csv:
         _print_csv(rows)
     elif as_json:
@@ -197,8 +216,6 @@ def ops_command(
         )
     else:
         _print_table(rows, redundant, keys)
-    if more:
-        note(f"showing the first {limit} key(s); more exist (raise --limit, or --limit 0 for all)")
 
 
 def _fetch(

@@ -7,15 +7,17 @@ import logging
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from cairn.app import Cairn
 from cairn.errors import CairnError
-
-if TYPE_CHECKING:
-    from cairn.observe.stalls import StallWatcher
+from cairn.observe._time import parse_duration
+from cairn.observe.notifiers import notifiers_for
+from cairn.observe.stalls import StallWatcher
+from cairn.store import open_store
+from cairn.worker import Worker
 
 from ._consoles import fail
 
@@ -40,43 +42,52 @@ def load_app(target: str) -> Cairn:
     return found
 
 
+# The options of `cairn worker`, named here so its signature reads as a list.
+ConcurrencyOption = Annotated[
+    int, typer.Option("--concurrency", "-c", min=1, help="Tasks run at once.")
+]
+BurstOption = Annotated[bool, typer.Option("--burst", help="Stop once nothing is left to run.")]
+IdleWaitOption = Annotated[
+    float,
+    typer.Option("--idle-wait", min=0.01, help="Seconds between looks for work when idle."),
+]
+AppStoreOption = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        envvar="CAIRN_STORE",
+        show_envvar=True,
+        metavar="URL",
+        help="Override the app's store (default: the app's own).",
+    ),
+]
+WatchOption = Annotated[
+    bool,
+    typer.Option("--watch", help="Also watch for stalled tasks (as `cairn watch` does)."),
+]
+StallAfterOption = Annotated[
+    str, typer.Option("--stall-after", metavar="DURATION", help="With --watch.")
+]
+SlackOption = Annotated[
+    list[str] | None,
+    typer.Option("--slack", metavar="URL", help="With --watch: chat webhook for alerts."),
+]
+WebhookOption = Annotated[
+    list[str] | None,
+    typer.Option("--webhook", metavar="URL", help="With --watch: JSON webhook for alerts."),
+]
+
+
 def worker_command(
     target: Annotated[str, typer.Argument(metavar="MODULE:APP", help="Where the app is.")],
-    concurrency: Annotated[
-        int, typer.Option("--concurrency", "-c", min=1, help="Tasks run at once.")
-    ] = 4,
-    burst: Annotated[
-        bool, typer.Option("--burst", help="Stop once nothing is left to run.")
-    ] = False,
-    idle_wait: Annotated[
-        float,
-        typer.Option("--idle-wait", min=0.01, help="Seconds between looks for work when idle."),
-    ] = 5.0,
-    store: Annotated[
-        str | None,
-        typer.Option(
-            "--store",
-            envvar="CAIRN_STORE",
-            show_envvar=True,
-            metavar="URL",
-            help="Override the app's store (default: the app's own).",
-        ),
-    ] = None,
-    watch: Annotated[
-        bool,
-        typer.Option("--watch", help="Also watch for stalled tasks (as `cairn watch` does)."),
-    ] = False,
-    stall_after: Annotated[
-        str, typer.Option("--stall-after", metavar="DURATION", help="With --watch.")
-    ] = "15m",
-    slack: Annotated[
-        list[str] | None,
-        typer.Option("--slack", metavar="URL", help="With --watch: chat webhook for alerts."),
-    ] = None,
-    webhook: Annotated[
-        list[str] | None,
-        typer.Option("--webhook", metavar="URL", help="With --watch: JSON webhook for alerts."),
-    ] = None,
+    concurrency: ConcurrencyOption = 4,
+    burst: BurstOption = False,
+    idle_wait: IdleWaitOption = 5.0,
+    store: AppStoreOption = None,
+    watch: WatchOption = False,
+    stall_after: StallAfterOption = "15m",
+    slack: SlackOption = None,
+    webhook: WebhookOption = None,
 ) -> None:
     """Claim and run tasks of any batch whose function MODULE:APP registers.
 
@@ -87,8 +98,6 @@ def worker_command(
     app = load_app(target)
     if store is not None:
         app.use_store(store)
-    from cairn.worker import Worker
-
     watcher = _start_watcher(app, stall_after, slack, webhook) if watch else None
     try:
         worker = Worker(app, concurrency=concurrency, idle_wait=idle_wait, burst=burst)
@@ -115,10 +124,6 @@ def _start_watcher(
 ) -> StallWatcher:
     """A stall watcher on its own app (same store): it checks once now, then every
     minute in a daemon thread beside the worker."""
-    from cairn.observe._time import parse_duration
-    from cairn.observe.notifiers import notifiers_for
-    from cairn.observe.stalls import StallWatcher
-
     try:
         threshold = parse_duration(stall_after)
     except ValueError as exc:
@@ -147,8 +152,6 @@ def migrate_command(
     ],
 ) -> None:
     """Create the store's tables, or upgrade them to this cairn's schema."""
-    from cairn.store import open_store
-
     try:
         opened = open_store(store)
     except CairnError as exc:
