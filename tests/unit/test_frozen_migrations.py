@@ -1,0 +1,54 @@
+"""Released migrations are frozen: a store made by an earlier cairn was built by
+exactly these files, so editing one would leave that store with a schema no
+migration describes. A schema change is a new numbered file."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+import cairn.store
+
+MIGRATIONS = Path(cairn.store.__file__).parent / "migrations"
+
+# sha256 of every released migration file. Add a line when a new migration is
+# released; never change one.
+RELEASED = {
+    "postgres/0001_initial.sql": (
+        "b29d526c568413741e9bb0582315185991433faa8b2695cd43aa3835659f3fc7"
+    ),
+    "postgres/0002_claims_and_late_outcomes.sql": (
+        "2bbf972faeb6082bf4d7edecb385eca415caa602db0448e7ee7b15e754c4ebf1"
+    ),
+    "sqlite/0001_initial.sql": ("349d82616b1eb61253e11592a348213d2e256fe6e5d4e5626d4c7a3b9fe8a862"),
+    "sqlite/0002_claims_and_late_outcomes.sql": (
+        "47640a9a877925cb04764c7c792a3d808a19c7d827ca7904bb47b04c645fe54e"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RELEASED))
+def test_a_released_migration_is_never_edited(name: str) -> None:
+    """Each released migration file exists and its bytes hash to the recorded
+    sha256; the failure says to add a new numbered file instead."""
+    path = MIGRATIONS / name
+    assert path.is_file(), f"released migration {name} is gone; it must stay as released"
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert digest == RELEASED[name], (
+        f"{name} was edited (sha256 {digest}, released as {RELEASED[name]}). Stores "
+        "made by earlier cairns were built by the released file: restore it, and add "
+        "the change as a new numbered file (e.g. 0003_<what>.sql) for every backend."
+    )
+
+
+@pytest.mark.parametrize("backend", ["postgres", "sqlite"])
+def test_every_backend_has_its_first_migrations_released(backend: str) -> None:
+    """The table lists, for each backend, the migrations numbered 1 and 2 that
+    the schema-1 fixture and the upgrade tests are built on, so neither backend's
+    files can drop out of the check."""
+    released = sorted(name.split("/")[1][:4] for name in RELEASED if name.startswith(backend))
+    assert released == ["0001", "0002"]
+    files = sorted(p.name[:4] for p in (MIGRATIONS / backend).glob("*.sql"))
+    assert files[: len(released)] == released
