@@ -2,14 +2,19 @@
 is tested from the schema before it, with rows in it, on both backends.
 
 The store is built the way the earlier cairn built it: its migrations only, up
-to that version, then a task enqueued and run part way. The current cairn opens
-it, upgrades it in place, and carries on: the old rows are all there and the
-task resumes from its recorded step.
+to that version, then a task enqueued and run part way
+(``tests/fixtures/schema_1/make.py``). The current cairn opens it, upgrades it in
+place, and carries on: the old rows are all there and the task resumes from its
+recorded step. The same store is also kept as a dump (``tests/fixtures/schema_1``),
+loaded as it is and upgraded to exactly the canonical schema, so the upgrade is
+tested from a store this build's code did not make.
 """
 
 from __future__ import annotations
 
+import secrets
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -17,64 +22,22 @@ import pytest
 
 from cairn import Cairn, Context
 from cairn.store.migrate import latest_version, migrations
-from cairn.store.sqlite import _statements
-
-# The schema version the stores under test start from.
-BEFORE = 1
-CREATED = "2026-05-24T04:30:00.000000+00:00"
-
-
-def _sqlite_at(path: Path, version: int) -> None:
-    """A SQLite store as a cairn whose newest migration was ``version`` left it,
-    holding one batch with one task that ran its first step and was then killed."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("BEGIN IMMEDIATE")
-        for migration in migrations("sqlite")[:version]:
-            for statement in _statements(migration.sql):
-                conn.execute(statement)
-        conn.execute(
-            "INSERT INTO cairn_meta (key, value) VALUES ('schema_version', ?)", (str(version),)
-        )
-        _old_rows(conn.execute, "?")
-        conn.execute("COMMIT")
-    finally:
-        conn.close()
-
-
-def _old_rows(execute: object, mark: str) -> None:
-    """The rows the earlier cairn left: a running task whose owner died after step 1."""
-    assert callable(execute)
-    p = mark
-    execute(
-        f"INSERT INTO batches (name, task_name, created_at) VALUES ({p}, {p}, {p})",
-        ("old", "resume", CREATED),
-    )
-    execute(
-        "INSERT INTO tasks (id, batch, item_key, name, args, codec, status, attempts, fence, "
-        "owner, lease_expires_at, created_at, started_at, updated_at) "
-        f"VALUES ({p}, {p}, {p}, {p}, {p}, {p}, 'running', 1, 1, {p}, {p}, {p}, {p}, {p})",
-        (
-            "old/n=1",
-            "old",
-            "n=1",
-            "resume",
-            '{"n":1}',
-            "json",
-            "elsewhere-0000/1/1/dead",
-            CREATED,
-            CREATED,
-            CREATED,
-            CREATED,
-        ),
-    )
-    execute(
-        "INSERT INTO steps (task_id, seq, kind, name, status, output, attempts, task_attempt, "
-        f"run_attempts, started_at, finished_at) VALUES ({p}, 1, 'step', 'first', "
-        f"'completed', '10', 1, 1, 1, {p}, {p})",
-        ("old/n=1", CREATED, CREATED),
-    )
+from tests.conftest import postgres_admin_url, with_database
+from tests.fixtures.schema_1.make import (
+    OPERATION,
+    POSTGRES_DUMP,
+    SQLITE_DUMP,
+    TASK,
+    build_postgres,
+    build_sqlite,
+)
+from tests.schemas import (
+    CANONICAL_POSTGRES,
+    CANONICAL_SQLITE,
+    check_canonical,
+    describe_postgres,
+    describe_sqlite,
+)
 
 
 def _resume_app(url: str, calls: list[str]) -> tuple[Cairn, object]:
@@ -99,7 +62,7 @@ def _check_upgraded_and_resumed(url: str) -> None:
     with app:
         report = app.run_batch("old", resume, [], progress=False)  # type: ignore[arg-type]
         assert report.completed == 1, report
-        assert app.store.get_task("old/n=1").result == "31"  # type: ignore[union-attr]
+        assert app.store.get_task(TASK).result == "31"  # type: ignore[union-attr]
     # The step recorded before the upgrade was replayed, not run again.
     assert calls == ["second"]
 
@@ -110,7 +73,7 @@ def test_a_sqlite_store_of_schema_1_is_upgraded_and_its_task_resumes(tmp_path: P
     schema (the new claim indexes and operation columns exist), and the task's
     remaining step runs while its recorded one is replayed."""
     path = tmp_path / "old.db"
-    _sqlite_at(path, BEFORE)
+    build_sqlite(path)
     _check_upgraded_and_resumed(f"sqlite:///{path}")
     conn = sqlite3.connect(path)
     try:
@@ -129,16 +92,7 @@ def test_a_postgres_schema_of_version_1_is_upgraded_and_its_task_resumes(pg_url:
     beside the test database's current one), with a task killed after its first
     step, is upgraded in place when this cairn opens it, and the task resumes."""
     schema = "made_by_schema_1"
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-        conn.execute(f"SET search_path = {schema}")
-        with conn.transaction():
-            for migration in migrations("postgres")[:BEFORE]:
-                conn.execute(migration.sql.encode())
-            conn.execute(
-                "INSERT INTO cairn_meta (key, value) VALUES ('schema_version', %s)", (str(BEFORE),)
-            )
-            _old_rows(conn.execute, "%s")
+    build_postgres(pg_url, schema)
     _check_upgraded_and_resumed(f"{pg_url}?schema={schema}")
     with psycopg.connect(pg_url) as conn:
         row = conn.execute(f"SELECT value FROM {schema}.cairn_meta").fetchone()
@@ -157,3 +111,80 @@ def test_migrations_are_numbered_without_gaps_from_1(backend: str) -> None:
     versions = [m.version for m in migrations(backend)]
     assert versions == list(range(1, len(versions) + 1))
     assert latest_version(backend) == latest_version("sqlite") == latest_version("postgres")
+
+
+# -- the stores kept from schema 1 --------------------------------------------------------
+
+
+def _check_kept_rows(url: str) -> None:
+    """The kept store's rows after the upgrade: the operation's audit row is whole,
+    with no late outcome (a column 0002 added), and its task resumes."""
+    with Cairn(url) as app:
+        operation = app.store.get_operation(*OPERATION)
+        assert operation is not None
+        assert (operation.status, operation.result) == (
+            "completed",
+            '{"status": 200, "reply": "ok"}',
+        )
+        assert (operation.late_result, operation.late_at) == (None, None)
+    _check_upgraded_and_resumed(url)
+
+
+def test_the_kept_sqlite_store_of_schema_1_upgrades_to_the_canonical_schema(
+    tmp_path: Path,
+) -> None:
+    """The SQLite dump kept from schema 1, loaded into a new file, is upgraded by
+    this cairn to exactly canonical_schema_sqlite.json, its version is the latest,
+    and its rows are all there: the operation is read back, the task resumes."""
+    path = tmp_path / "kept.db"
+    conn = sqlite3.connect(path)
+    try:
+        conn.executescript(SQLITE_DUMP.read_text(encoding="utf-8"))
+    finally:
+        conn.close()
+    _check_kept_rows(f"sqlite:///{path}")
+    check_canonical(describe_sqlite(path), CANONICAL_SQLITE, built_by="the upgrade from schema 1")
+    conn = sqlite3.connect(path)
+    try:
+        version = conn.execute("SELECT value FROM cairn_meta WHERE key = 'schema_version'")
+        assert int(version.fetchone()[0]) == latest_version("sqlite")
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def kept_pg(pg_template: str) -> Iterator[str]:
+    """A new database on the shared server holding the PostgreSQL dump kept from
+    schema 1, dropped afterwards. (``pg_template`` is asked for so the test is
+    skipped, like the others, without a server.)"""
+    admin = postgres_admin_url()
+    name = f"cairn_upgrade_{secrets.token_hex(6)}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE template0".encode())
+    url = with_database(admin, name)
+    try:
+        with psycopg.connect(url) as conn:
+            conn.execute(POSTGRES_DUMP.read_text(encoding="utf-8").encode())
+        yield url
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)".encode())
+
+
+def test_the_kept_postgres_store_of_schema_1_upgrades_to_the_canonical_schema(
+    kept_pg: str,
+) -> None:
+    """The PostgreSQL dump kept from schema 1, loaded into a database of its own,
+    is upgraded by this cairn to exactly canonical_schema_postgres.json, its
+    version is the latest, and its rows are all there: the operation is read back,
+    the task resumes."""
+    _check_kept_rows(kept_pg)
+    check_canonical(
+        describe_postgres(kept_pg, "cairn"),
+        CANONICAL_POSTGRES,
+        built_by="the upgrade from schema 1",
+    )
+    with psycopg.connect(kept_pg) as conn:
+        row = conn.execute("SELECT value FROM cairn.cairn_meta").fetchone()
+    assert row is not None
+    assert int(row[0]) == latest_version("postgres")
