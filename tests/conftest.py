@@ -5,6 +5,10 @@ PostgreSQL database cloned from a migrated template (``CREATE DATABASE …
 TEMPLATE``, as procrastinate does). The server comes from
 ``CAIRN_TEST_POSTGRES_URL`` (default: the local server). Without a server the
 PostgreSQL cases are skipped, except in CI (``CI=true``), where they fail.
+
+The store conformance suite (``tests/integration/store/``) runs every test of
+its own once per backend through one fixture, ``store_backend``, on these same
+databases; ``store_url`` here serves the rest (the acceptance tests among them).
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 The model is the fake OpenAI-compatible server of ``tests/agent_server.py``,
 reached through the real openai SDK over HTTP on 127.0.0.1; it counts requests,
 and every repeat of an identical request.
+
+The tests on every backend are in ``store/test_conversation.py``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from cairn import Cairn, Context, TaskCancelled, TaskFailed
+from cairn import Cairn, Context, TaskFailed
 from cairn.agent import (
     ExtractiveSummarizer,
     Summary,
@@ -39,8 +41,7 @@ from tests.agent_server import (
     reader_task,
     resume,
 )
-
-GOAL = "Read every document and report."
+from tests.integration.store.test_conversation import GOAL, history_entries
 
 
 @pytest.fixture
@@ -48,84 +49,6 @@ def server() -> Iterator[SimulatedModelServer]:
     """The fake model: a reader of 12 documents."""
     with model_server(DocReader(12)) as started:
         yield started
-
-
-def _entries(app: Cairn, task_id: str, kind: str) -> list[dict[str, Any]]:
-    history = app.store.load_history(task_id)
-    return [json.loads(s.output or "null") for _, s in sorted(history.items()) if s.kind == kind]
-
-
-# -- appends and replay ------------------------------------------------------------------
-def test_appends_are_one_row_each_and_a_resumed_task_rereads_them(
-    any_app: Cairn, store_url: str, clock: FakeClock
-) -> None:
-    """Each append writes one row at the next idx. A task that dies after three
-    appends and runs again re-reads those rows (no second copy, the same
-    messages) and appends only what is new."""
-    crash = [True]
-
-    @any_app.task(name="talk")
-    def talk(ctx: Context) -> list[str]:
-        conv = ctx.conversation("main", system="Be brief.")
-        conv.append(user("one"))
-        conv.append({"role": "assistant", "content": "two"})
-        conv.append(user("three"))
-        if crash[0]:
-            raise Crash("the process dies here")
-        conv.append(user("four"))
-        return [str(m["content"]) for m in conv.messages]
-
-    with pytest.raises(Crash):
-        any_app.run(talk, task_id="t")
-    crash[0] = False
-    with resume(store_url, clock) as other:
-        again = other.task(name="talk")(talk.fn)
-        assert other.run(again, task_id="t") == ["Be brief.", "one", "two", "three", "four"]
-        rows = other.store.load_messages("t", "main", 0, 100)
-    assert [(r.idx, r.role) for r in rows] == [
-        (0, "system"),
-        (1, "user"),
-        (2, "assistant"),
-        (3, "user"),
-        (4, "user"),
-    ]
-    assert json.loads(rows[2].content) == {"role": "assistant", "content": "two"}
-
-
-def test_extend_writes_new_messages_together_and_replays_recorded_ones(
-    any_app: Cairn, store_url: str, clock: FakeClock
-) -> None:
-    """``extend`` checks the messages the record holds (as append does) and writes
-    the new ones in one transaction: a task whose fence moved before the write
-    leaves none of them, and a resumed task re-reads a recorded pair and writes
-    only the rest."""
-    phase = ["cancel before the second pair"]
-
-    @any_app.task(name="talk")
-    def talk(ctx: Context) -> int:
-        conv = ctx.conversation("main")
-        conv.extend([user("q1"), {"role": "assistant", "content": "a1"}])
-        if phase[0] == "cancel before the second pair":
-            any_app.store.cancel_task(ctx.task_id, clock.now())  # the fence moves
-        conv.extend([user("q2"), {"role": "assistant", "content": "a2"}])
-        return len(conv.messages)
-
-    with pytest.raises(TaskCancelled):
-        any_app.run(talk, task_id="t")
-    written = any_app.store.load_messages("t", "main", 0, 100)
-    assert [json.loads(r.content)["content"] for r in written] == ["q1", "a1"]
-    phase[0] = "run through"
-    assert any_app.store.retry_task("t", clock.now())
-    with resume(store_url, clock) as other:
-        again = other.task(name="talk")(talk.fn)
-        assert other.run(again, task_id="t") == 4
-        rows = other.store.load_messages("t", "main", 0, 100)
-    assert [(r.idx, json.loads(r.content)["content"]) for r in rows] == [
-        (0, "q1"),
-        (1, "a1"),
-        (2, "q2"),
-        (3, "a2"),
-    ]
 
 
 def test_a_different_message_at_a_recorded_position_is_nondeterminism(app: Cairn) -> None:
@@ -149,25 +72,6 @@ def test_a_different_message_at_a_recorded_position_is_nondeterminism(app: Cairn
     assert "conversation 'main' row 0" in failed.value.error["message"]
     (row,) = app.store.load_messages("t", "main", 0, 10)
     assert json.loads(row.content)["content"] == "hello"
-
-
-def test_replay_after_a_crash_sends_no_request_for_calls_that_returned(
-    any_app: Cairn, store_url: str, clock: FakeClock, server: SimulatedModelServer
-) -> None:
-    """Killed right after its 7th model call was recorded, the agent resumes: the
-    seven calls are read back from the record (no request sent again), compactions
-    are replayed, and it finishes with what an uninterrupted run returns."""
-    client = openai_client(server)
-    set_fault_hook(any_app, crash_at("after_llm", 7))
-    with pytest.raises(Crash):
-        any_app.run(reader_task(any_app, client), task_id="r", goal=GOAL)
-    assert server.requests == 7
-    with resume(store_url, clock) as other:
-        result = other.run(reader_task(other, client), task_id="r", goal=GOAL)
-        calls = _entries(other, "r", "llm")
-    assert result == "Read all 12 documents. Done."
-    assert server.requests == len(calls) == 13
-    assert server.repeats == 0
 
 
 def test_the_resumed_context_is_the_one_the_agent_had(
@@ -222,8 +126,8 @@ def test_compaction_happens_when_the_context_crosses_the_threshold(
     client = openai_client(server)
     task = reader_task(app, client, threshold=700, keep_tail=250, summarizer=summarizer)
     app.run(task, task_id="r", goal=GOAL)
-    compactions = _entries(app, "r", "conv")
-    calls = _entries(app, "r", "llm")
+    compactions = history_entries(app, "r", "conv")
+    calls = history_entries(app, "r", "llm")
     assert len(compactions) >= 3
     assert all(c["ok"] for c in compactions)
     for compaction in compactions:
@@ -272,7 +176,7 @@ def test_a_tool_call_and_its_results_are_never_split(app: Cairn) -> None:
             contexts.append(conv.messages)
 
     app.run(tools, task_id="t")
-    assert len(_entries(app, "t", "conv")) > 5
+    assert len(history_entries(app, "t", "conv")) > 5
     for context in contexts:
         assert context[0] == {"role": "system", "content": SYSTEM}
         assert tool_pairs_intact(context[1:]), context
@@ -296,12 +200,12 @@ def test_a_failing_summarizer_leaves_the_history_whole_and_is_retried(
 
     task = reader_task(app, openai_client(server), summarizer=flaky)
     app.run(task, task_id="r", goal=GOAL)
-    compactions = _entries(app, "r", "conv")
+    compactions = history_entries(app, "r", "conv")
     assert [c["ok"] for c in compactions[:3]] == [False, False, True]
     assert compactions[0]["error"] == "RuntimeError: summarizer down"
     rows = app.store.load_messages("r", "main", 0, 1000)
     first_summary = next(r for r in rows if r.kind == "summary")
-    calls = _entries(app, "r", "llm")
+    calls = history_entries(app, "r", "llm")
     whole = [
         (b, c) for b, c in zip(server.bodies, calls, strict=True) if c["idx"] < first_summary.idx
     ]

@@ -129,7 +129,9 @@ def test_cairn_keeps_to_its_schema_and_leaves_an_app_tasks_table_alone(blank_pg:
         report = app.run_batch(
             "b", one_step_task(app, runs), [{"n": n} for n in range(3)], progress=False
         )
-        assert app.store.capabilities == Capabilities(multi_host=True, multi_process=True)
+        assert app.store.capabilities == Capabilities(
+            multi_host=True, multi_process=True, file_based=False
+        )
     assert report.completed == 3
     assert sql(blank_pg, "SELECT id, title FROM public.tasks ORDER BY id") == [
         (1, "water the plants"),

@@ -216,7 +216,7 @@ class TaskRun:
     max_duration: float | None = None
     # The app's shared limits, and the owner and lease their permits are held under.
     limits: LimitBook = NO_LIMITS
-    # Where large conversation messages go (cairn.agent.offload); None: no blob store.
+    # Where large conversation messages go (cairn.agent.message_blobs); None: no blob store.
     offloader: Offloader | None = None
     # The app's engine config (spawn and join read the registry and store from
     # it); None for a run made outside an app.

@@ -6,7 +6,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from cairn.errors import ConfigurationError
-from cairn.store.protocol import Capabilities, Store
+from cairn.store.capabilities import Capabilities
+from cairn.store.protocol import Store
 from cairn.store.sqlite import SQLiteStore, Synchronous
 
 __all__ = ["Capabilities", "SQLiteStore", "Store", "open_store"]

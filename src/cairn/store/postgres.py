@@ -39,8 +39,8 @@ from cairn.errors import (
     StoreError,
     StoreReadOnly,
 )
+from cairn.store.capabilities import Capabilities
 from cairn.store.migrate import latest_version, migrations
-from cairn.store.protocol import Capabilities
 from cairn.store.sqlbase import Result, SQLStore, Tx
 
 if TYPE_CHECKING:
@@ -190,7 +190,7 @@ def _advice(state: str, cause: str, schema: str, user: str) -> str:
 class PostgresStore(SQLStore):
     """A cairn store in a PostgreSQL database."""
 
-    capabilities = Capabilities(multi_host=True, multi_process=True)
+    capabilities = Capabilities(multi_host=True, multi_process=True, file_based=False)
     claim_lock_clause: ClassVar[str] = " FOR UPDATE SKIP LOCKED"
     row_lock_clause: ClassVar[str] = " FOR UPDATE"
     integrity_errors: tuple[type[BaseException], ...] = (DuplicateRow,)

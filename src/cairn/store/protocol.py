@@ -10,10 +10,10 @@ a lost lease from a cancellation and react.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from cairn.store.capabilities import Capabilities
 from cairn.store.records import (
     BatchSummary,
     ConversationSummary,
@@ -28,16 +28,6 @@ from cairn.store.records import (
     StepRecord,
     TaskRecord,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Capabilities:
-    """What a backend can do, read by the engine and the conformance tests."""
-
-    # Several processes on several hosts may share the store.
-    multi_host: bool
-    # Writers in several processes on one host may share the store.
-    multi_process: bool
 
 
 class Store(Protocol):

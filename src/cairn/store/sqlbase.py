@@ -20,7 +20,7 @@ from itertools import islice
 from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar
 
 from cairn.store import sql
-from cairn.store.protocol import Capabilities
+from cairn.store.capabilities import Capabilities
 from cairn.store.records import (
     BatchSummary,
     ConversationSummary,

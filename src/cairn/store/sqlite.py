@@ -39,8 +39,8 @@ from typing import Any, Literal, NoReturn, TypeVar
 from cairn.clock import to_iso
 from cairn.errors import NotACairnStore, SchemaTooNew, StoreError, StoreReadOnly
 from cairn.store import sql
+from cairn.store.capabilities import Capabilities
 from cairn.store.migrate import latest_version, migrations
-from cairn.store.protocol import Capabilities
 from cairn.store.records import StepRecord
 from cairn.store.sqlbase import Result, SQLStore, Tx
 from cairn.store.sqlitefile import (
@@ -160,7 +160,7 @@ class _SQLiteTx:
 class SQLiteStore(SQLStore):
     """A cairn store in one SQLite file."""
 
-    capabilities = Capabilities(multi_host=False, multi_process=True)
+    capabilities = Capabilities(multi_host=False, multi_process=True, file_based=True)
     integrity_errors: tuple[type[BaseException], ...] = (sqlite3.IntegrityError,)
 
     def __init__(

@@ -34,8 +34,8 @@ from hypothesis import strategies as st
 from cairn import Cairn, Context, Retry, TaskFailed
 from cairn.clock import FakeClock
 from cairn.testing import set_fault_hook
-from tests.conftest import BACKENDS
 from tests.crashes import LEASE, PAST_LEASE
+from tests.integration.store.conftest import Backend
 
 KEYS = ("ledger/a", "ledger/b", "ledger/c")
 POINTS = ("none", "after_claim", "after_act", "after_record")
@@ -163,14 +163,14 @@ def _emptied_database(url: str) -> Iterator[str]:
     yield url
 
 
-@pytest.fixture(params=BACKENDS)
-def new_store(request: pytest.FixtureRequest, tmp_path: Path) -> NewStore:
-    """Hands out an empty store of one backend each time it is called: hypothesis
-    runs many examples in one test call, so a per-test fixture is not enough."""
-    if request.param == "sqlite":
+@pytest.fixture
+def new_store(store_backend: Backend, tmp_path: Path) -> NewStore:
+    """Hands out an empty store of the test's backend each time it is called:
+    hypothesis runs many examples in one test call, so a per-test store is not
+    enough (a new SQLite file; on PostgreSQL, the test's database emptied)."""
+    if store_backend.name == "sqlite":
         return lambda: _sqlite_file(tmp_path)
-    url = str(request.getfixturevalue("pg_url"))
-    return lambda: _emptied_database(url)
+    return lambda: _emptied_database(store_backend.url)
 
 
 # new_store is per test, but it hands every example a store of its own.
