@@ -23,7 +23,6 @@ meaning as the SQLite store (``cairn.store.sqlbase``); what differs:
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -37,7 +36,12 @@ from cairn.errors import (
     NotACairnStore,
     SchemaTooNew,
     StoreError,
-    StoreReadOnly,
+)
+from cairn.store.driver_errors import (
+    one_line,
+    postgres_connect_failed,
+    postgres_refused,
+    statement_target,
 )
 from cairn.store.migrate import latest_version, migrations
 from cairn.store.protocol import Capabilities
@@ -99,11 +103,6 @@ def _redacted(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
-class DuplicateRow(StoreError):
-    """PostgreSQL refused a row whose key is already there (``unique_violation``).
-    The shared store catches it where a retried write may meet its own row."""
-
-
 class _PgTx:
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self._conn = conn
@@ -135,65 +134,12 @@ def _pg(statement: str) -> str:
     return text
 
 
-_TARGET = re.compile(
-    r"^\s*(?:(INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+(\w+)|SELECT\b.*?\bFROM\s+(\w+))",
-    re.IGNORECASE | re.DOTALL,
-)
-
-
-def _what(statement: str) -> str:
-    """What a statement was doing, in words: "a write to tasks", "a read of steps"."""
-    found = _TARGET.match(statement)
-    if found is None:
-        return "a statement"
-    verb, table, read = found.groups()
-    if read is not None:
-        return f"a read of {read}"
-    kind = {"INSERT": "a write to", "UPDATE": "an update of", "DELETE": "a delete from"}
-    return f"{kind[verb.split()[0].upper()]} {table}"
-
-
-def _advice(state: str, cause: str, schema: str, user: str) -> str:
-    """What to do about a statement refused with SQLSTATE ``state``."""
-    if state.startswith("54"):  # program_limit_exceeded: an index row too large
-        return (
-            "A value cairn indexes (a task id, item key, batch or task name, operation "
-            "key, signal or conversation name) is too long for a PostgreSQL index, which "
-            "holds at most about 2,700 bytes. Shorten it, or replace the long part with a "
-            "hash (cairn.op_key does that for operation keys). Nothing was written by this "
-            "statement."
-        )
-    if state.startswith("22") and "NUL" in cause:
-        return (
-            "A task id, key or name holds a NUL character (\\x00), which PostgreSQL text "
-            "cannot store: remove it (values a step returns are encoded, and may hold "
-            "any character). Nothing was written by this statement."
-        )
-    if state.startswith("22"):
-        return "A value is out of range or malformed. Nothing was written by this statement."
-    if state == "42501":  # insufficient_privilege
-        return (
-            f"User {user!r} lacks rights on schema {schema}: run cairn as the user that "
-            f"ran `cairn migrate`, or grant them: GRANT USAGE ON SCHEMA {schema} TO {user}; "
-            f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO "
-            f"{user}; GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {user}."
-        )
-    if state == "57014":  # query_canceled
-        return (
-            "A statement_timeout set for this user or database, or an operator's "
-            "pg_cancel_backend, stopped it; cairn's statements are short, so look for a "
-            "lock held elsewhere."
-        )
-    return f"(SQLSTATE {state or 'none'}; cairn does not retry it.)"
-
-
 class PostgresStore(SQLStore):
     """A cairn store in a PostgreSQL database."""
 
     capabilities = Capabilities(multi_host=True, multi_process=True)
     claim_lock_clause: ClassVar[str] = " FOR UPDATE SKIP LOCKED"
     row_lock_clause: ClassVar[str] = " FOR UPDATE"
-    integrity_errors: tuple[type[BaseException], ...] = (DuplicateRow,)
 
     def __init__(
         self,
@@ -236,12 +182,8 @@ class PostgresStore(SQLStore):
         )
         try:
             self._pool.open()
-        except driver.OperationalError as exc:
-            raise StoreError(
-                f"cannot connect to PostgreSQL at {_redacted(conninfo)}: {pgpool.one_line(exc)}. "
-                "Check that the server is running and that the URL names a database "
-                "that exists and a user that may connect."
-            ) from None
+        except driver.Error as exc:
+            raise postgres_connect_failed(_redacted(conninfo), exc) from None
         self._channel = f"cairn_work_{self.schema}"
         self.announce_work = f"NOTIFY {self._channel}"
         self._listener: psycopg.Connection[Any] | None = None
@@ -314,28 +256,16 @@ class PostgresStore(SQLStore):
             raise self._refused(exc, what()) from exc
 
     def _refused(self, exc: Exception, what: str) -> StoreError:
-        """The error to raise for ``what`` the server (or driver) refused: what
-        was refused, why, and what to do about it."""
-        driver, pgpool = _driver()
-        # The server's own words, without its DETAIL and HINT (which suggest
-        # changing cairn's indexes, say).
-        diag = getattr(exc, "diag", None)
-        cause = getattr(diag, "message_primary", None) or pgpool.one_line(exc)
-        # The driver refuses a NUL in text itself, before the server sees it.
-        state = getattr(exc, "sqlstate", None) or (
-            "22000" if isinstance(exc, driver.DataError) else ""
+        """The error to raise for ``what`` the server (or driver) refused."""
+        driver, _ = _driver()
+        return postgres_refused(
+            exc,
+            what,
+            where=_redacted(self._conninfo),
+            schema=self.schema,
+            user=self._user(),
+            data_error=isinstance(exc, driver.DataError),
         )
-        if state == "23505":
-            return DuplicateRow(f"PostgreSQL refused {what}: {cause}")
-        if state == "25006":
-            return StoreReadOnly(
-                f"PostgreSQL at {_redacted(self._conninfo)} is read-only, so it refused "
-                f"{what}: {cause}. Point the store URL at the primary server (a standby, "
-                "or a database with default_transaction_read_only=on, cannot be written); "
-                "reading commands such as `cairn tasks` work on a standby."
-            )
-        advice = _advice(state, cause, self.schema, self._user())
-        return StoreError(f"PostgreSQL refused {what}: {cause}. {advice}")
 
     def _user(self) -> str:
         return urlsplit(self._conninfo).username or "(the default user)"
@@ -347,7 +277,7 @@ class PostgresStore(SQLStore):
             cursor = conn.execute(text, params)
             return Result(cursor.rowcount, cursor.fetchall() if cursor.description else [])
 
-        return self._run(run, lambda: _what(statement), patient=patient)
+        return self._run(run, lambda: statement_target(statement), patient=patient)
 
     def _atomically(self, work: Callable[[Tx], T]) -> T:
         tries: list[_PgTx] = []
@@ -357,7 +287,7 @@ class PostgresStore(SQLStore):
             with conn.transaction():
                 return work(tries[-1])
 
-        return self._run(run, lambda: _what(tries[-1].statement if tries else ""))
+        return self._run(run, lambda: statement_target(tries[-1].statement if tries else ""))
 
     def _ts(self, moment: datetime) -> datetime:
         return moment
@@ -417,7 +347,7 @@ class PostgresStore(SQLStore):
             self._listener.close()
             self._listener = None
         if not self._listen_delay:
-            log.warning("cairn: not listening for new work (%s); polling", pgpool.one_line(exc))
+            log.warning("cairn: not listening for new work (%s); polling", one_line(exc))
             self._listen_delay = pgpool.FIRST_DELAY
         else:
             self._listen_delay = min(self._listen_delay * 2, pgpool.MAX_DELAY)

@@ -20,6 +20,7 @@ from itertools import islice
 from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar
 
 from cairn.store import sql
+from cairn.store.driver_errors import DuplicateRow
 from cairn.store.protocol import Capabilities
 from cairn.store.records import (
     BatchSummary,
@@ -406,12 +407,9 @@ class SQLStore(ABC):
             if first:
                 try:
                     return self._exec(sql.INSERT_STEP, params).rowcount == 1
-                except self.integrity_errors:
+                except DuplicateRow:
                     pass  # the position was written after all: fall back to the upsert
             return self._exec(sql.UPSERT_STEP, params).rowcount == 1
-
-    # The driver's unique-violation errors (set by each backend).
-    integrity_errors: tuple[type[BaseException], ...] = ()
 
     def start_attempt(
         self, task_id: str, fence: int, attempts: int, error: str | None, now: datetime
@@ -777,7 +775,7 @@ class SQLStore(ABC):
         with self._writing():
             try:
                 return self._exec(sql.INSERT_MESSAGE, params).rowcount == 1
-            except self.integrity_errors:
+            except DuplicateRow:
                 # Only a retried write (its first try committed, then the
                 # connection dropped) finds its own row here.
                 found = self.load_messages(message.task_id, message.conv, message.idx, 1)

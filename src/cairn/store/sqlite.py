@@ -18,9 +18,9 @@ Choices that matter for durability and speed:
 * A file that cannot be written (a read-only file, directory or mount) is
   opened read-only, so every reading API works on it; it is never migrated,
   and a write raises ``StoreReadOnly`` (``cairn.store.sqlitefile``).
-* Every driver error about the file (locked past the busy timeout, a full
-  disk, an I/O error, a damaged file) becomes a ``StoreError`` naming the file
-  and saying what to do, chained ``from`` the driver's.
+* Every driver error (locked past the busy timeout, a full disk, an I/O
+  error, a damaged file) becomes a ``StoreError`` naming the file and saying
+  what to do, chained ``from`` the driver's (``cairn.store.driver_errors``).
 
 The SQL itself is shared with every SQL backend: see ``cairn.store.sqlbase``.
 """
@@ -39,18 +39,12 @@ from typing import Any, Literal, NoReturn, TypeVar
 from cairn.clock import to_iso
 from cairn.errors import NotACairnStore, SchemaTooNew, StoreError, StoreReadOnly
 from cairn.store import sql
+from cairn.store.driver_errors import sqlite_busy, sqlite_error, unstorable_text
 from cairn.store.migrate import latest_version, migrations
 from cairn.store.protocol import Capabilities
 from cairn.store.records import StepRecord
 from cairn.store.sqlbase import Result, SQLStore, Tx
-from cairn.store.sqlitefile import (
-    Access,
-    access_of,
-    connect,
-    prepare_new,
-    store_error,
-    unstorable_text,
-)
+from cairn.store.sqlitefile import Access, access_of, connect, prepare_new
 
 Synchronous = Literal["NORMAL", "FULL"]
 T = TypeVar("T")
@@ -108,10 +102,7 @@ def inspect_file(path: Path, access: Access | None = None) -> int:
         finally:
             conn.close()
     except sqlite3.Error as exc:
-        problem = store_error(exc, path, access, 5.0)
-        if problem is None:
-            raise
-        raise problem from exc
+        raise sqlite_error(exc, path, access.why, 5.0) from exc
     if not tables:
         return 0
     if "cairn_meta" not in tables:
@@ -161,7 +152,6 @@ class SQLiteStore(SQLStore):
     """A cairn store in one SQLite file."""
 
     capabilities = Capabilities(multi_host=False, multi_process=True)
-    integrity_errors: tuple[type[BaseException], ...] = (sqlite3.IntegrityError,)
 
     def __init__(
         self,
@@ -224,18 +214,14 @@ class SQLiteStore(SQLStore):
             try:
                 conn.execute("PRAGMA journal_mode = WAL")
             except sqlite3.OperationalError as exc:
-                busy = getattr(exc, "sqlite_errorcode", 0) & 0xFF in (5, 6)  # BUSY, LOCKED
-                if not busy or time.monotonic() > deadline:
+                if not sqlite_busy(exc) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.01)
 
     def _failed(self, exc: sqlite3.Error) -> NoReturn:
-        """Raise the cairn error ``exc`` means for this file (``exc`` itself if it
-        is not about the file: a constraint, or cairn's own SQL)."""
-        problem = store_error(exc, self.path, self._access, self._busy_timeout_ms / 1000)
-        if problem is None:
-            raise exc
-        raise problem from exc
+        """Raise the cairn error ``exc`` means for this file."""
+        busy_seconds = self._busy_timeout_ms / 1000
+        raise sqlite_error(exc, self.path, self._access.why, busy_seconds) from exc
 
     def close(self) -> None:
         with self._all_lock:
