@@ -28,6 +28,7 @@ from cairn.agent.archive import export_jsonl
 from cairn.agent.simulate import SimulatedModelServer
 from cairn.agent.summarize import SUMMARY_HEADER
 from cairn.clock import FakeClock
+from cairn.store import admin
 from cairn.testing import set_fault_hook
 from tests.agent_server import (
     SYSTEM,
@@ -106,7 +107,7 @@ def test_extend_writes_new_messages_together_and_replays_recorded_ones(
         conv = ctx.conversation("main")
         conv.extend([user("q1"), {"role": "assistant", "content": "a1"}])
         if phase[0] == "cancel before the second pair":
-            any_app.store.cancel_task(ctx.task_id, clock.now())  # the fence moves
+            admin(any_app.store).cancel_task(ctx.task_id, clock.now())  # the fence moves
         conv.extend([user("q2"), {"role": "assistant", "content": "a2"}])
         return len(conv.messages)
 
@@ -115,7 +116,7 @@ def test_extend_writes_new_messages_together_and_replays_recorded_ones(
     written = any_app.store.load_messages("t", "main", 0, 100)
     assert [json.loads(r.content)["content"] for r in written] == ["q1", "a1"]
     phase[0] = "run through"
-    assert any_app.store.retry_task("t", clock.now())
+    assert admin(any_app.store).retry_task("t", clock.now())
     with resume(store_url, clock) as other:
         again = other.task(name="talk")(talk.fn)
         assert other.run(again, task_id="t") == 4
@@ -141,7 +142,7 @@ def test_a_different_message_at_a_recorded_position_is_nondeterminism(app: Cairn
 
     with pytest.raises(TaskFailed):
         app.run(talk, task_id="t")
-    app.store.retry_task("t", app.clock.now())
+    admin(app.store).retry_task("t", app.clock.now())
     said[0] = "goodbye"
     with pytest.raises(TaskFailed) as failed:
         app.run(talk, task_id="t")

@@ -22,7 +22,9 @@ from cairn.blobs import FileBlobStore, is_ref, parse_ref
 from cairn.cli import app as cli_app
 from cairn.clock import FakeClock
 from cairn.errors import BlobCorrupt, BlobMissing
-from cairn.portable._refs import referenced_blobs, sql_store
+from cairn.portable._refs import referenced_blobs
+from cairn.store import admin
+from cairn.store.sqlbase import SQLStore
 from tests.crashes import LEASE, PAST_LEASE, Crash, second_process
 
 KB = 1024
@@ -75,7 +77,9 @@ def reader(crash: list[bool], size: int = 200 * KB) -> Any:
 
 def stored_sizes(app: Cairn) -> list[int]:
     """The bytes of every stored message's content column."""
-    rows = sql_store(app.store, "test")._exec("SELECT length(content) FROM messages").rows
+    store = app.store
+    assert isinstance(store, SQLStore)
+    rows = store._exec("SELECT length(content) FROM messages").rows
     return [int(r[0]) for r in rows]
 
 
@@ -344,10 +348,10 @@ def test_export_from_sqlite_import_into_postgres_carries_message_blobs(
 
     crash[0] = False
     with Cairn(pg_url, clock=clock, blobs=str(pg_blobs)) as pg:
-        (task_id,) = [t.id for t in pg.store.list_tasks(batch="daily")]
+        (task_id,) = [t.id for t in admin(pg.store).list_tasks(batch="daily")]
         (row,) = pg.store.load_messages(task_id, "main", 2, 1)
         assert is_ref(row.content)
-        assert parse_ref(row.content).sha256 in referenced_blobs(sql_store(pg.store, "gc"))
+        assert parse_ref(row.content).sha256 in referenced_blobs(admin(pg.store))
         report = pg.run_batch("daily", pg.task(name="talk")(reader(crash)), progress=False)
         view = load_conversation(pg.store, task_id, blobs=FileBlobStore(pg_blobs))
         rows = pg.store.load_messages(task_id, "main", 0, 9)

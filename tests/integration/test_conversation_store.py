@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from cairn.store import Store, open_store
+from cairn.store import Store, admin, open_store
 from cairn.store.records import MessageKind, MessageRecord, NewTask, StepKind, StepRecord
 
 NOW = datetime(2026, 5, 24, 9, 0, tzinfo=UTC)
@@ -68,7 +68,7 @@ def test_active_context_is_row_zero_the_latest_summary_and_what_follows(store: S
     assert active[0].created_at == NOW
     assert [r.idx for r in store.load_messages(TASK, "main", 0, 4)] == [0, 1, 2, 3]
     assert [r.idx for r in store.load_messages(TASK, "main", 4, 100)] == list(range(4, 11))
-    (summary,) = store.conversation_summaries(TASK)
+    (summary,) = admin(store).conversation_summaries(TASK)
     assert (summary.conv, summary.rows, summary.summaries, summary.next_idx) == ("main", 11, 2, 11)
     assert summary.message_tokens == 9 * 5
     assert store.load_active_messages(TASK, "other") == []
@@ -115,14 +115,14 @@ def test_recorded_calls_lists_model_calls_and_compactions_of_a_batch(store: Stor
             TASK, seq, kind, f"{kind} main", "completed", output, 1, 1, 1, None, None, NOW, NOW
         )
         assert store.record_step(step, fence, first=True)
-    calls = list(store.recorded_calls(batch="agents"))
+    calls = list(admin(store).recorded_calls(batch="agents"))
     assert [(c.seq, c.kind, c.codec) for c in calls] == [
         (2, "llm", "json"),
         (3, "conv", "json"),
         (4, "llm", "json"),
     ]
-    assert len(list(store.recorded_calls(task_id=TASK))) == 3
-    assert list(store.recorded_calls(batch="nothing")) == []
+    assert len(list(admin(store).recorded_calls(task_id=TASK))) == 3
+    assert list(admin(store).recorded_calls(batch="nothing")) == []
 
 
 def test_the_active_read_probes_indexes_and_never_scans_the_archive(tmp_path: Path) -> None:

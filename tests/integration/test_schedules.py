@@ -24,7 +24,7 @@ from cairn.cli import app as cli_app
 from cairn.clock import FakeClock
 from cairn.errors import ConfigurationError, TaskNotRegistered
 from cairn.schedule import Catchup
-from cairn.store import open_store
+from cairn.store import admin, open_store
 from cairn.store.records import NewTask
 from cairn.worker import Worker
 
@@ -55,7 +55,7 @@ def nightly_id(fired_at: datetime) -> str:
 
 
 def batch_ids(app: Cairn, batch: str = "schedule:nightly_revenue") -> list[str]:
-    return [task.id for task in app.store.list_tasks(batch=batch)]
+    return [task.id for task in admin(app.store).list_tasks(batch=batch)]
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from cairn.agent.archive import (
 from cairn.agent.messages import text_of
 from cairn.agent.offload import MessageReader
 from cairn.errors import UnknownTask
-from cairn.store import Store
+from cairn.store import AdminStore
 
 from ._blobs import BlobsOption, blobs_for
 from ._common import DEFAULT_URL, JsonOption, StoreOption, now, opened_store
@@ -41,7 +41,7 @@ _COLUMNS = ("idx", "state", "role", "tokens", "created", "text")
 _TEXT_WIDTH = 120
 
 
-def conversation_name(store: Store, task_id: str, name: str | None) -> str:
+def conversation_name(store: AdminStore, task_id: str, name: str | None) -> str:
     """The conversation to show: ``name``, else main, else the task's only one."""
     names = [c.conv for c in store.conversation_summaries(task_id)]
     if name is not None and name in names:

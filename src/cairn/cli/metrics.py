@@ -13,7 +13,7 @@ from cairn.errors import CairnError
 from cairn.observe._time import parse_moment
 from cairn.observe.metrics import compute
 from cairn.observe.text import metrics_lines
-from cairn.store.sqlmetrics import Window
+from cairn.store.reports import Window
 
 from ._common import DEFAULT_URL, JsonOption, StoreOption, fail, now, opened_store, require_batch
 from ._json import print_json

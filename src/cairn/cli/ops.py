@@ -28,7 +28,7 @@ from cairn.blobs.ref import is_ref
 from cairn.codec import JsonCodec, codec_for
 from cairn.errors import CairnError
 from cairn.ownership import DEFAULT_LEASE_SECONDS, claimant_alive, takeover_grace
-from cairn.store import Store
+from cairn.store import AdminStore
 from cairn.store.records import OperationRecord, OperationStatus, TaskRecord
 
 from ._common import DEFAULT_URL, JsonOption, StoreOption, fail, note, now, opened_store, streamed
@@ -200,7 +200,7 @@ def ops_command(
 
 
 def _fetch(
-    store: Store,
+    store: AdminStore,
     prefix: str | None,
     since: datetime | None,
     task_id: str | None,
@@ -465,7 +465,7 @@ def _effect(decision: _Decision, text: str | None) -> str:
     return "later calls raise OperationFailed without calling the function"
 
 
-def _run_task_again(store: Store, task: TaskRecord) -> None:
+def _run_task_again(store: AdminStore, task: TaskRecord) -> None:
     if task.status == "cancelled":
         note(f"task {task.id} is cancelled; `cairn retry {task.id}` would run it again")
     if task.status != "failed" or not store.retry_task(task.id, now()):

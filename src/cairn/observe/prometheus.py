@@ -13,9 +13,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from cairn.errors import ConfigurationError
-from cairn.observe.metrics import Metrics, compute, sql_store
+from cairn.observe.metrics import Metrics, compute
+from cairn.store.admin import admin
 from cairn.store.protocol import Store
-from cairn.store.sqlmetrics import Window, running_tasks
+from cairn.store.reports import Window
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -132,7 +133,7 @@ class StoreCollector:
         moment = self.now()
         checkpoints = [
             (t.task_id, t.batch or "", (moment - t.checkpoint).total_seconds())
-            for t in running_tasks(sql_store(self.store))
+            for t in admin(self.store, "metrics").running_checkpoints()
         ]
         yield from families(metrics, checkpoints)
 

@@ -45,7 +45,8 @@ from cairn.store.driver_errors import (
 )
 from cairn.store.migrate import latest_version, migrations
 from cairn.store.protocol import Capabilities
-from cairn.store.sqlbase import Result, SQLStore, Tx
+from cairn.store.sqlbase import SQLStore
+from cairn.store.sqlcore import Result, Tx
 
 if TYPE_CHECKING:
     import psycopg

@@ -43,7 +43,8 @@ from cairn.store.driver_errors import sqlite_busy, sqlite_error, unstorable_text
 from cairn.store.migrate import latest_version, migrations
 from cairn.store.protocol import Capabilities
 from cairn.store.records import StepRecord
-from cairn.store.sqlbase import Result, SQLStore, Tx
+from cairn.store.sqlbase import SQLStore
+from cairn.store.sqlcore import Result, Tx
 from cairn.store.sqlitefile import Access, access_of, connect, prepare_new
 
 Synchronous = Literal["NORMAL", "FULL"]
