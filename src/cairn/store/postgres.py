@@ -60,6 +60,19 @@ _OWN_PARAMS = ("schema", "pool_size", "reconnect_timeout")
 # Distinct from any application's advisory locks: "cairn" as an integer.
 _MIGRATE_LOCK = 0x636169726E
 
+# This backend's own statements: the schema, its version, waking idle workers.
+# (The store's SQL is shared with every SQL backend: cairn.store.sql.)
+_META_TABLE = "SELECT to_regclass(%s)"
+_VERSION = "SELECT value FROM {schema}.cairn_meta WHERE key = 'schema_version'"
+_SET_VERSION = (
+    "INSERT INTO cairn_meta (key, value) VALUES ('schema_version', %s) "
+    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+)
+_LOCK_MIGRATIONS = "SELECT pg_advisory_xact_lock(%s)"
+_CREATE_SCHEMA = "CREATE SCHEMA IF NOT EXISTS {schema}"
+_NOTIFY = "NOTIFY {channel}"
+_LISTEN = "LISTEN {channel}"
+
 
 def _driver() -> Any:
     """psycopg and cairn's pool over it (imported only when a store is opened:
@@ -186,7 +199,7 @@ class PostgresStore(SQLStore):
         except driver.Error as exc:
             raise postgres_connect_failed(_redacted(conninfo), exc) from None
         self._channel = f"cairn_work_{self.schema}"
-        self.announce_work = f"NOTIFY {self._channel}"
+        self.announce_work = _NOTIFY.format(channel=self._channel)
         self._listener: psycopg.Connection[Any] | None = None
         self._listener_lock = threading.Lock()
         self._listen_delay = 0.0  # 0 while listening; the next retry's wait otherwise
@@ -198,12 +211,10 @@ class PostgresStore(SQLStore):
 
     # -- schema --------------------------------------------------------------------
     def _version(self, conn: psycopg.Connection[Any]) -> int:
-        row = conn.execute("SELECT to_regclass(%s)", (f"{self.schema}.cairn_meta",)).fetchone()
+        row = conn.execute(_META_TABLE, (f"{self.schema}.cairn_meta",)).fetchone()
         if row is None or row[0] is None:
             return 0
-        found = conn.execute(
-            f"SELECT value FROM {self.schema}.cairn_meta WHERE key = 'schema_version'"
-        ).fetchone()
+        found = conn.execute(_VERSION.format(schema=self.schema).encode()).fetchone()
         return int(found[0]) if found else 0
 
     def _migrate(self, *, create: bool) -> None:
@@ -227,16 +238,12 @@ class PostgresStore(SQLStore):
                 return
             with conn.transaction():
                 # One migrator at a time, across every process and machine.
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATE_LOCK,))
-                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
+                conn.execute(_LOCK_MIGRATIONS, (_MIGRATE_LOCK,))
+                conn.execute(_CREATE_SCHEMA.format(schema=self.schema).encode())
                 current = self._version(conn)
                 for migration in migrations("postgres")[current:]:
                     conn.execute(migration.sql.encode())  # a script: no parameters to bind
-                    conn.execute(
-                        "INSERT INTO cairn_meta (key, value) VALUES ('schema_version', %s) "
-                        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                        (str(migration.version),),
-                    )
+                    conn.execute(_SET_VERSION, (str(migration.version),))
 
         self._run(migrate, lambda: f"the migration of schema {self.schema}")
 
@@ -333,7 +340,7 @@ class PostgresStore(SQLStore):
         conn = None
         try:
             conn = self._pool.connect(connect_timeout=5)
-            conn.execute(f"LISTEN {self._channel}")
+            conn.execute(_LISTEN.format(channel=self._channel).encode())
         except self._driver_error as exc:
             if conn is not None:
                 conn.close()

@@ -52,6 +52,24 @@ T = TypeVar("T")
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
+# This backend's own statements: opening, transactions and the schema version.
+# (The store's SQL is shared with every SQL backend: cairn.store.sql.)
+_TABLES = "SELECT name FROM sqlite_master WHERE type='table'"
+_HAS_META = "SELECT 1 FROM sqlite_master WHERE type='table' AND name='cairn_meta'"
+_VERSION = "SELECT value FROM cairn_meta WHERE key = 'schema_version'"
+_SET_VERSION = (
+    "INSERT INTO cairn_meta (key, value) VALUES ('schema_version', ?) "
+    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+)
+_BUSY_TIMEOUT = "PRAGMA busy_timeout = {ms:d}"
+_SYNCHRONOUS = "PRAGMA synchronous = {mode}"
+_JOURNAL_MODE = "PRAGMA journal_mode"
+_WAL = "PRAGMA journal_mode = WAL"
+_BEGIN_WRITE = "BEGIN IMMEDIATE"  # takes the write lock now: no deadlock on upgrading
+_BEGIN_READ = "BEGIN"
+_COMMIT = "COMMIT"
+_ROLLBACK = "ROLLBACK"
+
 
 def _statements(script: str) -> Iterator[str]:
     """Split a migration into statements (``executescript`` would commit midway)."""
@@ -92,14 +110,10 @@ def inspect_file(path: Path, access: Access | None = None) -> int:
     try:
         conn = connect(path, access, timeout=5.0)
         try:
-            tables = {
-                r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
-            }
+            tables = {r[0] for r in conn.execute(_TABLES)}
             row = None
             if "cairn_meta" in tables:
-                row = conn.execute(
-                    "SELECT value FROM cairn_meta WHERE key = 'schema_version'"
-                ).fetchone()
+                row = conn.execute(_VERSION).fetchone()
         finally:
             conn.close()
     except sqlite3.Error as exc:
@@ -195,10 +209,10 @@ class SQLiteStore(SQLStore):
         except sqlite3.Error as exc:
             self._failed(exc)
         try:
-            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            conn.execute(_BUSY_TIMEOUT.format(ms=int(self._busy_timeout_ms)))
             if not self.read_only:
                 self._ensure_wal(conn)
-                conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+                conn.execute(_SYNCHRONOUS.format(mode=self.synchronous))
         except sqlite3.Error as exc:
             conn.close()
             self._failed(exc)
@@ -211,9 +225,9 @@ class SQLiteStore(SQLStore):
         lock the busy timeout does not wait for, so two processes opening a new
         file at once retry here instead of failing."""
         deadline = time.monotonic() + self._busy_timeout_ms / 1000
-        while conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        while conn.execute(_JOURNAL_MODE).fetchone()[0] != "wal":
             try:
-                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute(_WAL)
             except sqlite3.OperationalError as exc:
                 if not sqlite_busy(exc) or time.monotonic() > deadline:
                     raise
@@ -250,10 +264,10 @@ class SQLiteStore(SQLStore):
         if found == latest:
             return
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(_BEGIN_WRITE)
             try:
                 self._migrate_locked(conn, found)
-                conn.execute("COMMIT")
+                conn.execute(_COMMIT)
             except BaseException:
                 _rollback(conn)
                 raise
@@ -263,19 +277,13 @@ class SQLiteStore(SQLStore):
     def _migrate_locked(self, conn: sqlite3.Connection, found: int) -> None:
         # Read again under the write lock: another process may have migrated.
         current = found
-        if conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type='table' AND name='cairn_meta'"
-        ).fetchone():
-            row = conn.execute("SELECT value FROM cairn_meta WHERE key='schema_version'").fetchone()
+        if conn.execute(_HAS_META).fetchone():
+            row = conn.execute(_VERSION).fetchone()
             current = int(row[0]) if row else 0
         for migration in migrations("sqlite")[current:]:
             for statement in _statements(migration.sql):
                 conn.execute(statement)
-            conn.execute(
-                "INSERT INTO cairn_meta (key, value) VALUES ('schema_version', ?) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (str(migration.version),),
-            )
+            conn.execute(_SET_VERSION, (str(migration.version),))
 
     # -- the primitives the shared store is built on ------------------------------
     def _exec(self, statement: str, params: Sequence[Any] = (), *, patient: bool = True) -> Result:
@@ -294,7 +302,7 @@ class SQLiteStore(SQLStore):
         # A read-only store reads in a plain (deferred) transaction: one snapshot,
         # no write lock asked for; a write inside it raises StoreReadOnly.
         try:
-            conn.execute("BEGIN" if self.read_only else "BEGIN IMMEDIATE")
+            conn.execute(_BEGIN_READ if self.read_only else _BEGIN_WRITE)
         except sqlite3.Error as exc:
             self._failed(exc)
         try:
@@ -303,7 +311,7 @@ class SQLiteStore(SQLStore):
             _rollback(conn)
             raise
         try:
-            conn.execute("COMMIT")
+            conn.execute(_COMMIT)
         except sqlite3.Error as exc:
             _rollback(conn)
             self._failed(exc)
@@ -362,4 +370,4 @@ def _rollback(conn: sqlite3.Connection) -> None:
     the error that matters."""
     if conn.in_transaction:
         with contextlib.suppress(sqlite3.Error):
-            conn.execute("ROLLBACK")
+            conn.execute(_ROLLBACK)
