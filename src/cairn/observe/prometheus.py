@@ -54,6 +54,12 @@ def _labelled(
 
 def families(metrics: Metrics, checkpoints: list[tuple[str, str, float]]) -> Iterator[Metric]:
     """The metrics as Prometheus families (all gauges: each is recomputed at a scrape)."""
+    yield from _task_families(metrics)
+    yield from _time_families(metrics, checkpoints)
+
+
+def _task_families(metrics: Metrics) -> Iterator[Metric]:
+    """Tasks, restarts, redundancy, retries and failures."""
     r, o, t = metrics.restarts, metrics.redundancy, metrics.retries
     yield _labelled(
         "cairn_tasks",
@@ -92,6 +98,10 @@ def families(metrics: Metrics, checkpoints: list[tuple[str, str, float]]) -> Ite
         ["error_type"],
         [([k], v) for k, v in sorted(metrics.failures_by_type.items())],
     )
+
+
+def _time_families(metrics: Metrics, checkpoints: list[tuple[str, str, float]]) -> Iterator[Metric]:
+    """Batch wall-clock, step durations, and each running task's last checkpoint."""
     yield _labelled(
         "cairn_batch_wall_clock_seconds",
         "First start to last finish of finished batches.",
