@@ -30,7 +30,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from bench._stats import filesystem_of, fmt_ratio, median, ratio, spread, table
 from cairn.store import open_store
-from cairn.store.sqlbase import SQLStore, Tx
+from cairn.store.sqlbase import SQLStore
+from cairn.store.sqlcore import Tx
 
 NOW = datetime(2026, 5, 24, 4, 30, tzinfo=UTC)
 LEASE_UNTIL = NOW + timedelta(seconds=30)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from cairn.store import Store, open_store
+from cairn.store import Store, admin, open_store
 from cairn.store.records import OperationRecord, TaskRecord
 from tests.acceptance.charge_script import BATCH, item_name, pay_key, task_id
 from tests.servers import PaymentServer
@@ -112,7 +112,7 @@ def run(batch: Batch, *extra: str, items: int = ITEMS) -> Finished:
 def note_dead_claims(batch: Batch, log: KillLog) -> None:
     """After a kill: every key still ``claimed`` was claimed by the dead run."""
     with opened(batch.store) as store:
-        for op in store.list_operations(statuses=("claimed",)):
+        for op in admin(store).list_operations(statuses=("claimed",)):
             log.dead_claims.setdefault(op.key, set()).add(op.calls)
 
 
@@ -170,11 +170,11 @@ def kill_many_times(batch: Batch, seed: int) -> KillLog:
 
 
 def tasks_by_item(store: Store) -> dict[str, TaskRecord]:
-    return {task.id: task for task in store.list_tasks(batch=BATCH)}
+    return {task.id: task for task in admin(store).list_tasks(batch=BATCH)}
 
 
 def ops_by_key(store: Store) -> dict[str, OperationRecord]:
-    return {op.key: op for op in store.list_operations(prefix="pay/")}
+    return {op.key: op for op in admin(store).list_operations(prefix="pay/")}
 
 
 def error_type(task: TaskRecord) -> str | None:
@@ -274,7 +274,7 @@ def test_raise_never_charges_twice_and_surfaces_every_doubt(tmp_path: Path) -> N
         with opened(batch.store) as store:
             tasks = tasks_by_item(store)
             ops = ops_by_key(store)
-            in_doubt = {op.key for op in store.list_operations(statuses=("in_doubt",))}
+            in_doubt = {op.key for op in admin(store).list_operations(statuses=("in_doubt",))}
         assert in_doubt == set(log.dead_claims)
         assert pay_key(SELF_KILLED_ITEM) in in_doubt
         assert charges.get(SELF_KILLED_ITEM) == 1  # it was charged before the kill

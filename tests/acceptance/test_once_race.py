@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from cairn import op_key
-from cairn.store import Store, open_store
+from cairn.store import Store, admin, open_store
 from cairn.store.records import StepRecord
 from tests.servers import wait_until
 
@@ -128,7 +128,7 @@ def op_entries(history: dict[int, StepRecord]) -> dict[str, StepRecord]:
 def failed_tasks(store: Store, batch: str) -> dict[str, str]:
     """Each failed task's recorded error type and message, for assertion messages."""
     failed = {}
-    for task in store.list_tasks(batch=batch, status="failed"):
+    for task in admin(store).list_tasks(batch=batch, status="failed"):
         error = json.loads(task.error or "{}")
         failed[task.id] = f"{error.get('type')}: {error.get('message', '')[:160]}"
     return failed

@@ -28,6 +28,7 @@ from examples.revenue_pipeline.simulated import ReportingServer, Simulation, Sto
 
 from cairn import Cairn, TaskFailed
 from cairn.clock import FakeClock
+from cairn.store import admin
 from cairn.testing import crash_at_every_step
 from tests.servers import wait_until
 
@@ -66,7 +67,7 @@ def run(pipeline: Cairn, task_id: str = TASK_ID) -> dict[str, Any]:
 
 def rerun(pipeline: Cairn) -> dict[str, Any]:
     """What `cairn retry TASK` and running again do: the failed task resumes."""
-    assert pipeline.store.retry_task(TASK_ID, pipeline.clock.now())
+    assert admin(pipeline.store).retry_task(TASK_ID, pipeline.clock.now())
     return run(pipeline)
 
 

@@ -27,7 +27,7 @@ import pytest
 
 from cairn.codec import codec_for
 from cairn.engine.owners import Owner
-from cairn.store import Store, open_store
+from cairn.store import Store, admin, open_store
 from cairn.store.records import TaskRecord
 from tests.acceptance.batch_script import BATCH, STEPS, first_value, step_output, task_id
 
@@ -141,7 +141,9 @@ def assert_completed_cleanly(run: Finished) -> dict[str, Any]:
 
 def assert_batch_complete(store: Store) -> None:
     assert dict(store.batch_counts(BATCH)) == {"completed": TASKS}
-    assert {t.id for t in store.list_tasks(batch=BATCH)} == {task_id(n) for n in range(TASKS)}
+    assert {t.id for t in admin(store).list_tasks(batch=BATCH)} == {
+        task_id(n) for n in range(TASKS)
+    }
 
 
 def assert_results_replay_recorded_inputs(store: Store) -> None:
@@ -201,7 +203,7 @@ def assert_killed_state(store: Store, kill_at: str, dead_pid: int) -> None:
 
 def running_lease_deadline(store: Store) -> datetime | None:
     """The earliest lease expiry among tasks the dead process left running."""
-    leases = [t.lease_expires_at for t in store.running_tasks(BATCH) if t.lease_expires_at]
+    leases = [t.lease_expires_at for t in admin(store).running_tasks(BATCH) if t.lease_expires_at]
     return min(leases, default=None)
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from cairn import Cairn, Context
 from cairn.clock import FakeClock
+from cairn.store import admin
 from cairn.store.records import NewTask
 from cairn.ui.server import DashboardServer, UIConfig, serve_in_thread
 
@@ -83,7 +84,7 @@ def dashboard(app: Cairn, clock: FakeClock) -> Iterator[str]:
         "stuck/1", 0, "far/1/0/n", clock.now() + timedelta(days=1), clock.now()
     )
     clock.advance(3600)
-    server = DashboardServer(("127.0.0.1", 0), UIConfig(app.store, clock.now))
+    server = DashboardServer(("127.0.0.1", 0), UIConfig(admin(app.store), clock.now))
     thread = serve_in_thread(server)
     yield server.url
     server.shutdown()
@@ -145,8 +146,8 @@ def test_token_required_beyond_loopback(app: Cairn, clock: FakeClock) -> None:
     from cairn.errors import ConfigurationError
 
     with pytest.raises(ConfigurationError, match="token"):
-        DashboardServer(("0.0.0.0", 0), UIConfig(app.store, clock.now))  # noqa: S104
-    server = DashboardServer(("0.0.0.0", 0), UIConfig(app.store, clock.now, token="s3cret"))  # noqa: S104, S106
+        DashboardServer(("0.0.0.0", 0), UIConfig(admin(app.store), clock.now))  # noqa: S104
+    server = DashboardServer(("0.0.0.0", 0), UIConfig(admin(app.store), clock.now, token="s3cret"))  # noqa: S104, S106
     thread = serve_in_thread(server)
     url = f"http://127.0.0.1:{server.server_address[1]}"
     try:

@@ -25,6 +25,7 @@ from cairn import (
     TaskNotRegistered,
 )
 from cairn.clock import FakeClock
+from cairn.store import admin
 from cairn.store.migrate import latest_version
 
 Snapshot = tuple[bytes, int]
@@ -50,8 +51,8 @@ def _run_once(url: str) -> object:
 
 
 def _assert_nothing_written(app: Cairn) -> None:
-    assert list(app.store.list_tasks()) == []
-    assert app.store.batch_summaries() == []
+    assert list(admin(app.store).list_tasks()) == []
+    assert admin(app.store).batch_summaries() == []
 
 
 # -- store URLs and paths ---------------------------------------------------------------
@@ -262,7 +263,7 @@ def test_a_bad_item_in_a_stream_writes_no_task_of_its_chunk(app: Cairn) -> None:
 
     with pytest.raises(TaskArgumentsError):
         app.run_batch("apps", task, items(), progress=False)
-    assert list(app.store.list_tasks()) == []
+    assert list(admin(app.store).list_tasks()) == []
 
 
 def test_arguments_that_cannot_be_recorded_are_refused(app: Cairn) -> None:
@@ -309,6 +310,6 @@ def test_same_batch_name_with_another_task_is_a_conflict(app: Cairn) -> None:
     app.enqueue("apps", task, [{"app_id": "a1"}])
     with pytest.raises(TaskConflict, match=r"batch 'apps' runs task 'review', not 'audit'"):
         app.run_batch("apps", audit, [{"app_id": "a2"}], progress=False)
-    assert [t.id for t in app.store.list_tasks()] == ["apps/app_id=a1"]
-    (summary,) = app.store.batch_summaries()
+    assert [t.id for t in admin(app.store).list_tasks()] == ["apps/app_id=a1"]
+    (summary,) = admin(app.store).batch_summaries()
     assert (summary.task_name, summary.total) == ("review", 1)

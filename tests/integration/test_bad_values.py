@@ -24,6 +24,7 @@ from cairn import (
     TaskArgumentsError,
     TaskFailed,
 )
+from cairn.store import admin
 from tests.integration.store.test_bad_values import LONE, every_row
 
 
@@ -91,7 +92,7 @@ def test_a_signal_payload_with_a_lone_surrogate_is_refused_and_not_sent(app: Cai
         return ctx.wait_for("approval").payload
 
     app.enqueue("b", approve, [{}])
-    (task,) = app.store.list_tasks()
+    (task,) = admin(app.store).list_tasks()
     with pytest.raises(CodecError, match="lone surrogate"):
         app.signal(task.id, "approval", {"note": LONE})
     assert app.store.get_signal(task.id, "approval") is None
@@ -137,10 +138,10 @@ def test_operation_keys_and_scopes_no_store_can_hold_fail_the_task_before_claimi
         with pytest.raises(TaskFailed, match=kind) as failed:
             app.run(post, case=case)
         assert isinstance(failed.value.__cause__, InvalidName)
-    assert list(app.store.list_operations()) == []
+    assert list(admin(app.store).list_operations()) == []
     assert calls == []
     assert app.run(post, case=-1) is None
-    (op,) = app.store.list_operations()
+    (op,) = admin(app.store).list_operations()
     assert len(op.key) <= 200
 
 
@@ -154,7 +155,7 @@ def test_signal_names_no_store_can_hold_are_refused_on_both_sides(app: Cairn) ->
         return ctx.wait_for("wait\ud800" if bad else "approval").payload
 
     app.enqueue("b", approve, [{"bad": False}])
-    (task,) = app.store.list_tasks()
+    (task,) = admin(app.store).list_tasks()
     for name in ("ok\ud800", "ok\x00", "n" * 1001):
         with pytest.raises(InvalidName, match="signal name"):
             app.signal(task.id, name, None)
@@ -199,4 +200,4 @@ def test_conversation_schedule_limit_task_and_child_names_are_checked_where_give
         app.run(agent, where="conversation")
     with pytest.raises(TaskFailed, match="child task id"):
         app.run(agent, where="spawn")
-    assert [t.name for t in app.store.list_tasks()] == ["agent", "agent"]
+    assert [t.name for t in admin(app.store).list_tasks()] == ["agent", "agent"]

@@ -13,6 +13,7 @@ from cairn import Cairn, Context, TaskFailed
 from cairn.blobs import is_ref, open_blobs, parse_ref
 from cairn.blobs.s3 import S3BlobStore
 from cairn.clock import FakeClock
+from cairn.store import admin
 
 moto_server = pytest.importorskip("moto.server")
 
@@ -94,7 +95,7 @@ def test_a_corrupt_s3_object_is_detected(
         store = open_blobs(url)
         assert isinstance(store, S3BlobStore)
         store._call("put_object", Bucket="cairn-blobs", Key=store._key(ref.sha256), Body=b"y")
-        app.store.retry_task("c", clock.now())
+        admin(app.store).retry_task("c", clock.now())
         with pytest.raises(TaskFailed) as failed:
             app.run(big, task_id="c")
     assert "BlobCorrupt" in str(failed.value)

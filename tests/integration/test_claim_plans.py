@@ -23,7 +23,8 @@ import pytest
 
 from cairn.store import open_store, sql
 from cairn.store.records import NewTask
-from cairn.store.sqlbase import SQLStore, Tx
+from cairn.store.sqlbase import SQLStore
+from cairn.store.sqlcore import Tx
 from cairn.store.sqlite import SQLiteStore
 from tests.conftest import postgres_admin_url, with_database
 

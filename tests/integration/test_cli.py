@@ -21,7 +21,7 @@ from typer.testing import CliRunner, Result
 from cairn import Cairn, Context, Permanent
 from cairn.cli import app as cli_app
 from cairn.clock import FakeClock
-from cairn.store import Store, open_store
+from cairn.store import Store, admin, open_store
 
 FAILED_ID = "reviews/app_id=bad"
 COMPLETED_ID = "reviews/app_id=a1"
@@ -388,7 +388,7 @@ def test_retry_batch_failed_moves_every_failed_task(url: str, store: Store) -> N
     assert result.exit_code == 0, result.output
     assert FAILED_ID in result.stdout
     assert "batch reviews: 1 task(s) -> pending (1 failed)" in result.stdout
-    statuses = {t.id: t.status for t in store.list_tasks(batch="reviews")}
+    statuses = {t.id: t.status for t in admin(store).list_tasks(batch="reviews")}
     assert statuses == {
         COMPLETED_ID: "completed",
         "reviews/app_id=a2": "completed",
@@ -401,7 +401,7 @@ def test_retry_batch_cancelled_brings_cancelled_tasks_back(url: str, store: Stor
     assert cli("cancel", "--batch", "later", "--store", url).exit_code == 0
     result = cli("retry", "--batch", "later", "--cancelled", "--store", url)
     assert result.exit_code == 0, result.output
-    assert {t.status for t in store.list_tasks(batch="later")} == {"pending"}
+    assert {t.status for t in admin(store).list_tasks(batch="later")} == {"pending"}
     again = cli("retry", "--batch", "later", "--cancelled", "--store", url)
     assert again.exit_code == 0
     assert "nothing changed" in again.stderr
@@ -444,7 +444,7 @@ def test_cancel_one_pending_task(url: str, store: Store) -> None:
     result = cli("cancel", PENDING_IDS[0], "--store", url)
     assert result.exit_code == 0, result.output
     assert f"task {PENDING_IDS[0]}: pending -> cancelled" in result.stdout
-    statuses = {t.id: t.status for t in store.list_tasks(batch="later")}
+    statuses = {t.id: t.status for t in admin(store).list_tasks(batch="later")}
     assert statuses == {PENDING_IDS[0]: "cancelled", PENDING_IDS[1]: "pending"}
 
 
@@ -458,7 +458,7 @@ def test_cancel_batch_cancels_pending_and_running_tasks(url: str, store: Store) 
     assert result.exit_code == 0, result.output
     assert f"task {running.id}: running -> cancelled (its process stops" in result.stdout
     assert "batch later: 2 task(s) -> cancelled (1 pending, 1 running)" in result.stdout
-    assert {t.status for t in store.list_tasks(batch="later")} == {"cancelled"}
+    assert {t.status for t in admin(store).list_tasks(batch="later")} == {"cancelled"}
     after = store.get_task(running.id)
     assert after is not None
     assert after.fence > running.fence

@@ -30,6 +30,7 @@ from cairn.agent.archive import export_jsonl
 from cairn.agent.simulate import SimulatedModelServer
 from cairn.agent.summarize import SUMMARY_HEADER
 from cairn.clock import FakeClock
+from cairn.store import admin
 from cairn.testing import set_fault_hook
 from tests.agent_server import (
     SYSTEM,
@@ -64,7 +65,7 @@ def test_a_different_message_at_a_recorded_position_is_nondeterminism(app: Cairn
 
     with pytest.raises(TaskFailed):
         app.run(talk, task_id="t")
-    app.store.retry_task("t", app.clock.now())
+    admin(app.store).retry_task("t", app.clock.now())
     said[0] = "goodbye"
     with pytest.raises(TaskFailed) as failed:
         app.run(talk, task_id="t")

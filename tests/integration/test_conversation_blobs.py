@@ -16,7 +16,8 @@ from cairn import Cairn
 from cairn.agent import load_conversation
 from cairn.blobs import FileBlobStore, is_ref, parse_ref
 from cairn.clock import FakeClock
-from cairn.portable._refs import referenced_blobs, sql_store
+from cairn.portable._refs import referenced_blobs
+from cairn.store import admin
 from tests.crashes import LEASE, Crash
 from tests.integration.store.test_conversation_blobs import KB, big_report, cli, reader
 
@@ -71,10 +72,10 @@ def test_export_from_sqlite_import_into_postgres_carries_message_blobs(
 
     crash[0] = False
     with Cairn(pg_url, clock=clock, blobs=str(pg_blobs)) as pg:
-        (task_id,) = [t.id for t in pg.store.list_tasks(batch="daily")]
+        (task_id,) = [t.id for t in admin(pg.store).list_tasks(batch="daily")]
         (row,) = pg.store.load_messages(task_id, "main", 2, 1)
         assert is_ref(row.content)
-        assert parse_ref(row.content).sha256 in referenced_blobs(sql_store(pg.store, "gc"))
+        assert parse_ref(row.content).sha256 in referenced_blobs(admin(pg.store))
         report = pg.run_batch("daily", pg.task(name="talk")(reader(crash)), progress=False)
         view = load_conversation(pg.store, task_id, blobs=FileBlobStore(pg_blobs))
         rows = pg.store.load_messages(task_id, "main", 0, 9)

@@ -29,8 +29,9 @@ from cairn.agent.archive import iter_history
 from cairn.cli import app as cli_app
 from cairn.clock import FakeClock
 from cairn.portable import export_batch
-from cairn.store import sqlmetrics
+from cairn.store import admin
 from cairn.store.migrate import latest_version
+from cairn.store.reports import Window
 from cairn.store.sqlite import SQLiteStore
 from tests.agent_server import DocReader, model_server, openai_client, reader_task
 from tests.filesystems import immutable, read_only_mount
@@ -91,7 +92,7 @@ def _without_stamp(line: str) -> dict[str, Any]:
 
 def _everything(store: SQLiteStore) -> dict[str, Any]:
     """What every reading API of the store returns, for comparison."""
-    window = sqlmetrics.Window()
+    window = Window()
     export = io.StringIO()
     export_batch(store, None, "reviews", export)
     view = load_conversation(store, AGENT)
@@ -116,15 +117,20 @@ def _everything(store: SQLiteStore) -> dict[str, Any]:
         "calls": list(store.recorded_calls()),
         "schedules": store.list_schedules(),
         "signal": store.get_signal(PENDING, "approval"),
-        "task totals": sqlmetrics.task_totals(store, window),
-        "task errors": list(sqlmetrics.failed_task_errors(store, window)),
-        "spans": sqlmetrics.batch_spans(store, window),
-        "step totals": sqlmetrics.step_totals(store, window),
-        "durations": list(sqlmetrics.step_durations(store, window)),
-        "step errors": list(sqlmetrics.step_errors(store, window)),
-        "op totals": sqlmetrics.op_totals(store, window),
-        "running now": sqlmetrics.running_tasks(store),
-        "page": sqlmetrics.task_page(store, status=None, batch=None, before=None, size=3),
+        "task totals": store.task_totals(window),
+        "task errors": list(store.failed_task_errors(window)),
+        "spans": store.batch_spans(window),
+        "step totals": store.step_totals(window),
+        "durations": list(store.step_durations(window)),
+        "step errors": list(store.step_errors(window)),
+        "op totals": store.op_totals(window),
+        "running now": store.running_checkpoints(),
+        "page": store.task_page(status=None, batch=None, before=None, size=3),
+        "open alerts": store.open_alerts("cairn.observe.alert", "stall/", "recovered/"),
+        "rows": store.export_rows("reviews"),
+        "batch names": store.batch_names(),
+        "statuses": store.batch_statuses("reviews"),
+        "blob refs": sorted(store.blob_refs()),
         "export": [_without_stamp(line) for line in export.getvalue().splitlines()],
     }
 
@@ -208,12 +214,12 @@ def test_every_reading_api_works_and_returns_what_a_writable_store_does(
 
 
 WRITES: dict[str, Callable[[Cairn], object]] = {
-    "retry": lambda app: app.store.retry_task(FAILED, app.clock.now()),
-    "cancel": lambda app: app.store.cancel_task(PENDING, app.clock.now()),
+    "retry": lambda app: admin(app.store).retry_task(FAILED, app.clock.now()),
+    "cancel": lambda app: admin(app.store).cancel_task(PENDING, app.clock.now()),
     "signal": lambda app: app.signal(PENDING, "approval", {"ok": True}),
     "enqueue": lambda app: app.enqueue("later", app.registered("review"), [{"app_id": "p3"}]),
     "run": lambda app: app.run(app.registered("review"), app_id="new"),
-    "resolve": lambda app: app.store.resolve_operation(
+    "resolve": lambda app: admin(app.store).resolve_operation(
         "", "post/a1", "failed", result=None, permanent=True, now=app.clock.now()
     ),
 }

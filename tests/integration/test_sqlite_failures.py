@@ -24,6 +24,7 @@ from typer.testing import CliRunner
 from cairn import Cairn, CodecError, Context, StoreError, StoreUnavailable
 from cairn.cli import app as cli_app
 from cairn.clock import FakeClock
+from cairn.store import admin
 from cairn.store.records import NewTask
 from cairn.store.sqlite import SQLiteStore
 from tests.filesystems import fill, small_tmpfs
@@ -201,7 +202,7 @@ def test_a_store_locked_by_another_process_is_store_unavailable_after_the_busy_t
     assert "Nothing recorded was lost" in message
     assert "database is locked" in message
     holder.unlock()
-    assert list(app.store.list_tasks()) == []
+    assert list(admin(app.store).list_tasks()) == []
     assert app.run(noop, n=1) == 1
     app.close()
 

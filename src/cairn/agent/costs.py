@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cairn.agent.pricing import DEFAULT_PRICES, PriceTable, Usage
+from cairn.store.admin import admin
 from cairn.store.protocol import Store
 from cairn.store.records import RecordedCall
 
@@ -129,7 +130,7 @@ def cost_report(
     ``by_batch`` there is one line per batch (tasks outside batches under "-");
     otherwise one per task. ``prices`` re-prices every call instead of using the
     cost recorded at call time."""
-    calls = store.recorded_calls(batch=batch, task_id=task_id)
+    calls = admin(store, "the cost report").recorded_calls(batch=batch, task_id=task_id)
     return summarize(calls, by_batch=by_batch, prices=prices)
 
 

@@ -4,7 +4,7 @@ After each kill the runner takes a ``Snapshot`` of every completed history entry
 (its kind, name and a digest of its output) and every finished task. Between two
 snapshots nothing recorded may vanish or change: that would be a *lost step*.
 A step function that runs again after the store recorded its step completed is
-lost work too, read off the chaos log. Only the ``Store`` protocol is used, so
+lost work too, read off the chaos log. Only the ``AdminStore`` protocol is used, so
 the checks run the same on every backend.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from cairn.chaos.log import LogLine
-from cairn.store import Store
+from cairn.store import AdminStore
 from cairn.store.records import TaskRecord
 
 StepId = tuple[str, int]
@@ -56,7 +56,7 @@ def _digest(text: str | None) -> str:
     return hashlib.sha256((text or "").encode()).hexdigest()[:16]
 
 
-def _all_tasks(store: Store) -> list[TaskRecord]:
+def _all_tasks(store: AdminStore) -> list[TaskRecord]:
     rows = store.list_tasks()
     try:
         return list(rows)
@@ -66,7 +66,7 @@ def _all_tasks(store: Store) -> list[TaskRecord]:
             close()  # the stream holds a connection of its own
 
 
-def snapshot(store: Store) -> Snapshot:
+def snapshot(store: AdminStore) -> Snapshot:
     """What ``store`` holds now."""
     entries: dict[StepId, Entry] = {}
     results: dict[str, str] = {}
@@ -79,7 +79,7 @@ def snapshot(store: Store) -> Snapshot:
     return Snapshot(entries, results)
 
 
-def progress_marker(store: Store) -> tuple[int, int]:
+def progress_marker(store: AdminStore) -> tuple[int, int]:
     """A cheap reading that changes whenever a run records anything: tasks
     completed, and completed entries of the tasks running now."""
     completed = sum(summary.counts.get("completed", 0) for summary in store.batch_summaries())

@@ -29,7 +29,7 @@ from cairn.chaos.integrity import Loss, losses, progress_marker, reruns, snapsho
 from cairn.chaos.log import ENV as LOG_ENV
 from cairn.chaos.log import read_log
 from cairn.chaos.report import ChaosReport, RunRecord
-from cairn.store import Store, open_store
+from cairn.store import AdminStore, open_store
 from cairn.store.records import FINISHED_STATUSES
 from cairn.testing._targets import absolute, split
 from cairn.testing._zygote import Launcher, Request, Running, borrowed
@@ -123,7 +123,7 @@ class _Rounds:
     def __init__(
         self,
         setup: _Setup,
-        store: Store,
+        store: AdminStore,
         launcher: Launcher,
         rng: random.Random,
         max_delay: float,
@@ -235,7 +235,7 @@ class _Rounds:
 
 
 def _report(
-    setup: _Setup, store: Store, rounds: _Rounds, seed: int, kills: int, seconds: float
+    setup: _Setup, store: AdminStore, rounds: _Rounds, seed: int, kills: int, seconds: float
 ) -> ChaosReport:
     log = read_log(setup.log)
     effects = Counter(line.key for line in log if line.kind == "effect")
@@ -262,7 +262,7 @@ def _report(
     )
 
 
-def _incomplete(store: Store) -> list[str]:
+def _incomplete(store: AdminStore) -> list[str]:
     rows = store.list_tasks()
     try:
         return [f"{task.id} ({task.status})" for task in rows if task.status != "completed"]

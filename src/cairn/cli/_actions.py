@@ -14,7 +14,7 @@ from datetime import datetime
 from rich.text import Text
 
 from cairn.clock import SystemClock
-from cairn.store import Store
+from cairn.store import AdminStore
 
 from ._consoles import fail, note, stdout_console
 from ._store_option import require_batch, streamed
@@ -31,7 +31,7 @@ class Action:
     done: str  # past participle, for messages: "retried", "cancelled"
     sources: tuple[str, ...]
     target: str
-    apply: Callable[[Store, str, datetime], bool]
+    apply: Callable[[AdminStore, str, datetime], bool]
     # Said after a change away from a source status, e.g. what a running owner does.
     remarks: dict[str, str]
 
@@ -42,7 +42,7 @@ def describe(task_id: str, source: str, action: Action) -> str:
     return f"task {task_id}: {source} -> {action.target}" + (f" ({remark})" if remark else "")
 
 
-def act_on_task(store: Store, action: Action, task_id: str) -> None:
+def act_on_task(store: AdminStore, action: Action, task_id: str) -> None:
     """Apply ``action`` to one task, or explain (exit 1) why nothing changed."""
     task = get_task_or_fail(store, task_id)
     allowed = (
@@ -61,7 +61,7 @@ def act_on_task(store: Store, action: Action, task_id: str) -> None:
     stdout_console().print(Text(describe(task_id, task.status, action)), soft_wrap=True)
 
 
-def act_on_batch(store: Store, action: Action, batch: str, sources: tuple[str, ...]) -> None:
+def act_on_batch(store: AdminStore, action: Action, batch: str, sources: tuple[str, ...]) -> None:
     """Apply ``action`` to every task of ``batch`` in one of ``sources``."""
     require_batch(store, batch)
     console = stdout_console()

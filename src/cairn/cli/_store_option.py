@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import typer
 
 from cairn.errors import CairnError
-from cairn.store import DEFAULT_URL, Store, open_store, sqlite_path
+from cairn.store import DEFAULT_URL, AdminStore, open_store, sqlite_path
 from cairn.store.sqlite import inspect_file
 
 from ._consoles import fail
@@ -69,7 +69,7 @@ def _check_existing_file(path: Path) -> None:
 
 
 @contextmanager
-def opened_store(url: str) -> Iterator[Store]:
+def opened_store(url: str) -> Iterator[AdminStore]:
     """The existing store at ``url``, closed afterwards.
 
     Any cairn error raised while it is open (a bad URL, a foreign file, an unknown
@@ -90,7 +90,7 @@ def opened_store(url: str) -> Iterator[Store]:
         fail(f"the store at {url} could not be read ({exc}); check that it is a cairn store")
 
 
-def require_batch(store: Store, name: str) -> None:
+def require_batch(store: AdminStore, name: str) -> None:
     """Stop with a helpful line unless batch ``name`` exists in ``store``."""
     if store.batch_summaries(name):
         return

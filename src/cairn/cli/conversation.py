@@ -25,7 +25,7 @@ from cairn.agent.message_blobs import MessageReader
 from cairn.agent.messages import text_of
 from cairn.clock import SystemClock
 from cairn.errors import UnknownTask
-from cairn.store import Store
+from cairn.store import AdminStore
 
 from ._blobs_option import BlobsOption, blobs_for
 from ._consoles import stdout_console
@@ -43,7 +43,7 @@ _COLUMNS = ("idx", "state", "role", "tokens", "created", "text")
 _TEXT_WIDTH = 120
 
 
-def conversation_name(store: Store, task_id: str, name: str | None) -> str:
+def conversation_name(store: AdminStore, task_id: str, name: str | None) -> str:
     """The conversation to show: ``name``, else main, else the task's only one."""
     names = [c.conv for c in store.conversation_summaries(task_id)]
     if name is not None and name in names:

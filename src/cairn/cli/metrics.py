@@ -13,7 +13,7 @@ from cairn.errors import CairnError
 from cairn.observe._time import parse_moment
 from cairn.observe.metrics import compute
 from cairn.observe.text import metrics_lines
-from cairn.store.sqlmetrics import Window
+from cairn.store.reports import Window
 
 from ._consoles import fail
 from ._json_output import JsonOption, print_json

@@ -29,7 +29,7 @@ from cairn.clock import SystemClock
 from cairn.codec import JsonCodec, codec_for
 from cairn.engine.owners import DEFAULT_LEASE_SECONDS, claimant_alive, takeover_grace
 from cairn.errors import CairnError
-from cairn.store import Store
+from cairn.store import AdminStore
 from cairn.store.records import OperationRecord, OperationStatus, TaskRecord
 
 from ._consoles import fail, note, stdout_console
@@ -219,7 +219,7 @@ def _print_listing(
 
 
 def _fetch(
-    store: Store,
+    store: AdminStore,
     prefix: str | None,
     since: datetime | None,
     task_id: str | None,
@@ -489,7 +489,7 @@ def _effect(decision: _Decision, text: str | None) -> str:
     return "later calls raise OperationFailed without calling the function"
 
 
-def _run_task_again(store: Store, task: TaskRecord) -> None:
+def _run_task_again(store: AdminStore, task: TaskRecord) -> None:
     if task.status == "cancelled":
         note(f"task {task.id} is cancelled; `cairn retry {task.id}` would run it again")
     if task.status != "failed" or not store.retry_task(task.id, SystemClock().now()):

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.text import Text
 
 from cairn.errors import UnknownTask
-from cairn.store import Store
+from cairn.store import AdminStore
 from cairn.store.records import StepRecord, TaskRecord
 
 from ._consoles import stdout_console
@@ -40,7 +40,7 @@ _STEP_COLUMNS = (
 )
 
 
-def get_task_or_fail(store: Store, task_id: str) -> TaskRecord:
+def get_task_or_fail(store: AdminStore, task_id: str) -> TaskRecord:
     """The task ``task_id``; an unknown id raises ``UnknownTask`` (exit 2)."""
     task = store.get_task(task_id)
     if task is None:

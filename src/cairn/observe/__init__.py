@@ -7,6 +7,6 @@ docs/observability.md.
 from __future__ import annotations
 
 from cairn.observe.metrics import Metrics, compute
-from cairn.store.sqlmetrics import Window
+from cairn.store.reports import Window
 
 __all__ = ["Metrics", "Window", "compute"]

@@ -27,31 +27,13 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from cairn.errors import ConfigurationError
+from cairn.store.admin import admin
 from cairn.store.protocol import Store
-from cairn.store.sqlbase import SQLStore
-from cairn.store.sqlmetrics import (
-    BatchSpan,
-    Window,
-    batch_spans,
-    failed_task_errors,
-    op_totals,
-    step_durations,
-    step_errors,
-    step_totals,
-    task_totals,
-)
+from cairn.store.reports import BatchSpan, Window
 
 PERCENTILES = (50, 90, 99)
 # ad-review-2026-05-24, ad-review-20260524, ad-review-2026-05-24T06 -> ad-review
 _DATED = re.compile(r"^(?P<family>.+?)-\d{4}-?\d{2}-?\d{2}(?:[T_-]?[\d:]*)?$")
-
-
-def sql_store(store: Store) -> SQLStore:
-    """``store`` as the SQL store the metrics read (every cairn store is one)."""
-    if not isinstance(store, SQLStore):
-        raise ConfigurationError(f"metrics need a SQL store, not {type(store).__name__}")
-    return store
 
 
 def family_of(batch: str) -> str:
@@ -223,10 +205,10 @@ def _usage(store: Store, window: Window) -> Usage | None:
 def compute(store: Store, window: Window | None = None) -> Metrics:
     """Every metric over the tasks of ``window`` (default: the whole store)."""
     window = window or Window()
-    db = sql_store(store)
-    tasks = task_totals(db, window)
-    steps = step_totals(db, window)
-    ops = op_totals(db, window)
+    db = admin(store, "metrics")
+    tasks = db.task_totals(window)
+    steps = db.step_totals(window)
+    ops = db.op_totals(window)
     metrics = Metrics(
         since=window.since,
         until=window.until,
@@ -243,11 +225,11 @@ def compute(store: Store, window: Window | None = None) -> Metrics:
         redundancy=Redundancy(
             ops.keys, ops.redundant_keys, _rate(ops.redundant_keys, ops.keys), ops.calls
         ),
-        batches=_batch_times(batch_spans(db, window)),
-        steps=step_times(step_durations(db, window)),
+        batches=_batch_times(db.batch_spans(window)),
+        steps=step_times(db.step_durations(window)),
         retries=Retries(tasks.task_retries, steps.retries, steps.calls, steps.failed),
-        failures_by_type=dict(Counter(map(error_type, failed_task_errors(db, window)))),
-        step_errors_by_type=dict(Counter(map(error_type, step_errors(db, window)))),
+        failures_by_type=dict(Counter(map(error_type, db.failed_task_errors(window)))),
+        step_errors_by_type=dict(Counter(map(error_type, db.step_errors(window)))),
     )
     metrics.usage = _usage(store, window)
     if window.since is not None or window.until is not None:

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from cairn.errors import ConfigurationError
+from cairn.store.admin import admin
 from cairn.store.protocol import Store
 from cairn.store.records import StepRecord, TaskRecord
 
@@ -85,9 +86,10 @@ def export_spans(
     ``since``) through ``tracer_provider`` (default: the global one). Returns
     how many tasks were exported."""
     tracer = _trace().get_tracer("cairn", tracer_provider=tracer_provider)
+    listing = admin(store, "the OpenTelemetry export")
     exported = 0
     for status in ("completed", "failed", "cancelled"):
-        for task in store.list_tasks(batch=batch, status=status):
+        for task in listing.list_tasks(batch=batch, status=status):
             if since is not None and (task.finished_at is None or task.finished_at < since):
                 continue
             exported += export_task(tracer, task, store.load_history(task.id).values())

@@ -13,9 +13,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from cairn.errors import ConfigurationError
-from cairn.observe.metrics import Metrics, compute, sql_store
+from cairn.observe.metrics import Metrics, compute
+from cairn.store.admin import admin
 from cairn.store.protocol import Store
-from cairn.store.sqlmetrics import Window, running_tasks
+from cairn.store.reports import Window
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -53,6 +54,12 @@ def _labelled(
 
 def families(metrics: Metrics, checkpoints: list[tuple[str, str, float]]) -> Iterator[Metric]:
     """The metrics as Prometheus families (all gauges: each is recomputed at a scrape)."""
+    yield from _task_families(metrics)
+    yield from _time_families(metrics, checkpoints)
+
+
+def _task_families(metrics: Metrics) -> Iterator[Metric]:
+    """Tasks, restarts, redundancy, retries and failures."""
     r, o, t = metrics.restarts, metrics.redundancy, metrics.retries
     yield _labelled(
         "cairn_tasks",
@@ -91,6 +98,10 @@ def families(metrics: Metrics, checkpoints: list[tuple[str, str, float]]) -> Ite
         ["error_type"],
         [([k], v) for k, v in sorted(metrics.failures_by_type.items())],
     )
+
+
+def _time_families(metrics: Metrics, checkpoints: list[tuple[str, str, float]]) -> Iterator[Metric]:
+    """Batch wall-clock, step durations, and each running task's last checkpoint."""
     yield _labelled(
         "cairn_batch_wall_clock_seconds",
         "First start to last finish of finished batches.",
@@ -132,7 +143,7 @@ class StoreCollector:
         moment = self.now()
         checkpoints = [
             (t.task_id, t.batch or "", (moment - t.checkpoint).total_seconds())
-            for t in running_tasks(sql_store(self.store))
+            for t in admin(self.store, "metrics").running_checkpoints()
         ]
         yield from families(metrics, checkpoints)
 

@@ -19,8 +19,9 @@ from cairn.observe._time import day_bounds
 from cairn.observe.metrics import Metrics, compute
 from cairn.observe.notifiers import Message, Notifier
 from cairn.observe.text import metrics_lines
+from cairn.store.admin import admin
 from cairn.store.protocol import Store
-from cairn.store.sqlmetrics import Window
+from cairn.store.reports import Window
 
 if TYPE_CHECKING:
     from cairn.app import Cairn
@@ -76,6 +77,8 @@ class DailyReporter:
         task_id = f"daily-report/{day.isoformat()}"
         record = self.app.store.get_task(task_id)
         if record is not None and record.status == "failed":
-            self.app.store.retry_task(task_id, self.app.clock.now())  # try the post again
+            admin(self.app.store, "the daily report").retry_task(
+                task_id, self.app.clock.now()
+            )  # try the post again
         result: str = self.app.run(self._task, task_id=task_id, day=day.isoformat())
         return result

@@ -25,9 +25,9 @@ from cairn.clock import to_iso
 from cairn.context import Context
 from cairn.errors import CairnError
 from cairn.keys import op_key
-from cairn.observe.metrics import sql_store
 from cairn.observe.notifiers import Message, Notifier
-from cairn.store.sqlmetrics import RunningTask, open_alerts, running_tasks
+from cairn.store.admin import admin
+from cairn.store.reports import RunningTask
 
 if TYPE_CHECKING:
     from cairn.app import Cairn
@@ -63,7 +63,7 @@ def find_stalls(app: Cairn, stall_after: float) -> list[Stall]:
     """Running tasks whose last checkpoint is older than ``stall_after`` seconds."""
     now = app.clock.now()
     found = []
-    for task in running_tasks(sql_store(app.store)):
+    for task in admin(app.store, "stall checks").running_checkpoints():
         idle = (now - task.checkpoint).total_seconds()
         if idle > stall_after:
             found.append(Stall(task, idle))
@@ -109,7 +109,8 @@ class StallWatcher:
             checkpoint = stalled[stall.task.task_id]
             text = _stall_text(stall.task, checkpoint, self.stall_after)
             self._deliver(result, "stall", stall.task.task_id, checkpoint, text)
-        for opened in open_alerts(sql_store(self.app.store), ALERT_TASK, RAISED, CLEARED):
+        alerts = admin(self.app.store, "stall checks").open_alerts(ALERT_TASK, RAISED, CLEARED)
+        for opened in alerts:
             task_id, checkpoint = opened.rsplit("/", 1)
             if stalled.get(task_id) == checkpoint:
                 continue  # the same stall, still there
@@ -130,7 +131,7 @@ class StallWatcher:
             return  # sent before, by this watcher or an earlier one
         if record is not None and record.status == "failed":
             # The last try gave up (a webhook down): try again at this check.
-            self.app.store.retry_task(alert_id, self.app.clock.now())
+            admin(self.app.store, "stall checks").retry_task(alert_id, self.app.clock.now())
         try:
             self.app.run(
                 self._alert,

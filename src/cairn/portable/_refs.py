@@ -5,19 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from cairn.blobs.ref import PREFIX, is_ref, parse_ref
-from cairn.errors import TransferError
-from cairn.store import sqlmove
-from cairn.store.protocol import Store
-from cairn.store.sqlbase import SQLStore
+from cairn.store.admin import AdminStore
 
 PREFIX_BYTES = PREFIX.encode()
-
-
-def sql_store(store: Store, what: str) -> SQLStore:
-    """``store`` as the SQL store these tools work on."""
-    if not isinstance(store, SQLStore):
-        raise TransferError(f"{what} works on cairn's SQL stores, not {type(store).__name__}")
-    return store
 
 
 def hashes_in(values: Iterable[object]) -> set[str]:
@@ -33,9 +23,6 @@ def hashes_in(values: Iterable[object]) -> set[str]:
     return found
 
 
-def referenced_blobs(store: SQLStore) -> set[str]:
+def referenced_blobs(store: AdminStore) -> set[str]:
     """Every blob any record of ``store`` refers to."""
-    found: set[str] = set()
-    for query, params in sqlmove.BLOB_REFERENCES:
-        found |= hashes_in(row[0] for row in store._exec(query, params).rows)
-    return found
+    return hashes_in(store.blob_refs())

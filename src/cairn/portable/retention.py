@@ -14,10 +14,9 @@ from datetime import datetime, timedelta
 
 from cairn.blobs.protocol import BlobStore
 from cairn.errors import TransferError
-from cairn.portable._refs import referenced_blobs, sql_store
-from cairn.store import sql, sqlmove
+from cairn.portable._refs import referenced_blobs
+from cairn.store.admin import admin
 from cairn.store.protocol import Store
-from cairn.store.sqlbase import SQLStore, Tx
 
 _FINISHED = frozenset({"completed", "failed", "cancelled"})
 DEFAULT_GRACE = timedelta(hours=24)
@@ -45,17 +44,17 @@ def prune(
     A batch with pending or running tasks is kept unless ``include_unfinished``;
     naming such a batch without it is an error.
     """
-    target = sql_store(store, "cairn prune")
+    target = admin(store, "cairn prune")
     if batch is not None:
-        if not target._exec(sqlmove.BATCH_EXISTS, (batch,)).rows:
+        if target.batch_task_name(batch) is None:
             raise TransferError(f"no batch named {batch!r} in {store.url}; see `cairn batches`")
         names = [batch]
     else:
-        names = [row[0] for row in target._exec(sqlmove.ALL_BATCHES).rows]
+        names = target.batch_names()
     plan = PrunePlan()
     for name in names:
-        counts = target._exec(sqlmove.BATCH_STATUS, (name,)).rows
-        busy = sum(n for status, n, _ in counts if status not in _FINISHED)
+        counts = target.batch_statuses(name)
+        busy = sum(c.tasks for c in counts if c.status not in _FINISHED)
         if busy and not include_unfinished:
             if batch is not None:
                 raise TransferError(
@@ -64,24 +63,16 @@ def prune(
                 )
             plan.unfinished.append(name)
             continue
-        last = max((sql.time_of(t) for _, _, t in counts if t is not None), default=None)
+        finished = [c.last_finished_at for c in counts if c.last_finished_at is not None]
+        last = max(finished, default=None)
         if not busy and last is not None and last >= finished_before:
             plan.recent.append(name)
             continue
         plan.pruned.append(name)
     if not dry_run:
         for name in plan.pruned:
-            _delete_batch(target, name)
+            target.delete_batch(name)
     return plan
-
-
-def _delete_batch(store: SQLStore, name: str) -> None:
-    def delete(tx: Tx) -> None:
-        for statement in sqlmove.PRUNE_BATCH:
-            tx.exec(statement, (name,))
-
-    with store._writing():
-        store._atomically(delete)
 
 
 @dataclass(frozen=True)
@@ -104,7 +95,7 @@ def collect_garbage(
 ) -> GcReport:
     """Delete the blobs of ``blobs`` that no record of ``store`` refers to and that
     are older than ``grace``."""
-    target = sql_store(store, "cairn gc")
+    target = admin(store, "cairn gc")
     # Listed before the references are read: a blob written after this listing is
     # not looked at, and one written before it is either referenced by the time
     # we read, or young enough to be spared.

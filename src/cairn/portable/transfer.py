@@ -38,19 +38,18 @@ from datetime import datetime
 from typing import IO, Any
 
 from cairn.blobs.protocol import BlobStore
-from cairn.clock import SystemClock, from_iso, to_iso
+from cairn.clock import SystemClock, to_iso
 from cairn.errors import TransferError
-from cairn.portable._refs import hashes_in, sql_store
-from cairn.store import sql, sqlmove, tables
+from cairn.portable._refs import hashes_in
+from cairn.store import sqlmove, tables
+from cairn.store.admin import AdminStore, admin
 from cairn.store.protocol import Store
-from cairn.store.sqlbase import SQLStore, Tx
-from cairn.store.tables import Column, Table
+from cairn.store.tables import Table
 
 FORMAT = "cairn-export"
 VERSION = 2
 _READS = (1, 2)  # the versions this cairn imports
 _TABLES: dict[str, Table] = {part.table.name: part.table for part in sqlmove.BATCH_PARTS}
-_INSERTS: dict[str, str] = {name: sqlmove.insert(table) for name, table in _TABLES.items()}
 
 
 @dataclass(frozen=True)
@@ -63,56 +62,17 @@ class TransferSummary:
     blobs: int
 
 
-# -- a row as the file holds it ------------------------------------------------------------
-def _exported(column: Column, value: Any) -> Any:
-    """A stored value of ``column`` as the file holds it: as a record holds it
-    (``cairn.store.sql.value_reader``), with a time as ISO text."""
-    read = sql.value_reader(column)
-    if value is None or read is None:
-        return value
-    value = read(value)
-    return to_iso(value) if isinstance(value, datetime) else value
-
-
-def _stored(store: SQLStore, column: Column, value: Any) -> Any:
-    """A value of ``column`` from the file, as a parameter for ``store``."""
-    if value is None:
-        return None
-    if column.kind == "time":
-        return store._ts(sql.time_of(value))
-    if column.kind == "micros":  # version 1 wrote the stored integer itself
-        return value if isinstance(value, int) else sql.micros_of(from_iso(value))
-    if column.kind == "packed":
-        return sql.pack_content(value)
-    if column.kind == "bool":  # version 1 wrote the stored 0 or 1
-        return int(bool(value))
-    if column.kind == "real":
-        return float(value)
-    return value
-
-
-def _rows_of(store: SQLStore, batch: str) -> list[tuple[str, dict[str, Any]]]:
-    """Every row of ``batch``, read in one transaction."""
-
-    def read(tx: Tx) -> list[tuple[str, dict[str, Any]]]:
-        out: list[tuple[str, dict[str, Any]]] = []
-        for part in sqlmove.BATCH_PARTS:
-            columns = part.table.carried
-            for row in tx.exec(part.select, (batch,)).rows:
-                pairs = zip(columns, row, strict=True)
-                out.append((part.table.name, {c.name: _exported(c, v) for c, v in pairs}))
-        return out
-
-    with store._writing():
-        return store._atomically(read)
+def _exported(row: dict[str, Any]) -> dict[str, Any]:
+    """A row as the file holds it: as a record holds it, with a time as ISO text."""
+    return {k: to_iso(v) if isinstance(v, datetime) else v for k, v in row.items()}
 
 
 def export_batch(
     store: Store, blobs: BlobStore | None, batch: str, out: IO[str]
 ) -> TransferSummary:
     """Write batch ``batch`` of ``store``, with the blobs it refers to, to ``out``."""
-    source = sql_store(store, "cairn export")
-    rows = _rows_of(source, batch)
+    source = admin(store, "cairn export")
+    rows = [(table, _exported(row)) for table, row in source.export_rows(batch)]
     if not rows or rows[0][0] != "batches":
         raise TransferError(f"no batch named {batch!r} in {store.url}; see `cairn batches`")
     wanted = hashes_in(value for _, row in rows for value in row.values())
@@ -185,19 +145,34 @@ def _read(lines: Iterable[str], name: str) -> _Export:
     raise TransferError(f"{name} ends without its trailer: it was cut short; export it again")
 
 
-def _conflicts(store: SQLStore, export: _Export) -> list[str]:
+def _conflicts(store: AdminStore, export: _Export) -> list[str]:
     found: list[str] = []
-    if store._exec(sqlmove.BATCH_EXISTS, (export.batch,)).rows:
+    if store.batch_task_name(export.batch) is not None:
         found.append(f"batch {export.batch!r}")
     for table, row in export.rows:
-        if table == "tasks" and store._exec(sqlmove.TASK_EXISTS, (row["id"],)).rows:
+        if table == "tasks" and store.get_task(row["id"]) is not None:
             found.append(f"task {row['id']!r}")
-        elif (
-            table == "operations"
-            and store._exec(sqlmove.OPERATION_EXISTS, (row["scope"], row["key"])).rows
-        ):
+        elif table == "operations" and store.get_operation(row["scope"], row["key"]) is not None:
             found.append(f"operation {row['key']!r} (scope {row['scope']!r})")
     return found
+
+
+def _check_references(export: _Export, name: str) -> None:
+    """Refuse a file whose row refers to a key (a conversation's) that no row
+    before it has: the store gives such keys anew, in file order."""
+    seen: dict[str, set[Any]] = {}
+    for table_name, row in export.rows:
+        table = _TABLES[table_name]
+        for column in table.written:
+            ref = column.refers_to
+            if ref is not None and row[column.name] not in seen.get(ref, set()):
+                raise TransferError(
+                    f"{name}: a {table_name} row refers to {ref} "
+                    f"{row[column.name]!r}, which comes before it nowhere in the file; "
+                    "damaged file"
+                )
+        if table.identity is not None:
+            seen.setdefault(table_name, set()).add(row[table.identity.name])
 
 
 def _complete(table: Table, row: Any, where: str) -> dict[str, Any]:
@@ -239,7 +214,7 @@ def import_batch(
     store: Store, blobs: BlobStore | None, lines: Iterable[str], name: str = "the file"
 ) -> TransferSummary:
     """Add the batch exported in ``lines`` to ``store``: all of it, or nothing."""
-    target = sql_store(store, "cairn import")
+    target = admin(store, "cairn import")
     export = _read(lines, name)
     conflicts = _conflicts(target, export)
     if conflicts:
@@ -257,31 +232,9 @@ def import_batch(
         assert blobs is not None
         blobs.put(digest, data)
 
-    def write(tx: Tx) -> None:
-        # For each table whose key the store assigns: the file's key -> this store's.
-        keys: dict[str, dict[Any, Any]] = {}
-        for table_name, row in export.rows:
-            table = _TABLES[table_name]
-            if table is tables.TASKS:
-                row = _released(row)
-            params = []
-            for column in table.written:
-                value = row[column.name]
-                if column.refers_to is not None:
-                    known = keys.get(column.refers_to, {})
-                    if value not in known:
-                        raise TransferError(
-                            f"{name}: a {table_name} row refers to {column.refers_to} "
-                            f"{value!r}, which comes before it nowhere in the file; damaged file"
-                        )
-                    value = known[value]
-                params.append(_stored(target, column, value))
-            new = tx.exec(_INSERTS[table_name], params)
-            identity = table.identity
-            if identity is not None:
-                keys.setdefault(table_name, {})[row[identity.name]] = new.rows[0][0]
-
-    with target._writing():
-        target._atomically(write)
+    _check_references(export, name)
+    target.import_rows(
+        [(t, _released(row) if t == tables.TASKS.name else row) for t, row in export.rows]
+    )
     tasks = sum(1 for table, _ in export.rows if table == "tasks")
     return TransferSummary(export.batch, tasks, len(export.rows), len(export.blobs))

@@ -1,4 +1,8 @@
-"""Stores: where batches, tasks and histories live. ``open_store`` picks one by URL."""
+"""Stores: where batches, tasks and histories live. ``open_store`` picks one by URL.
+
+``Store`` is what the engine asks of a store; ``AdminStore`` adds listings,
+reports, export and maintenance, and ``admin(store)`` gives a store's admin side.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,12 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from cairn.errors import ConfigurationError
+from cairn.store.admin import AdminStore, admin
 from cairn.store.capabilities import Capabilities
 from cairn.store.protocol import Store
 from cairn.store.sqlite import SQLiteStore, Synchronous
 
-__all__ = ["Capabilities", "SQLiteStore", "Store", "open_store"]
+__all__ = ["AdminStore", "Capabilities", "SQLiteStore", "Store", "admin", "open_store"]
 
 DEFAULT_URL = "sqlite:///.cairn/cairn.db"
 
@@ -26,7 +31,7 @@ def sqlite_path(url: str) -> Path:
     return Path(rest[1:])
 
 
-def open_store(url: str, *, synchronous: Synchronous = "NORMAL", create: bool = True) -> Store:
+def open_store(url: str, *, synchronous: Synchronous = "NORMAL", create: bool = True) -> AdminStore:
     """Open the store at ``url``. A bare path means a SQLite file.
 
     ``create=False`` refuses to set up a store that does not exist yet (read-only

@@ -33,7 +33,7 @@ import psycopg
 from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 
-from cairn.errors import StoreError, StoreUnavailable
+from cairn.store.driver_errors import one_line, postgres_closed, postgres_lost
 
 log = logging.getLogger("cairn")
 T = TypeVar("T")
@@ -76,11 +76,6 @@ CONFLICT_RETRIES = 3
 def rolled_back_conflict(exc: BaseException) -> bool:
     """True for a deadlock or serialization failure the server rolled back."""
     return isinstance(exc, psycopg.Error) and exc.sqlstate in _CONFLICTS
-
-
-def one_line(exc: BaseException) -> str:
-    """The error's message on one line (libpq's span several)."""
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 class _ConnectFailed(Exception):
@@ -188,9 +183,7 @@ class ConnectionPool:
                 now = monotonic()
                 lost_at = now if lost_at is None else lost_at
                 if not patient:
-                    raise StoreUnavailable(
-                        f"lost PostgreSQL at {self.where}: {failed}"
-                    ) from failed.cause
+                    raise postgres_lost(self.where, failed.cause) from failed.cause
                 self._give_up_after(lost_at, now, failed.cause)
                 self._server_down(failed.cause, delay)
                 delay = min(delay * 2, MAX_DELAY)
@@ -214,9 +207,7 @@ class ConnectionPool:
                     # for good yet. Wait before the next one, or let an
                     # impatient caller retry on its own schedule.
                     if not patient:
-                        raise StoreUnavailable(
-                            f"lost PostgreSQL at {self.where}: {one_line(exc)}"
-                        ) from exc
+                        raise postgres_lost(self.where, exc) from exc
                     self._wait_for_reopen(delay)
                     delay = min(delay * 2, MAX_DELAY)
                 continue
@@ -225,10 +216,7 @@ class ConnectionPool:
 
     def _give_up_after(self, lost_at: float, now: float, cause: BaseException) -> None:
         if now - lost_at > self.reconnect_timeout:
-            raise StoreUnavailable(
-                f"lost PostgreSQL at {self.where} for more than "
-                f"{self.reconnect_timeout:g}s: {one_line(cause)}"
-            ) from cause
+            raise postgres_lost(self.where, cause, after=self.reconnect_timeout) from cause
 
     # -- borrowing and giving back ---------------------------------------------------
     def _checkout(self) -> tuple[psycopg.Connection[Any], bool]:
@@ -239,7 +227,7 @@ class ConnectionPool:
         with self._lock:
             while True:
                 if self._closed:
-                    raise StoreError(f"the PostgreSQL store at {self.where} is closed")
+                    raise postgres_closed(self.where)
                 if self._idle:
                     self._out += 1
                     return self._idle.pop(), False

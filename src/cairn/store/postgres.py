@@ -23,7 +23,6 @@ meaning as the SQLite store (``cairn.store.sqlbase``); what differs:
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -37,11 +36,17 @@ from cairn.errors import (
     NotACairnStore,
     SchemaTooNew,
     StoreError,
-    StoreReadOnly,
 )
 from cairn.store.capabilities import Capabilities
+from cairn.store.driver_errors import (
+    one_line,
+    postgres_connect_failed,
+    postgres_refused,
+    statement_target,
+)
 from cairn.store.migrate import latest_version, migrations
-from cairn.store.sqlbase import Result, SQLStore, Tx
+from cairn.store.sqlbase import SQLStore
+from cairn.store.sqlcore import Result, Tx
 
 if TYPE_CHECKING:
     import psycopg
@@ -54,6 +59,19 @@ T = TypeVar("T")
 _OWN_PARAMS = ("schema", "pool_size", "reconnect_timeout")
 # Distinct from any application's advisory locks: "cairn" as an integer.
 _MIGRATE_LOCK = 0x636169726E
+
+# This backend's own statements: the schema, its version, waking idle workers.
+# (The store's SQL is shared with every SQL backend: cairn.store.sql.)
+_META_TABLE = "SELECT to_regclass(%s)"
+_VERSION = "SELECT value FROM {schema}.cairn_meta WHERE key = 'schema_version'"
+_SET_VERSION = (
+    "INSERT INTO cairn_meta (key, value) VALUES ('schema_version', %s) "
+    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+)
+_LOCK_MIGRATIONS = "SELECT pg_advisory_xact_lock(%s)"
+_CREATE_SCHEMA = "CREATE SCHEMA IF NOT EXISTS {schema}"
+_NOTIFY = "NOTIFY {channel}"
+_LISTEN = "LISTEN {channel}"
 
 
 def _driver() -> Any:
@@ -99,11 +117,6 @@ def _redacted(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
-class DuplicateRow(StoreError):
-    """PostgreSQL refused a row whose key is already there (``unique_violation``).
-    The shared store catches it where a retried write may meet its own row."""
-
-
 class _PgTx:
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self._conn = conn
@@ -135,65 +148,12 @@ def _pg(statement: str) -> str:
     return text
 
 
-_TARGET = re.compile(
-    r"^\s*(?:(INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+(\w+)|SELECT\b.*?\bFROM\s+(\w+))",
-    re.IGNORECASE | re.DOTALL,
-)
-
-
-def _what(statement: str) -> str:
-    """What a statement was doing, in words: "a write to tasks", "a read of steps"."""
-    found = _TARGET.match(statement)
-    if found is None:
-        return "a statement"
-    verb, table, read = found.groups()
-    if read is not None:
-        return f"a read of {read}"
-    kind = {"INSERT": "a write to", "UPDATE": "an update of", "DELETE": "a delete from"}
-    return f"{kind[verb.split()[0].upper()]} {table}"
-
-
-def _advice(state: str, cause: str, schema: str, user: str) -> str:
-    """What to do about a statement refused with SQLSTATE ``state``."""
-    if state.startswith("54"):  # program_limit_exceeded: an index row too large
-        return (
-            "A value cairn indexes (a task id, item key, batch or task name, operation "
-            "key, signal or conversation name) is too long for a PostgreSQL index, which "
-            "holds at most about 2,700 bytes. Shorten it, or replace the long part with a "
-            "hash (cairn.op_key does that for operation keys). Nothing was written by this "
-            "statement."
-        )
-    if state.startswith("22") and "NUL" in cause:
-        return (
-            "A task id, key or name holds a NUL character (\\x00), which PostgreSQL text "
-            "cannot store: remove it (values a step returns are encoded, and may hold "
-            "any character). Nothing was written by this statement."
-        )
-    if state.startswith("22"):
-        return "A value is out of range or malformed. Nothing was written by this statement."
-    if state == "42501":  # insufficient_privilege
-        return (
-            f"User {user!r} lacks rights on schema {schema}: run cairn as the user that "
-            f"ran `cairn migrate`, or grant them: GRANT USAGE ON SCHEMA {schema} TO {user}; "
-            f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO "
-            f"{user}; GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {user}."
-        )
-    if state == "57014":  # query_canceled
-        return (
-            "A statement_timeout set for this user or database, or an operator's "
-            "pg_cancel_backend, stopped it; cairn's statements are short, so look for a "
-            "lock held elsewhere."
-        )
-    return f"(SQLSTATE {state or 'none'}; cairn does not retry it.)"
-
-
 class PostgresStore(SQLStore):
     """A cairn store in a PostgreSQL database."""
 
     capabilities = Capabilities(multi_host=True, multi_process=True, file_based=False)
     claim_lock_clause: ClassVar[str] = " FOR UPDATE SKIP LOCKED"
     row_lock_clause: ClassVar[str] = " FOR UPDATE"
-    integrity_errors: tuple[type[BaseException], ...] = (DuplicateRow,)
 
     def __init__(
         self,
@@ -236,14 +196,10 @@ class PostgresStore(SQLStore):
         )
         try:
             self._pool.open()
-        except driver.OperationalError as exc:
-            raise StoreError(
-                f"cannot connect to PostgreSQL at {_redacted(conninfo)}: {pgpool.one_line(exc)}. "
-                "Check that the server is running and that the URL names a database "
-                "that exists and a user that may connect."
-            ) from None
+        except driver.Error as exc:
+            raise postgres_connect_failed(_redacted(conninfo), exc) from None
         self._channel = f"cairn_work_{self.schema}"
-        self.announce_work = f"NOTIFY {self._channel}"
+        self.announce_work = _NOTIFY.format(channel=self._channel)
         self._listener: psycopg.Connection[Any] | None = None
         self._listener_lock = threading.Lock()
         self._listen_delay = 0.0  # 0 while listening; the next retry's wait otherwise
@@ -255,12 +211,10 @@ class PostgresStore(SQLStore):
 
     # -- schema --------------------------------------------------------------------
     def _version(self, conn: psycopg.Connection[Any]) -> int:
-        row = conn.execute("SELECT to_regclass(%s)", (f"{self.schema}.cairn_meta",)).fetchone()
+        row = conn.execute(_META_TABLE, (f"{self.schema}.cairn_meta",)).fetchone()
         if row is None or row[0] is None:
             return 0
-        found = conn.execute(
-            f"SELECT value FROM {self.schema}.cairn_meta WHERE key = 'schema_version'"
-        ).fetchone()
+        found = conn.execute(_VERSION.format(schema=self.schema).encode()).fetchone()
         return int(found[0]) if found else 0
 
     def _migrate(self, *, create: bool) -> None:
@@ -284,16 +238,12 @@ class PostgresStore(SQLStore):
                 return
             with conn.transaction():
                 # One migrator at a time, across every process and machine.
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATE_LOCK,))
-                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
+                conn.execute(_LOCK_MIGRATIONS, (_MIGRATE_LOCK,))
+                conn.execute(_CREATE_SCHEMA.format(schema=self.schema).encode())
                 current = self._version(conn)
                 for migration in migrations("postgres")[current:]:
                     conn.execute(migration.sql.encode())  # a script: no parameters to bind
-                    conn.execute(
-                        "INSERT INTO cairn_meta (key, value) VALUES ('schema_version', %s) "
-                        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                        (str(migration.version),),
-                    )
+                    conn.execute(_SET_VERSION, (str(migration.version),))
 
         self._run(migrate, lambda: f"the migration of schema {self.schema}")
 
@@ -314,28 +264,16 @@ class PostgresStore(SQLStore):
             raise self._refused(exc, what()) from exc
 
     def _refused(self, exc: Exception, what: str) -> StoreError:
-        """The error to raise for ``what`` the server (or driver) refused: what
-        was refused, why, and what to do about it."""
-        driver, pgpool = _driver()
-        # The server's own words, without its DETAIL and HINT (which suggest
-        # changing cairn's indexes, say).
-        diag = getattr(exc, "diag", None)
-        cause = getattr(diag, "message_primary", None) or pgpool.one_line(exc)
-        # The driver refuses a NUL in text itself, before the server sees it.
-        state = getattr(exc, "sqlstate", None) or (
-            "22000" if isinstance(exc, driver.DataError) else ""
+        """The error to raise for ``what`` the server (or driver) refused."""
+        driver, _ = _driver()
+        return postgres_refused(
+            exc,
+            what,
+            where=_redacted(self._conninfo),
+            schema=self.schema,
+            user=self._user(),
+            data_error=isinstance(exc, driver.DataError),
         )
-        if state == "23505":
-            return DuplicateRow(f"PostgreSQL refused {what}: {cause}")
-        if state == "25006":
-            return StoreReadOnly(
-                f"PostgreSQL at {_redacted(self._conninfo)} is read-only, so it refused "
-                f"{what}: {cause}. Point the store URL at the primary server (a standby, "
-                "or a database with default_transaction_read_only=on, cannot be written); "
-                "reading commands such as `cairn tasks` work on a standby."
-            )
-        advice = _advice(state, cause, self.schema, self._user())
-        return StoreError(f"PostgreSQL refused {what}: {cause}. {advice}")
 
     def _user(self) -> str:
         return urlsplit(self._conninfo).username or "(the default user)"
@@ -347,7 +285,7 @@ class PostgresStore(SQLStore):
             cursor = conn.execute(text, params)
             return Result(cursor.rowcount, cursor.fetchall() if cursor.description else [])
 
-        return self._run(run, lambda: _what(statement), patient=patient)
+        return self._run(run, lambda: statement_target(statement), patient=patient)
 
     def _atomically(self, work: Callable[[Tx], T]) -> T:
         tries: list[_PgTx] = []
@@ -357,7 +295,7 @@ class PostgresStore(SQLStore):
             with conn.transaction():
                 return work(tries[-1])
 
-        return self._run(run, lambda: _what(tries[-1].statement if tries else ""))
+        return self._run(run, lambda: statement_target(tries[-1].statement if tries else ""))
 
     def _ts(self, moment: datetime) -> datetime:
         return moment
@@ -402,7 +340,7 @@ class PostgresStore(SQLStore):
         conn = None
         try:
             conn = self._pool.connect(connect_timeout=5)
-            conn.execute(f"LISTEN {self._channel}")
+            conn.execute(_LISTEN.format(channel=self._channel).encode())
         except self._driver_error as exc:
             if conn is not None:
                 conn.close()
@@ -417,7 +355,7 @@ class PostgresStore(SQLStore):
             self._listener.close()
             self._listener = None
         if not self._listen_delay:
-            log.warning("cairn: not listening for new work (%s); polling", pgpool.one_line(exc))
+            log.warning("cairn: not listening for new work (%s); polling", one_line(exc))
             self._listen_delay = pgpool.FIRST_DELAY
         else:
             self._listen_delay = min(self._listen_delay * 2, pgpool.MAX_DELAY)

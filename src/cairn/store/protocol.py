@@ -1,7 +1,10 @@
-"""The contract every store implements, in storage terms.
+"""The engine's store contract, in storage terms: what claiming, steps,
+operations, leases, permits, signals, children, conversations and schedules
+ask of a store. Listings, reports, export and maintenance are the admin side
+(``cairn.store.admin.AdminStore``), which cairn's own stores also implement.
 
 The engine above this line knows tasks, steps and replay; a store below it knows
-only rows: create, claim, record under a fence, finish, list. Every write that
+only rows: create, claim, record under a fence, finish, read. Every write that
 belongs to a running task carries the task's fence, and a store returns False
 from it (never raises) when the fence no longer matches, so the engine can tell
 a lost lease from a cancellation and react.
@@ -9,20 +12,17 @@ a lost lease from a cancellation and react.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 
 from cairn.store.capabilities import Capabilities
 from cairn.store.records import (
-    BatchSummary,
-    ConversationSummary,
     MessageRecord,
     NewTask,
     OperationClaim,
     OperationRecord,
     PermitRefused,
-    RecordedCall,
     ScheduleRecord,
     SignalRecord,
     StepRecord,
@@ -31,7 +31,7 @@ from cairn.store.records import (
 
 
 class Store(Protocol):
-    """A durable home for batches, tasks and task histories."""
+    """A durable home for batches, tasks and task histories, as the engine uses it."""
 
     url: str
     # Where the data lives, the same for every URL that names it (a SQLite file's
@@ -125,10 +125,6 @@ class Store(Protocol):
         self, owner: str, batch: str | None, names: Sequence[str] | None, limit: int
     ) -> list[TaskRecord]:
         """Up to ``limit`` running tasks held by ``owner``, in enqueue order."""
-        ...
-
-    def running_tasks(self, batch: str | None) -> list[TaskRecord]:
-        """Tasks in status running, of one batch or (None) of every batch."""
         ...
 
     def renew_leases(
@@ -225,19 +221,9 @@ class Store(Protocol):
         """Move a running task to a final status if the fence holds."""
         ...
 
-    # -- reading and operator actions ------------------------------------------
+    # -- reading -----------------------------------------------------------------
     def get_task(self, task_id: str) -> TaskRecord | None:
         """One task, or None."""
-        ...
-
-    def list_tasks(
-        self, *, batch: str | None = None, status: str | None = None, limit: int | None = None
-    ) -> Iterator[TaskRecord]:
-        """Tasks in enqueue order, streamed."""
-        ...
-
-    def batch_summaries(self, name: str | None = None) -> list[BatchSummary]:
-        """Every batch (or one) with its task counts."""
         ...
 
     def batch_task_name(self, batch: str) -> str | None:
@@ -246,14 +232,6 @@ class Store(Protocol):
 
     def batch_counts(self, batch: str) -> Mapping[str, int]:
         """Task counts by status for one batch."""
-        ...
-
-    def cancel_task(self, task_id: str, now: datetime) -> bool:
-        """Cancel a pending or running task (a running owner sees it at its next write)."""
-        ...
-
-    def retry_task(self, task_id: str, now: datetime) -> bool:
-        """Move a failed (or cancelled) task back to pending with a fresh budget."""
         ...
 
     # -- operations (side effects guarded by keys) -----------------------------------
@@ -317,37 +295,8 @@ class Store(Protocol):
         task: nothing else about the key changes."""
         ...
 
-    def resolve_operation(
-        self,
-        scope: str,
-        key: str,
-        status: str,
-        *,
-        result: str | None,
-        permanent: bool,
-        now: datetime,
-    ) -> bool:
-        """An operator settles a key that is not completed."""
-        ...
-
     def get_operation(self, scope: str, key: str) -> OperationRecord | None:
         """One operation, or None."""
-        ...
-
-    def list_operations(
-        self,
-        *,
-        prefix: str | None = None,
-        since: datetime | None = None,
-        task_id: str | None = None,
-        statuses: tuple[str, ...] | None = None,
-        limit: int | None = None,
-    ) -> Iterator[OperationRecord]:
-        """The audit log, oldest first, streamed."""
-        ...
-
-    def operation_call_counts(self) -> tuple[int, int]:
-        """(keys whose function ran more than once, all keys)."""
         ...
 
     # -- conversations (cairn.agent) -------------------------------------------------
@@ -375,16 +324,6 @@ class Store(Protocol):
         """Up to ``limit`` rows from position ``start`` on, by idx (archive and replay)."""
         ...
 
-    def conversation_summaries(self, task_id: str) -> list[ConversationSummary]:
-        """Every conversation of a task, with its row counts."""
-        ...
-
-    def recorded_calls(
-        self, *, batch: str | None = None, task_id: str | None = None
-    ) -> Iterator[RecordedCall]:
-        """Completed history entries of kind ``llm`` or ``conv``, in task then seq order."""
-        ...
-
     # -- schedules (cairn.schedule) ------------------------------------------------------
     def add_schedule(self, schedule: ScheduleRecord) -> bool:
         """Insert the row of a schedule seen for the first time, unless it exists.
@@ -393,10 +332,6 @@ class Store(Protocol):
 
     def get_schedule(self, name: str) -> ScheduleRecord | None:
         """One schedule's row, or None."""
-        ...
-
-    def list_schedules(self) -> list[ScheduleRecord]:
-        """Every schedule's row, by name."""
         ...
 
     def advance_schedule(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -43,6 +43,18 @@ INSERT_TASK = (
     "updated_at, parent_id) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?) "
     "ON CONFLICT (id) DO NOTHING"
 )
+
+
+def candidates(batch: str | None, names: Sequence[str] | None) -> tuple[str, list[Any]]:
+    """The ``{filter}`` of a claim or an orphan query and its parameters: one
+    batch, or any batch of some task names, or every task."""
+    if batch is not None:
+        return "batch = ?", [batch]
+    if names:
+        return "(" + " OR ".join("name = ?" for _ in names) + ")", list(names)
+    return "1 = 1", []
+
+
 # Taking over a task that was still running counts as an interruption.
 CLAIM_SET = (
     "interruptions = interruptions + CASE WHEN status = 'running' THEN 1 ELSE 0 END, "
@@ -112,10 +124,6 @@ WAKE = (
     "WHERE id = ? AND status = 'waiting'"
 )
 GET_SIGNAL = "SELECT payload, codec, sent_at FROM signals WHERE task_id = ? AND name = ?"
-RUNNING_ALL = f"SELECT {TASK_COLUMNS} FROM tasks WHERE status = 'running' ORDER BY pos"
-RUNNING_OF_BATCH = (
-    f"SELECT {TASK_COLUMNS} FROM tasks WHERE batch = ? AND status = 'running' ORDER BY pos"
-)
 # The heartbeat: every running task of one owner; the answer says which (and
 # under which fence), so the owner knows each lease it still holds.
 RENEW = (
@@ -144,23 +152,6 @@ FINISH = (
 GET_TASK = f"SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?"
 BATCH_TASK_NAME = "SELECT task_name FROM batches WHERE name = ?"
 BATCH_COUNTS = "SELECT status, COUNT(*) FROM tasks WHERE batch = ? GROUP BY status"
-BATCH_SUMMARIES = (
-    "SELECT b.name, b.task_name, b.created_at, t.status, COUNT(t.id), "
-    "MIN(t.started_at), MAX(t.finished_at) FROM batches b "
-    "LEFT JOIN tasks t ON t.batch = b.name{where} "
-    "GROUP BY b.name, b.task_name, b.created_at, t.status ORDER BY b.created_at, b.name"
-)
-# The fence moves too, so a running owner's next write fails and it stops.
-CANCEL = (
-    "UPDATE tasks SET status = 'cancelled', fence = fence + 1, owner = NULL, "
-    "lease_expires_at = NULL, finished_at = ?, updated_at = ? "
-    "WHERE id = ? AND (status = 'pending' OR status = 'running' OR status = 'waiting')"
-)
-RETRY = (
-    "UPDATE tasks SET status = 'pending', retry_base = attempts, result = NULL, "
-    "finished_at = NULL, updated_at = ? "
-    "WHERE id = ? AND (status = 'failed' OR status = 'cancelled')"
-)
 
 # -- history: the per-step write -------------------------------------------------
 _FENCE = "EXISTS (SELECT 1 FROM tasks WHERE id = ? AND fence = ?)"
@@ -224,15 +215,7 @@ SETTLE_OP = (
 LATE_OP = (
     "UPDATE operations SET late_result = ?, late_at = ?, updated_at = ? WHERE scope = ? AND key = ?"
 )
-RESOLVE_OP = (
-    "UPDATE operations SET status = ?, result = ?, permanent = ?, completed_at = ?, "
-    "updated_at = ?, error = COALESCE(?, error) "
-    "WHERE scope = ? AND key = ? AND status != 'completed'"
-)
 GET_OP = f"SELECT {OP_COLUMNS} FROM operations WHERE scope = ? AND key = ?"
-OP_CALL_COUNTS = (
-    "SELECT COALESCE(SUM(CASE WHEN calls > 1 THEN 1 ELSE 0 END), 0), COUNT(*) FROM operations"
-)
 
 
 # -- shared limits (cairn.limits) --------------------------------------------------------
@@ -274,7 +257,6 @@ INSERT_SCHEDULE = (
     "ON CONFLICT (name) DO NOTHING"
 )
 GET_SCHEDULE = f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE name = ?"
-LIST_SCHEDULES = f"SELECT {SCHEDULE_COLUMNS} FROM schedules ORDER BY name"
 # Compare-and-set on covered_until: of several workers that read the same row,
 # only the first to write moves it; the others change nothing and read again.
 ADVANCE_SCHEDULE = (
@@ -331,20 +313,6 @@ LOAD_ACTIVE_MESSAGES = (
 LOAD_MESSAGES = (
     f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conv_id = {_CONV_ID} AND idx >= ? "
     "ORDER BY idx LIMIT ?"
-)
-CONVERSATION_SUMMARIES = (
-    "SELECT c.name, COUNT(*), "
-    "COALESCE(SUM(CASE WHEN m.kind = 'summary' THEN 1 ELSE 0 END), 0), MAX(m.idx) + 1, "
-    "COALESCE(SUM(CASE WHEN m.kind = 'message' THEN m.tokens ELSE 0 END), 0) "
-    "FROM conversations c JOIN messages m ON m.conv_id = c.conv_id "
-    "WHERE c.task_id = ? GROUP BY c.conv_id, c.name ORDER BY c.name"
-)
-# {filter} is one of: every task, one batch, one task.
-RECORDED_CALLS = (
-    "SELECT t.id, t.batch, t.codec, s.seq, s.kind, s.name, s.output "
-    "FROM tasks t JOIN steps s ON s.task_id = t.id "
-    "WHERE {filter} AND (s.kind = 'llm' OR s.kind = 'conv') AND s.status = 'completed' "
-    "ORDER BY t.pos, s.seq"
 )
 
 

@@ -1,52 +1,39 @@
-"""One implementation of the store contract over SQL, for every SQL backend.
+"""The engine's side of the store contract, implemented once over SQL for every
+SQL backend (``cairn.store.protocol.Store``).
 
-A backend supplies a few primitives: run one statement in its own implicit
-transaction (``_exec``), run several in one transaction (``_transaction``),
-turn a time into a parameter (``_ts``), and a context to hold while writing
-(``_writing``: SQLite serialises a process's writers; PostgreSQL needs nothing).
-Everything else, and all of the SQL (``cairn.store.sql``), is shared, so the
-backends cannot drift apart in meaning.
+A backend supplies the primitives of ``cairn.store.sqlcore``; everything else,
+and all of the SQL (``cairn.store.sql``), is shared, so the backends cannot
+drift apart in meaning. ``SQLStore`` also carries the admin side
+(``cairn.store.sqladmin``, ``cairn.store.sqltransfer``), so a SQL store is an
+``AdminStore`` too.
 """
 
 from __future__ import annotations
 
-import contextlib
-import time
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 from itertools import islice
-from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar
+from typing import Any, NamedTuple
 
 from cairn.store import sql
-from cairn.store.capabilities import Capabilities
+from cairn.store.driver_errors import DuplicateRow
 from cairn.store.records import (
-    BatchSummary,
-    ConversationSummary,
     MessageRecord,
     NewTask,
     OperationClaim,
     OperationRecord,
     PermitRefused,
-    RecordedCall,
     ScheduleRecord,
     SignalRecord,
     StepRecord,
     TaskRecord,
 )
-
-T = TypeVar("T")
+from cairn.store.sqladmin import SQLAdmin
+from cairn.store.sqlcore import Tx
+from cairn.store.sqltransfer import SQLTransfer
 
 ENQUEUE_CHUNK = 500
-PAGE = 500
-
-
-class Result(NamedTuple):
-    """What one statement did: rows changed, and rows returned."""
-
-    rowcount: int
-    rows: list[tuple[Any, ...]]
 
 
 class ClaimStatement(NamedTuple):
@@ -56,16 +43,6 @@ class ClaimStatement(NamedTuple):
     statement: str
     params: list[Any]
     probe: tuple[str, list[Any]]
-
-
-class Tx(Protocol):
-    """Statements inside one transaction."""
-
-    def exec(self, statement: str, params: Sequence[Any] = ()) -> Result: ...
-
-    def exec_many(self, statement: str, rows: Iterable[Sequence[Any]]) -> int:
-        """Run ``statement`` once per row; return the rows it changed."""
-        ...
 
 
 def task_row(task: NewTask, stamp: Any) -> tuple[Any, ...]:
@@ -96,57 +73,8 @@ def _write_chunk(
     return inserted
 
 
-class SQLStore(ABC):
-    """The store contract, implemented once over the primitives below."""
-
-    url: str
-    identity: str
-    capabilities: ClassVar[Capabilities]
-    # Appended to the claim query's inner SELECT: FOR UPDATE SKIP LOCKED where
-    # the backend has row locks, so concurrent claimers never wait on each other.
-    claim_lock_clause: ClassVar[str] = ""
-    # Appended to the read of a limit's row in an acquire: FOR UPDATE where the
-    # backend has row locks (SQLite's BEGIN IMMEDIATE already serialises writers).
-    row_lock_clause: ClassVar[str] = ""
-    # A statement that wakes idle workers when new tasks are committed, if the
-    # backend can (PostgreSQL's NOTIFY); others are found by polling.
-    announce_work: str | None = None
-
-    # -- primitives each backend provides ---------------------------------------
-    @abstractmethod
-    def _exec(self, statement: str, params: Sequence[Any] = (), *, patient: bool = True) -> Result:
-        """Run one statement as its own transaction.
-
-        ``patient=False`` is for a caller that retries on its own schedule (the
-        lease heartbeat, which must recompute its lease for each try): a backend
-        that waits out lost connections gives up on the first attempt that
-        cannot reach the server, raising ``StoreUnavailable``, instead of waiting
-        up to its reconnect timeout."""
-
-    @abstractmethod
-    def _atomically(self, work: Callable[[Tx], T]) -> T:
-        """Run ``work`` as one transaction (write-locked from the start). A backend
-        may run it again after a lost connection, so ``work`` must be idempotent."""
-
-    @abstractmethod
-    def _ts(self, moment: datetime) -> Any:
-        """A time as a statement parameter."""
-
-    @abstractmethod
-    def _writing(self) -> contextlib.AbstractContextManager[object]:
-        """Held around every write."""
-
-    @abstractmethod
-    def close(self) -> None: ...
-
-    def wait_for_work(self, timeout: float) -> bool:
-        """Block until new work may have arrived (True), or ``timeout`` seconds
-        pass (False). Without a wake-up channel, this only waits."""
-        time.sleep(timeout)
-        return False
-
-    def close_thread(self) -> None:  # noqa: B027 - a no-op unless a backend pins connections
-        """Release the calling thread's own connection, where there is one."""
+class SQLStore(SQLAdmin, SQLTransfer):
+    """The store contract, engine and admin side, over the primitives."""
 
     # -- creating work -------------------------------------------------------------
     def ensure_batch(self, name: str, task_name: str, now: datetime) -> None:
@@ -178,15 +106,6 @@ class SQLStore(ABC):
         backend lets a statement name one; "" leaves it to the planner."""
         return ""
 
-    @staticmethod
-    def _filter(batch: str | None, names: Sequence[str] | None) -> tuple[str, list[Any]]:
-        """The candidates of a claim: one batch, or any batch of some task names."""
-        if batch is not None:
-            return "batch = ?", [batch]
-        if names:
-            return "(" + " OR ".join("name = ?" for _ in names) + ")", list(names)
-        return "1 = 1", []
-
     def claim_next_pending(
         self,
         batch: str | None,
@@ -207,12 +126,6 @@ class SQLStore(ABC):
                 return sql.task_record(rows[0])
         return None
 
-    # A backend whose writers lock the whole store (SQLite) first looks with a
-    # read whether there is anything to claim (or permits to renew): an idle
-    # poller then takes no write lock, so it never holds one while it is paused,
-    # nor queues behind writers.
-    look_before_writing: ClassVar[bool] = False
-
     def claim_statements(
         self,
         batch: str | None,
@@ -226,7 +139,7 @@ class SQLStore(ABC):
         has come. (The claim-plan tests explain exactly these.)"""
         stamp = self._ts(now)
         claim_set = [owner, self._ts(lease_until), stamp, stamp]
-        where, filter_params = self._filter(batch, names)
+        where, filter_params = sql.candidates(batch, names)
         index = self._pending_index(batch)
         lock = self.claim_lock_clause
         pending = sql.CLAIM_NEXT.format(filter=where, lock=lock, index=index)
@@ -275,29 +188,22 @@ class SQLStore(ABC):
         lapsed_before: datetime,
         limit: int,
     ) -> list[TaskRecord]:
-        where, params = self._filter(batch, names)
+        where, params = sql.candidates(batch, names)
         statement = sql.EXPIRED_RUNNING.format(filter=where)
         rows = self._exec(statement, (self._ts(lapsed_before), *params, limit)).rows
         return [sql.task_record(r) for r in rows]
 
     def running_owners(self, batch: str | None, names: Sequence[str] | None) -> list[str]:
-        where, params = self._filter(batch, names)
+        where, params = sql.candidates(batch, names)
         rows = self._exec(sql.RUNNING_OWNERS.format(filter=where), params).rows
         return [str(row[0]) for row in rows if row[0] is not None]
 
     def owned_running(
         self, owner: str, batch: str | None, names: Sequence[str] | None, limit: int
     ) -> list[TaskRecord]:
-        where, params = self._filter(batch, names)
+        where, params = sql.candidates(batch, names)
         statement = sql.OWNED_RUNNING.format(filter=where)
         rows = self._exec(statement, (owner, *params, limit)).rows
-        return [sql.task_record(r) for r in rows]
-
-    def running_tasks(self, batch: str | None) -> list[TaskRecord]:
-        if batch is None:
-            rows = self._exec(sql.RUNNING_ALL).rows
-        else:
-            rows = self._exec(sql.RUNNING_OF_BATCH, (batch,)).rows
         return [sql.task_record(r) for r in rows]
 
     def renew_leases(
@@ -406,12 +312,9 @@ class SQLStore(ABC):
             if first:
                 try:
                     return self._exec(sql.INSERT_STEP, params).rowcount == 1
-                except self.integrity_errors:
+                except DuplicateRow:
                     pass  # the position was written after all: fall back to the upsert
             return self._exec(sql.UPSERT_STEP, params).rowcount == 1
-
-    # The driver's unique-violation errors (set by each backend).
-    integrity_errors: tuple[type[BaseException], ...] = ()
 
     def start_attempt(
         self, task_id: str, fence: int, attempts: int, error: str | None, now: datetime
@@ -434,60 +337,10 @@ class SQLStore(ABC):
         with self._writing():
             return self._exec(sql.FINISH, params).rowcount == 1
 
-    # -- reading and operator actions --------------------------------------------------
+    # -- reading --------------------------------------------------
     def get_task(self, task_id: str) -> TaskRecord | None:
         rows = self._exec(sql.GET_TASK, (task_id,)).rows
         return sql.task_record(rows[0]) if rows else None
-
-    def list_tasks(
-        self, *, batch: str | None = None, status: str | None = None, limit: int | None = None
-    ) -> Iterator[TaskRecord]:
-        where = ["pos > ?"]
-        params: list[Any] = []
-        if batch is not None:
-            where.append("batch = ?")
-            params.append(batch)
-        if status is not None:
-            where.append("status = ?")
-            params.append(status)
-        statement = (
-            f"SELECT pos, {sql.TASK_COLUMNS} FROM tasks WHERE {' AND '.join(where)} "
-            "ORDER BY pos LIMIT ?"
-        )
-        # Keyset pages: never a whole table in memory, and no cursor held open
-        # between pages, so a caller may write while iterating.
-        after, left = 0, limit
-        while left is None or left > 0:
-            size = PAGE if left is None else min(PAGE, left)
-            rows = self._exec(statement, (after, *params, size)).rows
-            for row in rows:
-                yield sql.task_record(row[1:])
-            if len(rows) < size:
-                return
-            after = rows[-1][0]
-            left = None if left is None else left - len(rows)
-
-    def batch_summaries(self, name: str | None = None) -> list[BatchSummary]:
-        where, params = ("", ()) if name is None else (" WHERE b.name = ?", (name,))
-        summaries: dict[str, BatchSummary] = {}
-        for row in self._exec(sql.BATCH_SUMMARIES.format(where=where), params).rows:
-            known = summaries.get(row[0])
-            if known is None:
-                known = BatchSummary(row[0], row[1], sql.time_of(row[2]), {}, None, None)
-            started = [t for t in (known.first_started_at, sql.opt_time(row[5])) if t]
-            finished = [t for t in (known.last_finished_at, sql.opt_time(row[6])) if t]
-            counts = dict(known.counts)
-            if row[3] is not None:
-                counts[row[3]] = row[4]
-            summaries[row[0]] = BatchSummary(
-                known.name,
-                known.task_name,
-                known.created_at,
-                counts,
-                min(started, default=None),
-                max(finished, default=None),
-            )
-        return list(summaries.values())
 
     def batch_task_name(self, batch: str) -> str | None:
         rows = self._exec(sql.BATCH_TASK_NAME, (batch,)).rows
@@ -495,15 +348,6 @@ class SQLStore(ABC):
 
     def batch_counts(self, batch: str) -> Mapping[str, int]:
         return {str(status): int(n) for status, n in self._exec(sql.BATCH_COUNTS, (batch,)).rows}
-
-    def cancel_task(self, task_id: str, now: datetime) -> bool:
-        stamp = self._ts(now)
-        with self._writing():
-            return self._exec(sql.CANCEL, (stamp, stamp, task_id)).rowcount == 1
-
-    def retry_task(self, task_id: str, now: datetime) -> bool:
-        with self._writing():
-            return self._exec(sql.RETRY, (self._ts(now), task_id)).rowcount == 1
 
     # -- operations ----------------------------------------------------------------------
     def claim_operation(
@@ -626,88 +470,9 @@ class SQLStore(ABC):
         with self._writing():
             return self._exec(sql.LATE_OP, (result, stamp, stamp, scope, key)).rowcount == 1
 
-    def resolve_operation(
-        self,
-        scope: str,
-        key: str,
-        status: str,
-        *,
-        result: str | None,
-        permanent: bool,
-        now: datetime,
-    ) -> bool:
-        stamp = self._ts(now)
-        completed_at = stamp if status == "completed" else None
-        # A key settled as failed says so in the audit, instead of keeping the
-        # error that left it in doubt.
-        error = (
-            '{"type": "resolved", "message": "settled as failed by an operator"}'
-            if status == "failed"
-            else None
-        )
-        params = (status, result, int(permanent), completed_at, stamp, error, scope, key)
-        with self._writing():
-            return self._exec(sql.RESOLVE_OP, params).rowcount == 1
-
     def get_operation(self, scope: str, key: str) -> OperationRecord | None:
         rows = self._exec(sql.GET_OP, (scope, key)).rows
         return sql.op_record(rows[0]) if rows else None
-
-    def list_operations(
-        self,
-        *,
-        prefix: str | None = None,
-        since: datetime | None = None,
-        task_id: str | None = None,
-        statuses: tuple[str, ...] | None = None,
-        limit: int | None = None,
-    ) -> Iterator[OperationRecord]:
-        where: list[str] = []
-        params: list[Any] = []
-        if prefix:
-            # substr, not LIKE: keys may hold % or _.
-            where.append("substr(key, 1, ?) = ?")
-            params += [len(prefix), prefix]
-        if since is not None:
-            where.append("first_claimed_at >= ?")
-            params.append(self._ts(since))
-        if task_id is not None:
-            where.append("task_id = ?")
-            params.append(task_id)
-        if statuses:
-            where.append("(" + " OR ".join("status = ?" for _ in statuses) + ")")
-            params += list(statuses)
-        yield from self._operation_pages(where, params, limit)
-
-    def _operation_pages(
-        self, where: list[str], params: list[Any], limit: int | None
-    ) -> Iterator[OperationRecord]:
-        order = "first_claimed_at, scope, key"
-        after: tuple[Any, ...] | None = None
-        left = limit
-        while left is None or left > 0:
-            size = PAGE if left is None else min(PAGE, left)
-            clauses = list(where)
-            page_params = list(params)
-            if after is not None:
-                clauses.append("(first_claimed_at, scope, key) > (?, ?, ?)")
-                page_params += list(after)
-            statement = f"SELECT {sql.OP_COLUMNS} FROM operations"
-            if clauses:
-                statement += " WHERE " + " AND ".join(clauses)
-            statement += f" ORDER BY {order} LIMIT ?"
-            rows = self._exec(statement, (*page_params, size)).rows
-            for row in rows:
-                yield sql.op_record(row)
-            if len(rows) < size:
-                return
-            last = rows[-1]
-            after = (last[10], last[0], last[1])
-            left = None if left is None else left - len(rows)
-
-    def operation_call_counts(self) -> tuple[int, int]:
-        row = self._exec(sql.OP_CALL_COUNTS).rows[0]
-        return int(row[0]), int(row[1])
 
     # -- shared limits (cairn.limits) ----------------------------------------------------
     def acquire_permit(
@@ -777,7 +542,7 @@ class SQLStore(ABC):
         with self._writing():
             try:
                 return self._exec(sql.INSERT_MESSAGE, params).rowcount == 1
-            except self.integrity_errors:
+            except DuplicateRow:
                 # Only a retried write (its first try committed, then the
                 # connection dropped) finds its own row here.
                 found = self.load_messages(message.task_id, message.conv, message.idx, 1)
@@ -809,26 +574,6 @@ class SQLStore(ABC):
         rows = self._exec(sql.LOAD_MESSAGES, (task_id, conv, start, limit)).rows
         return [sql.message_record(task_id, conv, r) for r in rows]
 
-    def conversation_summaries(self, task_id: str) -> list[ConversationSummary]:
-        rows = self._exec(sql.CONVERSATION_SUMMARIES, (task_id,)).rows
-        return [
-            ConversationSummary(task_id, r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]))
-            for r in rows
-        ]
-
-    def recorded_calls(
-        self, *, batch: str | None = None, task_id: str | None = None
-    ) -> Iterator[RecordedCall]:
-        params: tuple[str, ...]
-        if task_id is not None:
-            where, params = "t.id = ?", (task_id,)
-        elif batch is not None:
-            where, params = "t.batch = ?", (batch,)
-        else:
-            where, params = "1 = 1", ()
-        for r in self._exec(sql.RECORDED_CALLS.format(filter=where), params).rows:
-            yield RecordedCall(r[0], r[1], r[2], r[3], r[4], r[5], r[6])
-
     # -- schedules (cairn.schedule) ----------------------------------------------------------
     def add_schedule(self, schedule: ScheduleRecord) -> bool:
         params = (
@@ -847,9 +592,6 @@ class SQLStore(ABC):
     def get_schedule(self, name: str) -> ScheduleRecord | None:
         rows = self._exec(sql.GET_SCHEDULE, (name,)).rows
         return sql.schedule_record(rows[0]) if rows else None
-
-    def list_schedules(self) -> list[ScheduleRecord]:
-        return [sql.schedule_record(row) for row in self._exec(sql.LIST_SCHEDULES).rows]
 
     def advance_schedule(
         self,

@@ -18,9 +18,9 @@ Choices that matter for durability and speed:
 * A file that cannot be written (a read-only file, directory or mount) is
   opened read-only, so every reading API works on it; it is never migrated,
   and a write raises ``StoreReadOnly`` (``cairn.store.sqlitefile``).
-* Every driver error about the file (locked past the busy timeout, a full
-  disk, an I/O error, a damaged file) becomes a ``StoreError`` naming the file
-  and saying what to do, chained ``from`` the driver's.
+* Every driver error (locked past the busy timeout, a full disk, an I/O
+  error, a damaged file) becomes a ``StoreError`` naming the file and saying
+  what to do, chained ``from`` the driver's (``cairn.store.driver_errors``).
 
 The SQL itself is shared with every SQL backend: see ``cairn.store.sqlbase``.
 """
@@ -40,22 +40,35 @@ from cairn.clock import to_iso
 from cairn.errors import NotACairnStore, SchemaTooNew, StoreError, StoreReadOnly
 from cairn.store import sql
 from cairn.store.capabilities import Capabilities
+from cairn.store.driver_errors import sqlite_busy, sqlite_error, unstorable_text
 from cairn.store.migrate import latest_version, migrations
 from cairn.store.records import StepRecord
-from cairn.store.sqlbase import Result, SQLStore, Tx
-from cairn.store.sqlitefile import (
-    Access,
-    access_of,
-    connect,
-    prepare_new,
-    store_error,
-    unstorable_text,
-)
+from cairn.store.sqlbase import SQLStore
+from cairn.store.sqlcore import Result, Tx
+from cairn.store.sqlitefile import Access, access_of, connect, prepare_new
 
 Synchronous = Literal["NORMAL", "FULL"]
 T = TypeVar("T")
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+
+# This backend's own statements: opening, transactions and the schema version.
+# (The store's SQL is shared with every SQL backend: cairn.store.sql.)
+_TABLES = "SELECT name FROM sqlite_master WHERE type='table'"
+_HAS_META = "SELECT 1 FROM sqlite_master WHERE type='table' AND name='cairn_meta'"
+_VERSION = "SELECT value FROM cairn_meta WHERE key = 'schema_version'"
+_SET_VERSION = (
+    "INSERT INTO cairn_meta (key, value) VALUES ('schema_version', ?) "
+    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+)
+_BUSY_TIMEOUT = "PRAGMA busy_timeout = {ms:d}"
+_SYNCHRONOUS = "PRAGMA synchronous = {mode}"
+_JOURNAL_MODE = "PRAGMA journal_mode"
+_WAL = "PRAGMA journal_mode = WAL"
+_BEGIN_WRITE = "BEGIN IMMEDIATE"  # takes the write lock now: no deadlock on upgrading
+_BEGIN_READ = "BEGIN"
+_COMMIT = "COMMIT"
+_ROLLBACK = "ROLLBACK"
 
 
 def _statements(script: str) -> Iterator[str]:
@@ -97,21 +110,14 @@ def inspect_file(path: Path, access: Access | None = None) -> int:
     try:
         conn = connect(path, access, timeout=5.0)
         try:
-            tables = {
-                r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
-            }
+            tables = {r[0] for r in conn.execute(_TABLES)}
             row = None
             if "cairn_meta" in tables:
-                row = conn.execute(
-                    "SELECT value FROM cairn_meta WHERE key = 'schema_version'"
-                ).fetchone()
+                row = conn.execute(_VERSION).fetchone()
         finally:
             conn.close()
     except sqlite3.Error as exc:
-        problem = store_error(exc, path, access, 5.0)
-        if problem is None:
-            raise
-        raise problem from exc
+        raise sqlite_error(exc, path, access.why, 5.0) from exc
     if not tables:
         return 0
     if "cairn_meta" not in tables:
@@ -161,7 +167,6 @@ class SQLiteStore(SQLStore):
     """A cairn store in one SQLite file."""
 
     capabilities = Capabilities(multi_host=False, multi_process=True, file_based=True)
-    integrity_errors: tuple[type[BaseException], ...] = (sqlite3.IntegrityError,)
 
     def __init__(
         self,
@@ -204,10 +209,10 @@ class SQLiteStore(SQLStore):
         except sqlite3.Error as exc:
             self._failed(exc)
         try:
-            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            conn.execute(_BUSY_TIMEOUT.format(ms=int(self._busy_timeout_ms)))
             if not self.read_only:
                 self._ensure_wal(conn)
-                conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+                conn.execute(_SYNCHRONOUS.format(mode=self.synchronous))
         except sqlite3.Error as exc:
             conn.close()
             self._failed(exc)
@@ -220,22 +225,18 @@ class SQLiteStore(SQLStore):
         lock the busy timeout does not wait for, so two processes opening a new
         file at once retry here instead of failing."""
         deadline = time.monotonic() + self._busy_timeout_ms / 1000
-        while conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        while conn.execute(_JOURNAL_MODE).fetchone()[0] != "wal":
             try:
-                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute(_WAL)
             except sqlite3.OperationalError as exc:
-                busy = getattr(exc, "sqlite_errorcode", 0) & 0xFF in (5, 6)  # BUSY, LOCKED
-                if not busy or time.monotonic() > deadline:
+                if not sqlite_busy(exc) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.01)
 
     def _failed(self, exc: sqlite3.Error) -> NoReturn:
-        """Raise the cairn error ``exc`` means for this file (``exc`` itself if it
-        is not about the file: a constraint, or cairn's own SQL)."""
-        problem = store_error(exc, self.path, self._access, self._busy_timeout_ms / 1000)
-        if problem is None:
-            raise exc
-        raise problem from exc
+        """Raise the cairn error ``exc`` means for this file."""
+        busy_seconds = self._busy_timeout_ms / 1000
+        raise sqlite_error(exc, self.path, self._access.why, busy_seconds) from exc
 
     def close(self) -> None:
         with self._all_lock:
@@ -263,10 +264,10 @@ class SQLiteStore(SQLStore):
         if found == latest:
             return
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(_BEGIN_WRITE)
             try:
                 self._migrate_locked(conn, found)
-                conn.execute("COMMIT")
+                conn.execute(_COMMIT)
             except BaseException:
                 _rollback(conn)
                 raise
@@ -276,19 +277,13 @@ class SQLiteStore(SQLStore):
     def _migrate_locked(self, conn: sqlite3.Connection, found: int) -> None:
         # Read again under the write lock: another process may have migrated.
         current = found
-        if conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type='table' AND name='cairn_meta'"
-        ).fetchone():
-            row = conn.execute("SELECT value FROM cairn_meta WHERE key='schema_version'").fetchone()
+        if conn.execute(_HAS_META).fetchone():
+            row = conn.execute(_VERSION).fetchone()
             current = int(row[0]) if row else 0
         for migration in migrations("sqlite")[current:]:
             for statement in _statements(migration.sql):
                 conn.execute(statement)
-            conn.execute(
-                "INSERT INTO cairn_meta (key, value) VALUES ('schema_version', ?) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (str(migration.version),),
-            )
+            conn.execute(_SET_VERSION, (str(migration.version),))
 
     # -- the primitives the shared store is built on ------------------------------
     def _exec(self, statement: str, params: Sequence[Any] = (), *, patient: bool = True) -> Result:
@@ -307,7 +302,7 @@ class SQLiteStore(SQLStore):
         # A read-only store reads in a plain (deferred) transaction: one snapshot,
         # no write lock asked for; a write inside it raises StoreReadOnly.
         try:
-            conn.execute("BEGIN" if self.read_only else "BEGIN IMMEDIATE")
+            conn.execute(_BEGIN_READ if self.read_only else _BEGIN_WRITE)
         except sqlite3.Error as exc:
             self._failed(exc)
         try:
@@ -316,7 +311,7 @@ class SQLiteStore(SQLStore):
             _rollback(conn)
             raise
         try:
-            conn.execute("COMMIT")
+            conn.execute(_COMMIT)
         except sqlite3.Error as exc:
             _rollback(conn)
             self._failed(exc)
@@ -376,7 +371,7 @@ def _rollback(conn: sqlite3.Connection) -> None:
     the error that matters."""
     if conn.in_transaction:
         with contextlib.suppress(sqlite3.Error):
-            conn.execute("ROLLBACK")
+            conn.execute(_ROLLBACK)
 
 
 def _stamp(moment: datetime) -> str:

@@ -33,13 +33,8 @@ with ``StoreReadOnly``, and any write is refused by SQLite and reported as
 
 Errors
 ------
-``store_error`` turns SQLite's result codes into cairn errors that name the
-file and say what to do: busy or locked past the busy timeout is
-``StoreUnavailable``; read-only is ``StoreReadOnly``; a full disk, an I/O
-error, a damaged file or one that cannot be opened is ``StoreError``. Every one
-is a ``StoreError``, so the engine spends no attempt on it. Constraint
-violations (the store's own logic) and errors in cairn's SQL are not
-translated.
+What SQLite's errors mean for a store file (locked, read-only, full, damaged)
+is decided in ``cairn.store.driver_errors``, with every other driver error.
 """
 
 from __future__ import annotations
@@ -51,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from cairn.errors import CodecError, StoreError, StoreReadOnly, StoreUnavailable
+from cairn.errors import StoreError, StoreReadOnly
 
 __all__ = [
     "Access",
@@ -59,18 +54,12 @@ __all__ = [
     "connect",
     "connect_reader",
     "prepare_new",
-    "store_error",
-    "unstorable_text",
 ]
 
 Mode = Literal["rw", "ro", "immutable"]
 
 # Byte 18 of a SQLite file's header: 2 when the file is in WAL mode.
 _WAL_VERSION_OFFSET = 18
-
-# Primary result codes (sqlite3.h).
-_PERM, _BUSY, _LOCKED, _NOMEM, _READONLY, _IOERR, _CORRUPT = 3, 5, 6, 7, 8, 10, 11
-_FULL, _CANTOPEN, _PROTOCOL, _AUTH, _NOTADB = 13, 14, 15, 23, 26
 
 
 @dataclass(frozen=True)
@@ -200,79 +189,4 @@ def _creation_error(path: Path, exc: OSError | None = None) -> StoreError:
     return error(
         f"cannot create a cairn store at {path}: {where}. Give a path in a directory "
         "you can write (--store / CAIRN_STORE, or Cairn(store=...)). Nothing was created."
-    )
-
-
-def store_error(
-    exc: sqlite3.Error, path: Path, access: Access, busy_seconds: float
-) -> StoreError | None:
-    """The cairn error ``exc`` means for the store at ``path``, or None for
-    errors that are not about the file (a constraint, cairn's own SQL)."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code is None:
-        return None
-    said = f"SQLite: {exc}"
-    primary = code & 0xFF
-    if primary in (_BUSY, _LOCKED, _PROTOCOL):
-        return StoreUnavailable(
-            f"the SQLite store {path} stayed locked for {busy_seconds:g}s ({said}): another "
-            "process holds its write lock (a long transaction, a backup or sqlite3 shell, "
-            "or a process that is stuck or paused). Nothing recorded was lost. Let that "
-            "process finish or stop it, then run again: every task resumes from its last "
-            "checkpoint."
-        )
-    if primary == _FULL:
-        return StoreError(
-            f"the disk holding the SQLite store {path} is full ({said}). This write was not "
-            "made; nothing recorded before it was lost. Free space, then run again: every "
-            "task resumes from its last checkpoint."
-        )
-    if primary == _READONLY:
-        why = access.why or "the file, its directory or its file system cannot be written"
-        return StoreReadOnly(
-            f"the SQLite store {path} is read-only: {why}. It can be read but not "
-            "written, and nothing was written. Reading works (cairn batches, tasks, show, ops, "
-            "metrics, export, and the store's reading API). To run or change tasks, make it "
-            "writable, or copy the store (with its -wal file, if any) somewhere writable."
-        )
-    if primary in (_CORRUPT, _NOTADB):
-        return StoreError(
-            f"the SQLite store {path} is damaged ({said}); cairn wrote nothing more to it. "
-            "Restore it from a backup (`cairn backup` makes one), or recover what SQLite "
-            f"can still read: sqlite3 {path} .recover | sqlite3 recovered.db, then use "
-            "the recovered file as the store."
-        )
-    if primary == _IOERR:
-        return StoreError(
-            f"a disk I/O error on the SQLite store {path} ({said}, {exc.sqlite_errorname}). "
-            "Nothing recorded before was lost. Check the disk and the file system (a full "
-            "disk, a failing device, a network file system that dropped), then run again: "
-            "every task resumes from its last checkpoint."
-        )
-    if primary == _CANTOPEN:
-        return StoreError(
-            f"cannot open the SQLite store {path} ({said}). Check that it is a file, and "
-            "that you may read it and its directory."
-        )
-    if primary in (_PERM, _AUTH):
-        return StoreError(f"SQLite was refused access to the store {path} ({said}).")
-    if primary == _NOMEM:
-        return StoreError(f"SQLite ran out of memory using the store {path} ({said}).")
-    return None
-
-
-def unstorable_text(exc: UnicodeEncodeError) -> CodecError:
-    """The error for text the driver could not encode: a lone surrogate that got
-    past the codec and the name checks (an error message, a step name, a
-    command-line argument that is not UTF-8)."""
-    text = exc.object
-    bad = text[exc.start : exc.end]
-    start = max(0, exc.start - 20)
-    return CodecError(
-        f"the store cannot take text holding a lone surrogate ({bad!r} at position "
-        f"{exc.start} of {len(text)} characters, around {text[start : exc.start + 20]!r}): "
-        "it is not valid Unicode. Nothing was written. Such text usually comes from "
-        "bytes decoded with errors='surrogateescape' (a file name, or a command-line "
-        "argument that is not UTF-8); clean it first, e.g. "
-        "text.encode('utf-8', 'replace').decode('utf-8')."
     )

@@ -1,6 +1,6 @@
 """SQL for moving a batch between stores, pruning finished batches, and finding
 the blobs a store refers to. Portable SQL (SQLite and PostgreSQL alike), run
-through a ``SQLStore``'s ``_exec`` / ``_atomically``; never on the hot path.
+by ``cairn.store.sqltransfer``; never on the hot path.
 
 Every statement is built from the table descriptions (``cairn.store.tables``),
 so an export reads, an import writes and a prune deletes every column and every
@@ -9,6 +9,7 @@ table of a batch, and a column added to a table is carried without a change here
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from cairn.store import tables
@@ -75,11 +76,6 @@ NOT_OF_A_BATCH: tuple[Table, ...] = (
     tables.SCHEDULES,
 )
 
-# Conflicts an import must refuse before writing anything.
-BATCH_EXISTS = "SELECT name FROM batches WHERE name = ?"
-TASK_EXISTS = "SELECT id FROM tasks WHERE id = ?"
-OPERATION_EXISTS = "SELECT key FROM operations WHERE scope = ? AND key = ?"
-
 # Pruning: a batch's rows, children first.
 BATCH_STATUS = (
     "SELECT status, COUNT(*), MAX(finished_at) FROM tasks WHERE batch = ? GROUP BY status"
@@ -93,7 +89,8 @@ PRUNE_BATCH = tuple(part.delete for part in reversed(BATCH_PARTS))
 # psycopg would take its '%' for a placeholder). A message's content is bytes (BLOB,
 # BYTEA); an offloaded message's bytes are the reference text itself
 # (cairn.store.sql.pack_content), so it is compared with the prefix as bytes.
-_PREFIX = "!blob:"
+BLOB_PREFIX = "!blob:"
+_PREFIX_BYTES = BLOB_PREFIX.encode()
 
 
 def _refs_in(table: str, column: str, prefix: str | bytes) -> tuple[str, tuple[object, ...]]:
@@ -102,8 +99,20 @@ def _refs_in(table: str, column: str, prefix: str | bytes) -> tuple[str, tuple[o
 
 
 BLOB_REFERENCES: tuple[tuple[str, tuple[object, ...]], ...] = tuple(
-    _refs_in(table.name, c.name, _PREFIX.encode() if c.kind == "packed" else _PREFIX)
+    _refs_in(table.name, c.name, BLOB_PREFIX.encode() if c.kind == "packed" else BLOB_PREFIX)
     for table in tables.TABLES
     for c in table.columns
     if c.blob_refs
 )
+
+
+def ref_texts(values: Iterable[object]) -> Iterator[str]:
+    """The reference text of each value ``BLOB_REFERENCES`` found: a text column
+    holds it as is, a message's content column as its bytes."""
+    for value in values:
+        if isinstance(value, bytes | bytearray | memoryview):
+            raw = bytes(value)
+            if raw.startswith(_PREFIX_BYTES):
+                yield raw.decode()
+        elif isinstance(value, str):
+            yield value

@@ -23,11 +23,11 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from cairn.errors import ConfigurationError
-from cairn.observe.metrics import compute, sql_store
+from cairn.observe.metrics import compute
 from cairn.observe.stalls import Stall
-from cairn.store.protocol import Store
+from cairn.store.admin import AdminStore
 from cairn.store.records import TASK_STATUSES
-from cairn.store.sqlmetrics import Window, running_tasks, task_page
+from cairn.store.reports import Window
 from cairn.ui import pages
 
 PAGE_SIZE = 50
@@ -39,7 +39,7 @@ _COOKIE = "cairn_token"
 class UIConfig:
     """What the pages need: the store, the time, the token, the stall threshold."""
 
-    store: Store
+    store: AdminStore
     now: Callable[[], datetime]
     token: str | None = None
     stall_after: float = 15 * 60.0
@@ -179,9 +179,7 @@ class DashboardServer(ThreadingHTTPServer):
         before = int(before_text) if before_text and before_text.isdigit() else None
         batch = _one(query, "batch")
         size = self.config.page_size
-        rows = task_page(
-            sql_store(self.config.store), status=status, batch=batch, before=before, size=size
-        )
+        rows = self.config.store.task_page(status=status, batch=batch, before=before, size=size)
         return HTTPStatus.OK, pages.tasks_page(rows, status, batch, size)
 
     def _task(self, task_id: str) -> tuple[int, str]:
@@ -194,7 +192,7 @@ class DashboardServer(ThreadingHTTPServer):
     def _stalls(self) -> list[Stall]:
         now = self.config.now()
         found = []
-        for task in running_tasks(sql_store(self.config.store)):
+        for task in self.config.store.running_checkpoints():
             idle = (now - task.checkpoint).total_seconds()
             if idle > self.config.stall_after:
                 found.append(Stall(task, idle))

@@ -22,18 +22,19 @@ from cairn import (
     InvalidName,
     TaskFailed,
 )
+from cairn.store import admin
 
 LONE = "\ud800"
 
 
 def every_row(app: Cairn) -> dict[str, Any]:
     """Every row a run can write, for checking that nothing was."""
-    tasks = list(app.store.list_tasks())
+    tasks = list(admin(app.store).list_tasks())
     return {
         "tasks": [(t.id, t.status) for t in tasks],
         "histories": {t.id: sorted(app.store.load_history(t.id)) for t in tasks},
-        "operations": [(o.key, o.status, o.result) for o in app.store.list_operations()],
-        "batches": [b.name for b in app.store.batch_summaries()],
+        "operations": [(o.key, o.status, o.result) for o in admin(app.store).list_operations()],
+        "batches": [b.name for b in admin(app.store).batch_summaries()],
     }
 
 
@@ -86,7 +87,7 @@ def test_an_operation_returning_a_lone_surrogate_is_left_in_doubt_not_completed(
     with pytest.raises(TaskFailed) as failed:
         app.run(notify, task_id="n")
     assert "operation 'post/1': cannot record text holding a lone surrogate" in str(failed.value)
-    (op,) = app.store.list_operations()
+    (op,) = admin(app.store).list_operations()
     assert (op.key, op.status, op.result) == ("post/1", "in_doubt", None)
     assert calls == ["post/1"]
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from cairn import Cairn, Context, Permanent
+from cairn.store import admin
 from cairn.store.sqlbase import ENQUEUE_CHUNK
 from cairn.task import TaskDef
 
@@ -51,7 +52,7 @@ def test_enqueueing_the_same_items_twice_adds_no_duplicates(
     assert any_app.enqueue("apps", review, _items("a1", "a2", "a3")) == 3
     assert any_app.enqueue("apps", review, _items("a1", "a2", "a3")) == 0
     assert any_app.enqueue("apps", review, _items("a3", "a4")) == 1
-    ids = [t.id for t in any_app.store.list_tasks(batch="apps")]
+    ids = [t.id for t in admin(any_app.store).list_tasks(batch="apps")]
     assert ids == ["apps/app_id=a1", "apps/app_id=a2", "apps/app_id=a3", "apps/app_id=a4"]
 
 
@@ -110,7 +111,7 @@ def test_a_custom_key_names_the_tasks(any_app: Cairn, calls: Counter[str]) -> No
         "accounts", sync, accounts, key=lambda item: item["account"]["id"], progress=False
     )
     assert report.completed == 3
-    tasks = list(any_app.store.list_tasks(batch="accounts"))
+    tasks = list(admin(any_app.store).list_tasks(batch="accounts"))
     assert [(t.id, t.item_key) for t in tasks] == [
         (f"accounts/acc{n}", f"acc{n}") for n in range(3)
     ]
@@ -184,4 +185,4 @@ def test_concurrency_below_one_is_refused(any_app: Cairn, review: TaskDef[[str],
     """``concurrency=0`` is a ValueError, raised before anything is enqueued."""
     with pytest.raises(ValueError, match="concurrency must be at least 1"):
         any_app.run_batch("apps", review, _items("a1"), concurrency=0, progress=False)
-    assert list(any_app.store.list_tasks()) == []
+    assert list(admin(any_app.store).list_tasks()) == []

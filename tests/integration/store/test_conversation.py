@@ -21,6 +21,7 @@ from cairn.agent import (
 )
 from cairn.agent.simulate import SimulatedModelServer
 from cairn.clock import FakeClock
+from cairn.store import admin
 from cairn.testing import set_fault_hook
 from tests.agent_server import (
     Crash,
@@ -98,7 +99,7 @@ def test_extend_writes_new_messages_together_and_replays_recorded_ones(
         conv = ctx.conversation("main")
         conv.extend([user("q1"), {"role": "assistant", "content": "a1"}])
         if phase[0] == "cancel before the second pair":
-            any_app.store.cancel_task(ctx.task_id, clock.now())  # the fence moves
+            admin(any_app.store).cancel_task(ctx.task_id, clock.now())  # the fence moves
         conv.extend([user("q2"), {"role": "assistant", "content": "a2"}])
         return len(conv.messages)
 
@@ -107,7 +108,7 @@ def test_extend_writes_new_messages_together_and_replays_recorded_ones(
     written = any_app.store.load_messages("t", "main", 0, 100)
     assert [json.loads(r.content)["content"] for r in written] == ["q1", "a1"]
     phase[0] = "run through"
-    assert any_app.store.retry_task("t", clock.now())
+    assert admin(any_app.store).retry_task("t", clock.now())
     with resume(store_url, clock) as other:
         again = other.task(name="talk")(talk.fn)
         assert other.run(again, task_id="t") == 4

@@ -22,7 +22,7 @@ from cairn.blobs import FileBlobStore, is_ref, parse_ref
 from cairn.cli import app as cli_app
 from cairn.clock import FakeClock
 from cairn.errors import BlobCorrupt, BlobMissing
-from cairn.portable._refs import sql_store
+from cairn.store.sqlbase import SQLStore
 from tests.crashes import LEASE, PAST_LEASE, Crash, second_process
 from tests.integration.store.conftest import Backend
 
@@ -76,7 +76,9 @@ def reader(crash: list[bool], size: int = 200 * KB) -> Any:
 
 def stored_sizes(app: Cairn) -> list[int]:
     """The bytes of every stored message's content column."""
-    rows = sql_store(app.store, "test")._exec("SELECT length(content) FROM messages").rows
+    store = app.store
+    assert isinstance(store, SQLStore)  # the test reads the rows themselves
+    rows = store._exec("SELECT length(content) FROM messages").rows
     return [int(r[0]) for r in rows]
 
 

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from cairn.store import Store, open_store
+from cairn.store import AdminStore, open_store
 from cairn.store.records import MessageKind, MessageRecord, NewTask, StepKind, StepRecord
 
 NOW = datetime(2026, 5, 24, 9, 0, tzinfo=UTC)
@@ -22,21 +22,21 @@ TASK = "agent/run=1"
 
 
 @pytest.fixture
-def store(store_url: str) -> Iterator[Store]:
+def store(store_url: str) -> Iterator[AdminStore]:
     """A fresh store of each backend."""
     opened = open_store(store_url)
     yield opened
     opened.close()
 
 
-def claimed_fence(store: Store, task_id: str = TASK) -> int:
+def claimed_fence(store: AdminStore, task_id: str = TASK) -> int:
     store.create_task(NewTask(task_id, "agent", "{}", "json", "agents", task_id), NOW)
     claimed = store.claim_task(task_id, 0, "me", NOW, NOW)
     assert claimed is not None
     return claimed.fence
 
 
-def opened_conversation(store: Store, fence: int, name: str = "main") -> int:
+def opened_conversation(store: AdminStore, fence: int, name: str = "main") -> int:
     conv_id = store.open_conversation(TASK, name, fence)
     assert conv_id is not None
     return conv_id
@@ -49,7 +49,7 @@ def _row(
     return MessageRecord(TASK, "main", idx, role, content, 5, kind, covers, None, NOW)
 
 
-def test_active_context_is_row_zero_the_latest_summary_and_what_follows(store: Store) -> None:
+def test_active_context_is_row_zero_the_latest_summary_and_what_follows(store: AdminStore) -> None:
     """With two summaries recorded, the active read returns the system row, the
     latest summary and the rows after its covers_until, in idx order; the rows it
     covers, and the older summary, stay stored and readable page by page."""
@@ -71,7 +71,7 @@ def test_active_context_is_row_zero_the_latest_summary_and_what_follows(store: S
     assert store.load_active_messages(TASK, "other") == []
 
 
-def test_a_stale_fence_appends_nothing_not_even_part_of_a_batch(store: Store) -> None:
+def test_a_stale_fence_appends_nothing_not_even_part_of_a_batch(store: AdminStore) -> None:
     """An append under a fence that moved returns False and writes no row; a
     several-row append is all or nothing."""
     fence = claimed_fence(store)
@@ -84,7 +84,7 @@ def test_a_stale_fence_appends_nothing_not_even_part_of_a_batch(store: Store) ->
     assert [r.idx for r in store.load_messages(TASK, "main", 0, 10)] == [0, 1]
 
 
-def test_opening_a_conversation_gives_one_key_per_task_and_name(store: Store) -> None:
+def test_opening_a_conversation_gives_one_key_per_task_and_name(store: AdminStore) -> None:
     """open_conversation creates a conversation's key once and returns the same key
     on every later open, under any fence; another name or task gets another key;
     a stale fence cannot create one (None), though it still finds one that exists."""
@@ -101,7 +101,7 @@ def test_opening_a_conversation_gives_one_key_per_task_and_name(store: Store) ->
     assert store.open_conversation(TASK, "main", fence) == main
 
 
-def test_recorded_calls_lists_model_calls_and_compactions_of_a_batch(store: Store) -> None:
+def test_recorded_calls_lists_model_calls_and_compactions_of_a_batch(store: AdminStore) -> None:
     """recorded_calls yields the completed llm and conv entries of a batch's tasks
     (or of one task), with the task's codec, and nothing else."""
     fence = claimed_fence(store)
@@ -135,7 +135,7 @@ CONTENTS = [
 
 
 def test_message_content_and_time_read_back_exactly_whatever_the_stored_form(
-    store: Store,
+    store: AdminStore,
 ) -> None:
     """Short, compressible and incompressible JSON (non-ASCII included) reads back
     as the same text, and created_at, given in another zone with microseconds,

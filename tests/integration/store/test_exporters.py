@@ -18,7 +18,7 @@ from cairn.clock import FakeClock
 from cairn.observe.otel import export_spans
 from cairn.observe.prometheus import registry_for, start_server
 from cairn.store.records import NewTask
-from cairn.store.sqlmetrics import Window
+from cairn.store.reports import Window
 
 BATCH = "etl-2026-05-24"
 

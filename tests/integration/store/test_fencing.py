@@ -20,7 +20,7 @@ import pytest
 from cairn import Cairn, Context, LeaseLost, Permanent, TaskCancelled, TaskFailed
 from cairn.clock import FakeClock
 from cairn.engine.owners import Owner, current_owner, takeover_grace
-from cairn.store import open_store
+from cairn.store import admin, open_store
 
 LEASE_SECONDS = 30.0
 # Past the lease and the grace a taker still honours it for (ownership.takeover_grace).
@@ -224,7 +224,7 @@ def test_two_processes_on_one_batch_run_each_task_exactly_once(
     assert sum(int(ran) for ran, _ in outputs) == 20
     assert all(completed == "20" for _, completed in outputs)
     with Cairn(store_url) as check:
-        tasks = list(check.store.list_tasks(batch="race"))
+        tasks = list(admin(check.store).list_tasks(batch="race"))
     assert len(tasks) == 20
     assert {(t.status, t.fence) for t in tasks} == {("completed", 1)}
 
@@ -243,7 +243,7 @@ def test_cancelled_pending_task_is_skipped_by_run_batch(any_app: Cairn, clock: F
 
     items = [{"app_id": name} for name in ("a1", "a2", "a3")]
     any_app.enqueue("apps", review, items)
-    assert any_app.store.cancel_task("apps/app_id=a2", clock.now())
+    assert admin(any_app.store).cancel_task("apps/app_id=a2", clock.now())
 
     report = any_app.run_batch("apps", review, items, progress=False)
     assert sorted(ran) == ["a1", "a3"]
@@ -265,7 +265,7 @@ def test_cancel_while_running_stops_the_task_at_its_next_write(
 
     def work(task_id: str) -> str:
         seen.append("work")
-        assert any_app.store.cancel_task(task_id, clock.now())
+        assert admin(any_app.store).cancel_task(task_id, clock.now())
         return "done"
 
     @any_app.task
@@ -301,7 +301,7 @@ def test_cancel_while_running_in_a_batch_is_reported_not_failed(
 
     def work(task_id: str) -> str:
         if task_id.endswith("=b"):
-            any_app.store.cancel_task(task_id, clock.now())
+            admin(any_app.store).cancel_task(task_id, clock.now())
         return task_id
 
     @any_app.task
@@ -338,11 +338,11 @@ def test_retry_task_brings_failed_and_cancelled_tasks_back(
     with pytest.raises(TaskFailed):
         any_app.run(sync, task_id="failing", day="d1")
     any_app.enqueue("days", sync, [{"day": "d2"}])
-    assert any_app.store.cancel_task("days/day=d2", clock.now())
+    assert admin(any_app.store).cancel_task("days/day=d2", clock.now())
 
     broken.clear()
     for task_id in ("failing", "days/day=d2"):
-        assert any_app.store.retry_task(task_id, clock.now())
+        assert admin(any_app.store).retry_task(task_id, clock.now())
         task = any_app.store.get_task(task_id)
         assert task is not None
         assert task.status == "pending"
@@ -350,4 +350,6 @@ def test_retry_task_brings_failed_and_cancelled_tasks_back(
     report = any_app.run_batch("days", sync, progress=False)
     assert (report.ran, report.completed, report.ok) == (1, 1, True)
     for task_id in ("failing", "days/day=d2"):
-        assert not any_app.store.retry_task(task_id, clock.now()), "a completed task was retried"
+        assert not admin(any_app.store).retry_task(task_id, clock.now()), (
+            "a completed task was retried"
+        )

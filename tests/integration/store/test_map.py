@@ -15,6 +15,7 @@ import pytest
 import cairn
 from cairn import Cairn, Context, Retry, TaskFailed
 from cairn.clock import FakeClock
+from cairn.store import admin
 from cairn.testing import set_fault_hook
 from tests.crashes import LEASE, Crash, second_process
 from tests.crashes import url as url  # a fixture: pytest finds it by this name
@@ -88,7 +89,7 @@ def test_a_resumed_map_runs_only_the_items_that_failed(url: str, clock: FakeCloc
             app.run(revenue, task_id="r", countries=COUNTRIES)
         assert sum(api.calls.values()) == 12
         api.failing.clear()
-        assert app.store.retry_task("r", clock.now())
+        assert admin(app.store).retry_task("r", clock.now())
         assert app.run(revenue, task_id="r", countries=COUNTRIES) == [30] * 12
     assert api.calls == Counter({**dict.fromkeys(COUNTRIES, 1), "c03": 2, "c07": 2})
 
@@ -145,7 +146,7 @@ def test_changing_the_number_of_items_is_a_non_determinism_error(
         with pytest.raises(TaskFailed):
             app.run(revenue, task_id="r")
         before = app.store.load_history("r")
-        app.store.retry_task("r", clock.now())
+        admin(app.store).retry_task("r", clock.now())
         shown["count"] = 6
         with pytest.raises(TaskFailed, match="map fetch of 4 items") as raised:
             app.run(revenue, task_id="r")
@@ -245,7 +246,7 @@ def test_an_async_map_runs_items_as_coroutines_and_resumes_the_same_way(
         with pytest.raises(TaskFailed, match="no quota for 2"):
             app.run(squares, task_id="s")
         broken.clear()
-        app.store.retry_task("s", clock.now())
+        admin(app.store).retry_task("s", clock.now())
         assert app.run(squares, task_id="s") == [1, 4, 9, 16]
     assert calls == Counter({1: 1, 2: 2, 3: 1, 4: 1})
 

@@ -28,6 +28,7 @@ from cairn import (
 )
 from cairn.clock import FakeClock, SystemClock
 from cairn.engine.owners import Owner, current_owner
+from cairn.store import admin
 
 KEY = "stripe/charge/order-7"
 NO_TASK_RETRY = Retry(attempts=1)
@@ -143,7 +144,7 @@ def test_scope_separates_identical_keys(any_app: Cairn, world: World) -> None:
         {"charged": KEY, "amount": 1},
     ]
     assert world.acts == [KEY, KEY]
-    rows = {(r.scope, r.key): r for r in any_app.store.list_operations()}
+    rows = {(r.scope, r.key): r for r in admin(any_app.store).list_operations()}
     assert set(rows) == {("tenant-a", KEY), ("tenant-b", KEY)}
     assert any_app.store.get_operation("", KEY) is None
 
@@ -373,7 +374,7 @@ def test_permanent_failure_leaves_the_key_failed_until_released(
     assert calls == [KEY]
 
     declined[0] = False
-    assert strict_app.store.resolve_operation(
+    assert admin(strict_app.store).resolve_operation(
         "", KEY, "released", result=None, permanent=False, now=clock.now()
     )
     assert strict_app.run(pay, attempt=3) == "charged"
@@ -432,7 +433,7 @@ def test_exhausted_transient_failure_leaves_the_key_failed_and_retryable(
     assert (row.status, row.permanent, row.calls) == ("failed", False, 2)
     assert calls == [KEY, KEY]
 
-    assert strict_app.store.retry_task("pay", clock.now())
+    assert admin(strict_app.store).retry_task("pay", clock.now())
     assert strict_app.run(pay, task_id="pay") == "charged"
     assert calls == [KEY, KEY, KEY]
     row = strict_app.store.get_operation("", KEY)
@@ -467,7 +468,7 @@ def test_bad_keys_are_refused_before_anything_is_written(
         strict_app.run(pay, task_id="bad")
     assert _error_type(strict_app, "bad") == error_type
     assert calls == []
-    assert list(strict_app.store.list_operations()) == []
+    assert list(admin(strict_app.store).list_operations()) == []
     assert strict_app.store.load_history("bad") == {}
 
 
@@ -490,7 +491,7 @@ def test_a_long_key_is_hashed_not_truncated(any_app: Cairn) -> None:
     first, again, other = any_app.run(sync, task_id="long")
     assert first == again != other
     assert calls == [first, other]
-    rows = list(any_app.store.list_operations())
+    rows = list(admin(any_app.store).list_operations())
     assert sorted(r.key for r in rows) == sorted([first, other])
     for row in rows:
         assert len(row.key) <= 200

@@ -23,6 +23,7 @@ import pytest
 
 from cairn import Cairn, Context, InDoubtOperation, LeaseLost, Retry, TaskDef, TaskFailed
 from cairn.clock import FakeClock
+from cairn.store import admin
 from cairn.store.records import OperationRecord
 from cairn.testing import set_fault_hook
 from tests.crashes import LEASE, PAST_LEASE, Crash
@@ -205,7 +206,7 @@ def test_reconcile_settles_a_key_already_marked_in_doubt(runs: Runs, world: Worl
     with pytest.raises(TaskFailed):
         app.run(pay, task_id="pay")
     assert _row(app).status == "in_doubt"
-    assert app.store.retry_task("pay", runs.clock.now())
+    assert admin(app.store).retry_task("pay", runs.clock.now())
 
     app, pay = runs.resumed(reconcile=world.reconcile)
     assert app.run(pay, task_id="pay") == {"charge": "ch_1"}
@@ -243,10 +244,10 @@ def test_released_key_is_called_again_on_the_next_run(runs: Runs, world: World) 
     app, pay = runs.resumed()
     with pytest.raises(TaskFailed):
         app.run(pay, task_id="pay")
-    assert app.store.resolve_operation(
+    assert admin(app.store).resolve_operation(
         "", KEY, "released", result=None, permanent=False, now=runs.clock.now()
     )
-    assert app.store.retry_task("pay", runs.clock.now())
+    assert admin(app.store).retry_task("pay", runs.clock.now())
     assert app.run(pay, task_id="pay") == {"charge": "ch_2"}
     assert world.acts == [KEY, KEY]
     row = _row(app)
@@ -260,10 +261,10 @@ def test_key_resolved_completed_returns_the_given_result(runs: Runs, world: Worl
     app, pay = runs.resumed()
     with pytest.raises(TaskFailed):
         app.run(pay, task_id="pay")
-    assert app.store.resolve_operation(
+    assert admin(app.store).resolve_operation(
         "", KEY, "completed", result='{"charge":"ch_manual"}', permanent=False, now=runs.clock.now()
     )
-    assert app.store.retry_task("pay", runs.clock.now())
+    assert admin(app.store).retry_task("pay", runs.clock.now())
     assert app.run(pay, task_id="pay") == {"charge": "ch_manual"}
     assert world.acts == []
     row = _row(app)

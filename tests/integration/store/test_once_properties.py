@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 
 from cairn import Cairn, Context, Retry, TaskFailed
 from cairn.clock import FakeClock
+from cairn.store import admin
 from cairn.testing import set_fault_hook
 from tests.crashes import LEASE, PAST_LEASE
 from tests.integration.store.conftest import Backend
@@ -134,7 +135,7 @@ def _play(url: str, plan: list[Attempt], policy: str) -> Story:
 def _rows(url: str) -> dict[str, Any]:
     app = Cairn(url)
     try:
-        return {row.key: row for row in app.store.list_operations()}
+        return {row.key: row for row in admin(app.store).list_operations()}
     finally:
         app.close()
 

@@ -17,6 +17,7 @@ import pytest
 from cairn import Cairn, Context
 from cairn.clock import FakeClock
 from cairn.schedule import Catchup
+from cairn.store import admin
 from cairn.store.records import NewTask
 from cairn.worker import Worker
 
@@ -45,7 +46,7 @@ def nightly_id(fired_at: datetime) -> str:
 
 
 def batch_ids(app: Cairn, batch: str = "schedule:nightly_revenue") -> list[str]:
-    return [task.id for task in app.store.list_tasks(batch=batch)]
+    return [task.id for task in admin(app.store).list_tasks(batch=batch)]
 
 
 @pytest.fixture

@@ -1,0 +1,194 @@
+"""The admin side of the store contract: what listings, the dashboard, operator
+actions, metrics and reports, export and import, prune and gc ask of a store.
+
+``AdminStore`` is the engine's ``Store`` plus these methods; cairn's SQLite and
+PostgreSQL stores implement both (``cairn.store.sqladmin``,
+``cairn.store.sqltransfer``). A caller holding a ``Store`` (``Cairn.store``, which
+may be a store of the user's own) gets its admin side with ``admin(store)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Protocol, runtime_checkable
+
+from cairn.errors import ConfigurationError
+from cairn.store.protocol import Store
+from cairn.store.records import (
+    BatchSummary,
+    ConversationSummary,
+    OperationRecord,
+    RecordedCall,
+    ScheduleRecord,
+    TaskRecord,
+)
+from cairn.store.reports import (
+    BatchSpan,
+    OpTotals,
+    RunningTask,
+    StatusCount,
+    StepTotals,
+    TaskTotals,
+    Window,
+)
+
+__all__ = ["AdminStore", "admin"]
+
+
+@runtime_checkable
+class AdminStore(Store, Protocol):
+    """A store with its admin side: listings, reports, moving and maintenance."""
+
+    # -- listings, views and operator actions ----------------------------------------
+    def list_tasks(
+        self, *, batch: str | None = None, status: str | None = None, limit: int | None = None
+    ) -> Iterator[TaskRecord]:
+        """Tasks in enqueue order, streamed."""
+        ...
+
+    def running_tasks(self, batch: str | None) -> list[TaskRecord]:
+        """Tasks in status running, of one batch or (None) of every batch."""
+        ...
+
+    def batch_summaries(self, name: str | None = None) -> list[BatchSummary]:
+        """Every batch (or one) with its task counts."""
+        ...
+
+    def cancel_task(self, task_id: str, now: datetime) -> bool:
+        """Cancel a pending or running task (a running owner sees it at its next write)."""
+        ...
+
+    def retry_task(self, task_id: str, now: datetime) -> bool:
+        """Move a failed (or cancelled) task back to pending with a fresh budget."""
+        ...
+
+    def list_operations(
+        self,
+        *,
+        prefix: str | None = None,
+        since: datetime | None = None,
+        task_id: str | None = None,
+        statuses: tuple[str, ...] | None = None,
+        limit: int | None = None,
+    ) -> Iterator[OperationRecord]:
+        """The audit log, oldest first, streamed."""
+        ...
+
+    def resolve_operation(
+        self,
+        scope: str,
+        key: str,
+        status: str,
+        *,
+        result: str | None,
+        permanent: bool,
+        now: datetime,
+    ) -> bool:
+        """An operator settles a key that is not completed."""
+        ...
+
+    def operation_call_counts(self) -> tuple[int, int]:
+        """(keys whose function ran more than once, all keys)."""
+        ...
+
+    def conversation_summaries(self, task_id: str) -> list[ConversationSummary]:
+        """Every conversation of a task, with its row counts."""
+        ...
+
+    def recorded_calls(
+        self, *, batch: str | None = None, task_id: str | None = None
+    ) -> Iterator[RecordedCall]:
+        """Completed history entries of kind ``llm`` or ``conv``, in task then seq order."""
+        ...
+
+    def list_schedules(self) -> list[ScheduleRecord]:
+        """Every schedule's row, by name."""
+        ...
+
+    # -- reports (cairn.observe): tasks cairn runs for itself are never counted ------
+    def task_totals(self, window: Window) -> TaskTotals:
+        """Counts over the tasks of ``window``: by status, interruptions, retries."""
+        ...
+
+    def failed_task_errors(self, window: Window) -> Iterator[str | None]:
+        """The recorded error (JSON text) of every failed task in the window."""
+        ...
+
+    def batch_spans(self, window: Window) -> list[BatchSpan]:
+        """Each batch of the window's tasks: first start, last finish, unfinished."""
+        ...
+
+    def step_totals(self, window: Window) -> StepTotals:
+        """Counts over the step rows (kind 'step') of the window's tasks."""
+        ...
+
+    def step_durations(self, window: Window) -> Iterator[tuple[str, datetime, datetime]]:
+        """(name, started_at, finished_at) of every completed step in the window."""
+        ...
+
+    def step_errors(self, window: Window) -> Iterator[str | None]:
+        """The last recorded error of every failed or retrying step row in the window."""
+        ...
+
+    def op_totals(self, window: Window) -> OpTotals:
+        """Operation keys first claimed in the window, and their calls."""
+        ...
+
+    def running_checkpoints(self) -> list[RunningTask]:
+        """Every running task with the last moment it showed progress."""
+        ...
+
+    def open_alerts(self, alert_task: str, raised: str, cleared: str) -> list[str]:
+        """Ids (without the ``raised`` prefix) of tasks named ``alert_task`` that
+        completed and have no ``cleared`` twin yet: stalls alerted and not yet
+        recovered."""
+        ...
+
+    def task_page(
+        self, *, status: str | None, batch: str | None, before: int | None, size: int
+    ) -> list[tuple[int, TaskRecord]]:
+        """Up to ``size`` tasks, newest first, with positions below ``before``,
+        each with its position (the dashboard's pages)."""
+        ...
+
+    # -- moving a batch, pruning, blob references --------------------------------------
+    def export_rows(self, batch: str) -> list[tuple[str, dict[str, Any]]]:
+        """Every row of ``batch`` as (table, {column: value}), parents before
+        children, values as a record holds them, read in one transaction. Empty
+        if there is no such batch."""
+        ...
+
+    def import_rows(self, rows: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+        """Insert rows as ``export_rows`` gives them, all in one transaction; a key
+        the store assigns is given anew and the rows after it that refer to it
+        follow."""
+        ...
+
+    def batch_names(self) -> list[str]:
+        """Every batch's name, oldest first."""
+        ...
+
+    def batch_statuses(self, batch: str) -> list[StatusCount]:
+        """The tasks of ``batch`` by status, each with the last one to finish."""
+        ...
+
+    def delete_batch(self, batch: str) -> None:
+        """Delete every row of ``batch``, in one transaction."""
+        ...
+
+    def blob_refs(self) -> Iterator[str]:
+        """Every blob reference any record of the store holds."""
+        ...
+
+
+def admin(store: Store, what: str = "this") -> AdminStore:
+    """``store`` with its admin side; ``ConfigurationError`` naming ``what`` needs
+    it if ``store`` (a store of the user's own) has only the engine's."""
+    if not isinstance(store, AdminStore):
+        raise ConfigurationError(
+            f"{what} needs a store with the admin side (cairn.store.AdminStore: listings, "
+            f"metrics, export and maintenance), as cairn's SQLite and PostgreSQL stores "
+            f"have; {type(store).__name__} has only the engine's side"
+        )
+    return store

@@ -1,0 +1,87 @@
+"""What the admin side's reporting queries take and return, as small frozen
+values: the window a metric covers, and the totals, spans and checkpoints read
+over it (``cairn.store.admin``). The metrics themselves are computed from these
+by ``cairn.observe.metrics``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+
+@dataclass(frozen=True)
+class Window:
+    """Which tasks count: created in ``[since, until)``, of ``batch`` if given.
+
+    Tasks cairn runs for itself (names starting ``cairn.``: stall alerts, daily
+    reports) are left out of every count."""
+
+    since: datetime | None = None
+    until: datetime | None = None
+    batch: str | None = None
+
+
+@dataclass(frozen=True)
+class TaskTotals:
+    """Counts over the tasks of a window."""
+
+    by_status: dict[str, int]
+    interrupted: int
+    interrupted_completed: int
+    interruptions: int
+    task_retries: int
+
+
+@dataclass(frozen=True)
+class BatchSpan:
+    """One batch's first start and last finish, and how many tasks are unfinished."""
+
+    name: str
+    tasks: int
+    unfinished: int
+    first_started_at: datetime | None
+    last_finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class StepTotals:
+    """Counts over the step rows (kind 'step') of the window's tasks."""
+
+    rows: int
+    calls: int
+    retries: int
+    failed: int
+    # Completed steps of interrupted tasks that took more than one call: see
+    # docs/observability.md for why this is a suspicion, not a proof.
+    suspect_reruns: int
+    suspect_rerun_tasks: int
+
+
+@dataclass(frozen=True)
+class OpTotals:
+    """Operation keys first claimed in the window, and their calls."""
+
+    keys: int
+    redundant_keys: int
+    calls: int
+
+
+@dataclass(frozen=True)
+class RunningTask:
+    """A running task and the last moment it showed progress."""
+
+    task_id: str
+    batch: str | None
+    name: str
+    owner: str | None
+    checkpoint: datetime
+
+
+@dataclass(frozen=True)
+class StatusCount:
+    """How many tasks of a batch have one status, and the last of them to finish."""
+
+    status: str
+    tasks: int
+    last_finished_at: datetime | None

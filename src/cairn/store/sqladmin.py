@@ -1,0 +1,228 @@
+"""The admin side of the shared SQL store, part one: listings, views, operator
+actions and the reporting queries (``cairn.store.admin.AdminStore``).
+
+The SQL is in ``cairn.store.sqlviews`` (listings and operator actions) and
+``cairn.store.sqlmetrics`` (reports); this module only runs it through the
+backend's primitives (``cairn.store.sqlcore``) and turns rows into records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+from cairn.store import sql, sqlmetrics, sqlviews
+from cairn.store.records import (
+    BatchSummary,
+    ConversationSummary,
+    OperationRecord,
+    RecordedCall,
+    ScheduleRecord,
+    TaskRecord,
+)
+from cairn.store.reports import (
+    BatchSpan,
+    OpTotals,
+    RunningTask,
+    StepTotals,
+    TaskTotals,
+    Window,
+)
+from cairn.store.sqlcore import SQLCore
+
+
+class SQLAdmin(SQLCore):
+    """Listings, views, operator actions and reports, over the primitives."""
+
+    # -- tasks and batches -----------------------------------------------------------
+    def running_tasks(self, batch: str | None) -> list[TaskRecord]:
+        if batch is None:
+            rows = self._exec(sqlviews.RUNNING_ALL).rows
+        else:
+            rows = self._exec(sqlviews.RUNNING_OF_BATCH, (batch,)).rows
+        return [sql.task_record(r) for r in rows]
+
+    def list_tasks(
+        self, *, batch: str | None = None, status: str | None = None, limit: int | None = None
+    ) -> Iterator[TaskRecord]:
+        where, params = sqlviews.task_filter(batch, status)
+        statement = sqlviews.TASK_PAGE.format(where=where)
+        # Keyset pages: never a whole table in memory, and no cursor held open
+        # between pages, so a caller may write while iterating.
+        after, left = 0, limit
+        while left is None or left > 0:
+            size = sqlviews.PAGE if left is None else min(sqlviews.PAGE, left)
+            rows = self._exec(statement, (after, *params, size)).rows
+            for row in rows:
+                yield sql.task_record(row[1:])
+            if len(rows) < size:
+                return
+            after = rows[-1][0]
+            left = None if left is None else left - len(rows)
+
+    def batch_summaries(self, name: str | None = None) -> list[BatchSummary]:
+        where, params = ("", ()) if name is None else (" WHERE b.name = ?", (name,))
+        summaries: dict[str, BatchSummary] = {}
+        for row in self._exec(sqlviews.BATCH_SUMMARIES.format(where=where), params).rows:
+            known = summaries.get(row[0])
+            if known is None:
+                known = BatchSummary(row[0], row[1], sql.time_of(row[2]), {}, None, None)
+            started = [t for t in (known.first_started_at, sql.opt_time(row[5])) if t]
+            finished = [t for t in (known.last_finished_at, sql.opt_time(row[6])) if t]
+            counts = dict(known.counts)
+            if row[3] is not None:
+                counts[row[3]] = row[4]
+            summaries[row[0]] = BatchSummary(
+                known.name,
+                known.task_name,
+                known.created_at,
+                counts,
+                min(started, default=None),
+                max(finished, default=None),
+            )
+        return list(summaries.values())
+
+    def cancel_task(self, task_id: str, now: datetime) -> bool:
+        stamp = self._ts(now)
+        with self._writing():
+            return self._exec(sqlviews.CANCEL, (stamp, stamp, task_id)).rowcount == 1
+
+    def retry_task(self, task_id: str, now: datetime) -> bool:
+        with self._writing():
+            return self._exec(sqlviews.RETRY, (self._ts(now), task_id)).rowcount == 1
+
+    # -- operations --------------------------------------------------------------------
+    def resolve_operation(
+        self,
+        scope: str,
+        key: str,
+        status: str,
+        *,
+        result: str | None,
+        permanent: bool,
+        now: datetime,
+    ) -> bool:
+        stamp = self._ts(now)
+        completed_at = stamp if status == "completed" else None
+        error = sqlviews.RESOLVED_AS_FAILED if status == "failed" else None
+        params = (status, result, int(permanent), completed_at, stamp, error, scope, key)
+        with self._writing():
+            return self._exec(sqlviews.RESOLVE_OP, params).rowcount == 1
+
+    def list_operations(
+        self,
+        *,
+        prefix: str | None = None,
+        since: datetime | None = None,
+        task_id: str | None = None,
+        statuses: tuple[str, ...] | None = None,
+        limit: int | None = None,
+    ) -> Iterator[OperationRecord]:
+        stamp = None if since is None else self._ts(since)
+        where, params = sqlviews.operation_filter(prefix, stamp, task_id, statuses)
+        yield from self._operation_pages(where, params, limit)
+
+    def _operation_pages(
+        self, where: list[str], params: list[Any], limit: int | None
+    ) -> Iterator[OperationRecord]:
+        after: tuple[Any, ...] | None = None
+        left = limit
+        while left is None or left > 0:
+            size = sqlviews.PAGE if left is None else min(sqlviews.PAGE, left)
+            clauses = list(where)
+            page_params = list(params)
+            if after is not None:
+                clauses.append(sqlviews.OP_AFTER)
+                page_params += list(after)
+            rows = self._exec(sqlviews.operation_page(clauses), (*page_params, size)).rows
+            for row in rows:
+                yield sql.op_record(row)
+            if len(rows) < size:
+                return
+            last = rows[-1]
+            after = (last[10], last[0], last[1])
+            left = None if left is None else left - len(rows)
+
+    def operation_call_counts(self) -> tuple[int, int]:
+        row = self._exec(sqlviews.OP_CALL_COUNTS).rows[0]
+        return int(row[0]), int(row[1])
+
+    # -- conversations, recorded calls, schedules ------------------------------------
+    def conversation_summaries(self, task_id: str) -> list[ConversationSummary]:
+        rows = self._exec(sqlviews.CONVERSATION_SUMMARIES, (task_id,)).rows
+        return [
+            ConversationSummary(task_id, r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]))
+            for r in rows
+        ]
+
+    def recorded_calls(
+        self, *, batch: str | None = None, task_id: str | None = None
+    ) -> Iterator[RecordedCall]:
+        where, params = sqlviews.calls_filter(batch, task_id)
+        for r in self._exec(sqlviews.RECORDED_CALLS.format(filter=where), params).rows:
+            yield RecordedCall(r[0], r[1], r[2], r[3], r[4], r[5], r[6])
+
+    def list_schedules(self) -> list[ScheduleRecord]:
+        return [sql.schedule_record(row) for row in self._exec(sqlviews.LIST_SCHEDULES).rows]
+
+    # -- reports (cairn.observe) -----------------------------------------------------
+    def _report(self, statement: str, window: Window) -> list[tuple[Any, ...]]:
+        """The rows of a report ``statement`` over the tasks of ``window``."""
+        where, params = sqlmetrics.window_filter(window, self._ts)
+        return self._exec(statement.format(where=where), params).rows
+
+    def task_totals(self, window: Window) -> TaskTotals:
+        rows = self._report(sqlmetrics.TASKS_BY_STATUS, window)
+        by_status = {str(status): int(n) for status, n in rows}
+        row = self._report(sqlmetrics.TASK_TOTALS, window)[0]
+        return TaskTotals(by_status, int(row[0]), int(row[1]), int(row[2]), int(row[3]))
+
+    def failed_task_errors(self, window: Window) -> Iterator[str | None]:
+        for (error,) in self._report(sqlmetrics.FAILED_TASK_ERRORS, window):
+            yield error
+
+    def batch_spans(self, window: Window) -> list[BatchSpan]:
+        return [
+            BatchSpan(r[0], int(r[1]), int(r[2]), sql.opt_time(r[3]), sql.opt_time(r[4]))
+            for r in self._report(sqlmetrics.BATCH_SPANS, window)
+        ]
+
+    def step_totals(self, window: Window) -> StepTotals:
+        row = self._report(sqlmetrics.STEP_TOTALS, window)[0]
+        return StepTotals(*(int(v) for v in row))
+
+    def step_durations(self, window: Window) -> Iterator[tuple[str, datetime, datetime]]:
+        for name, started, finished in self._report(sqlmetrics.STEP_DURATIONS, window):
+            yield str(name), sql.time_of(started), sql.time_of(finished)
+
+    def step_errors(self, window: Window) -> Iterator[str | None]:
+        for (error,) in self._report(sqlmetrics.STEP_ERRORS, window):
+            yield error
+
+    def op_totals(self, window: Window) -> OpTotals:
+        where, params = sqlmetrics.op_filter(window, self._ts)
+        row = self._exec(sqlmetrics.OP_TOTALS.format(where=where), params).rows[0]
+        return OpTotals(int(row[0]), int(row[1]), int(row[2]))
+
+    def running_checkpoints(self) -> list[RunningTask]:
+        found = []
+        for tid, batch, name, owner, started, updated, last_step in self._exec(
+            sqlmetrics.RUNNING
+        ).rows:
+            moments = [sql.time_of(updated)]
+            moments += [sql.time_of(m) for m in (started, last_step) if m is not None]
+            found.append(RunningTask(tid, batch, name, owner, max(moments)))
+        return found
+
+    def open_alerts(self, alert_task: str, raised: str, cleared: str) -> list[str]:
+        size = len(raised)
+        params = [size + 1, alert_task, size, raised, cleared, size + 1]
+        return [str(r[0]) for r in self._exec(sqlmetrics.OPEN_ALERTS, params).rows]
+
+    def task_page(
+        self, *, status: str | None, batch: str | None, before: int | None, size: int
+    ) -> list[tuple[int, TaskRecord]]:
+        statement, params = sqlmetrics.task_page(status, batch, before)
+        rows = self._exec(statement, [*params, size]).rows
+        return [(int(r[0]), sql.task_record(r[1:])) for r in rows]

@@ -1,0 +1,98 @@
+"""The primitives every SQL backend supplies, on which the shared store is built.
+
+A backend runs one statement in its own implicit transaction (``_exec``), runs
+several in one transaction (``_atomically``), turns a time into a parameter
+(``_ts``), and gives a context to hold while writing (``_writing``: SQLite
+serialises a process's writers; PostgreSQL needs nothing). The engine's methods
+(``cairn.store.sqlbase``) and the admin side's (``cairn.store.sqladmin``,
+``cairn.store.sqltransfer``) use nothing else, so the backends cannot drift
+apart in meaning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar
+
+from cairn.store.capabilities import Capabilities
+
+T = TypeVar("T")
+
+
+class Result(NamedTuple):
+    """What one statement did: rows changed, and rows returned."""
+
+    rowcount: int
+    rows: list[tuple[Any, ...]]
+
+
+class Tx(Protocol):
+    """Statements inside one transaction."""
+
+    def exec(self, statement: str, params: Sequence[Any] = ()) -> Result: ...
+
+    def exec_many(self, statement: str, rows: Iterable[Sequence[Any]]) -> int:
+        """Run ``statement`` once per row; return the rows it changed."""
+        ...
+
+
+class SQLCore(ABC):
+    """A SQL database as the shared store sees it: the primitives, and the few
+    facts about its dialect the shared SQL asks for."""
+
+    url: str
+    identity: str
+    capabilities: ClassVar[Capabilities]
+    # Appended to the claim query's inner SELECT: FOR UPDATE SKIP LOCKED where
+    # the backend has row locks, so concurrent claimers never wait on each other.
+    claim_lock_clause: ClassVar[str] = ""
+    # Appended to the read of a limit's row in an acquire: FOR UPDATE where the
+    # backend has row locks (SQLite's BEGIN IMMEDIATE already serialises writers).
+    row_lock_clause: ClassVar[str] = ""
+    # A statement that wakes idle workers when new tasks are committed, if the
+    # backend can (PostgreSQL's NOTIFY); others are found by polling.
+    announce_work: str | None = None
+    # A backend whose writers lock the whole store (SQLite) first looks with a
+    # read whether there is anything to claim (or permits to renew): an idle
+    # poller then takes no write lock, so it never holds one while it is paused,
+    # nor queues behind writers.
+    look_before_writing: ClassVar[bool] = False
+
+    @abstractmethod
+    def _exec(self, statement: str, params: Sequence[Any] = (), *, patient: bool = True) -> Result:
+        """Run one statement as its own transaction.
+
+        ``patient=False`` is for a caller that retries on its own schedule (the
+        lease heartbeat, which must recompute its lease for each try): a backend
+        that waits out lost connections gives up on the first attempt that
+        cannot reach the server, raising ``StoreUnavailable``, instead of waiting
+        up to its reconnect timeout."""
+
+    @abstractmethod
+    def _atomically(self, work: Callable[[Tx], T]) -> T:
+        """Run ``work`` as one transaction (write-locked from the start). A backend
+        may run it again after a lost connection, so ``work`` must be idempotent."""
+
+    @abstractmethod
+    def _ts(self, moment: datetime) -> Any:
+        """A time as a statement parameter."""
+
+    @abstractmethod
+    def _writing(self) -> contextlib.AbstractContextManager[object]:
+        """Held around every write."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def wait_for_work(self, timeout: float) -> bool:
+        """Block until new work may have arrived (True), or ``timeout`` seconds
+        pass (False). Without a wake-up channel, this only waits."""
+        time.sleep(timeout)
+        return False
+
+    def close_thread(self) -> None:  # noqa: B027 - a no-op unless a backend pins connections
+        """Release the calling thread's own connection, where there is one."""

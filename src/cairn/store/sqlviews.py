@@ -1,0 +1,131 @@
+"""The SQL of the admin side's listings, views and operator actions: what
+``cairn tasks``, ``batches``, ``ops``, ``cancel``, ``retry`` and the dashboard
+ask of a store (``cairn.store.sqladmin`` runs it). Portable SQL, ``?``
+placeholders, as in ``cairn.store.sql``, whose column lists it shares.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cairn.store.sql import OP_COLUMNS, SCHEDULE_COLUMNS, TASK_COLUMNS
+
+PAGE = 500
+
+# -- tasks and batches ------------------------------------------------------------
+RUNNING_ALL = f"SELECT {TASK_COLUMNS} FROM tasks WHERE status = 'running' ORDER BY pos"
+RUNNING_OF_BATCH = (
+    f"SELECT {TASK_COLUMNS} FROM tasks WHERE batch = ? AND status = 'running' ORDER BY pos"
+)
+BATCH_SUMMARIES = (
+    "SELECT b.name, b.task_name, b.created_at, t.status, COUNT(t.id), "
+    "MIN(t.started_at), MAX(t.finished_at) FROM batches b "
+    "LEFT JOIN tasks t ON t.batch = b.name{where} "
+    "GROUP BY b.name, b.task_name, b.created_at, t.status ORDER BY b.created_at, b.name"
+)
+# The fence moves too, so a running owner's next write fails and it stops.
+CANCEL = (
+    "UPDATE tasks SET status = 'cancelled', fence = fence + 1, owner = NULL, "
+    "lease_expires_at = NULL, finished_at = ?, updated_at = ? "
+    "WHERE id = ? AND (status = 'pending' OR status = 'running' OR status = 'waiting')"
+)
+RETRY = (
+    "UPDATE tasks SET status = 'pending', retry_base = attempts, result = NULL, "
+    "finished_at = NULL, updated_at = ? "
+    "WHERE id = ? AND (status = 'failed' OR status = 'cancelled')"
+)
+# Keyset pages over pos ({where}: "pos > ?" and the caller's filters): never a
+# whole table in memory, and no cursor held open between pages.
+TASK_PAGE = f"SELECT pos, {TASK_COLUMNS} FROM tasks WHERE {{where}} ORDER BY pos LIMIT ?"
+
+
+def task_filter(batch: str | None, status: str | None) -> tuple[str, list[Any]]:
+    """The WHERE clause of a page of ``TASK_PAGE`` (its first parameter is the
+    last position seen) and the parameters that follow that one."""
+    where = ["pos > ?"]
+    params: list[Any] = []
+    if batch is not None:
+        where.append("batch = ?")
+        params.append(batch)
+    if status is not None:
+        where.append("status = ?")
+        params.append(status)
+    return " AND ".join(where), params
+
+
+# -- operations -------------------------------------------------------------------
+RESOLVE_OP = (
+    "UPDATE operations SET status = ?, result = ?, permanent = ?, completed_at = ?, "
+    "updated_at = ?, error = COALESCE(?, error) "
+    "WHERE scope = ? AND key = ? AND status != 'completed'"
+)
+OP_CALL_COUNTS = (
+    "SELECT COALESCE(SUM(CASE WHEN calls > 1 THEN 1 ELSE 0 END), 0), COUNT(*) FROM operations"
+)
+# An operator who settles a key as failed says so in the audit, instead of
+# keeping the error that left it in doubt.
+RESOLVED_AS_FAILED = '{"type": "resolved", "message": "settled as failed by an operator"}'
+OP_ORDER = "first_claimed_at, scope, key"
+# After the last row of a page, in OP_ORDER.
+OP_AFTER = "(first_claimed_at, scope, key) > (?, ?, ?)"
+
+
+def operation_filter(
+    prefix: str | None, since: Any, task_id: str | None, statuses: tuple[str, ...] | None
+) -> tuple[list[str], list[Any]]:
+    """The clauses and parameters that pick the operations of a listing
+    (``since``: a time as the backend's parameter)."""
+    where: list[str] = []
+    params: list[Any] = []
+    if prefix:
+        # substr, not LIKE: keys may hold % or _.
+        where.append("substr(key, 1, ?) = ?")
+        params += [len(prefix), prefix]
+    if since is not None:
+        where.append("first_claimed_at >= ?")
+        params.append(since)
+    if task_id is not None:
+        where.append("task_id = ?")
+        params.append(task_id)
+    if statuses:
+        where.append("(" + " OR ".join("status = ?" for _ in statuses) + ")")
+        params += list(statuses)
+    return where, params
+
+
+def operation_page(clauses: list[str]) -> str:
+    """One page of the operations the ``clauses`` pick, in ``OP_ORDER``."""
+    statement = f"SELECT {OP_COLUMNS} FROM operations"
+    if clauses:
+        statement += " WHERE " + " AND ".join(clauses)
+    return statement + f" ORDER BY {OP_ORDER} LIMIT ?"
+
+
+# -- conversations and recorded calls ---------------------------------------------
+CONVERSATION_SUMMARIES = (
+    "SELECT c.name, COUNT(*), "
+    "COALESCE(SUM(CASE WHEN m.kind = 'summary' THEN 1 ELSE 0 END), 0), MAX(m.idx) + 1, "
+    "COALESCE(SUM(CASE WHEN m.kind = 'message' THEN m.tokens ELSE 0 END), 0) "
+    "FROM conversations c JOIN messages m ON m.conv_id = c.conv_id "
+    "WHERE c.task_id = ? GROUP BY c.conv_id, c.name ORDER BY c.name"
+)
+# {filter} is one of: every task, one batch, one task.
+RECORDED_CALLS = (
+    "SELECT t.id, t.batch, t.codec, s.seq, s.kind, s.name, s.output "
+    "FROM tasks t JOIN steps s ON s.task_id = t.id "
+    "WHERE {filter} AND (s.kind = 'llm' OR s.kind = 'conv') AND s.status = 'completed' "
+    "ORDER BY t.pos, s.seq"
+)
+
+
+def calls_filter(batch: str | None, task_id: str | None) -> tuple[str, tuple[str, ...]]:
+    """The ``{filter}`` of ``RECORDED_CALLS`` and its parameters."""
+    if task_id is not None:
+        return "t.id = ?", (task_id,)
+    if batch is not None:
+        return "t.batch = ?", (batch,)
+    return "1 = 1", ()
+
+
+# -- schedules --------------------------------------------------------------------
+LIST_SCHEDULES = f"SELECT {SCHEDULE_COLUMNS} FROM schedules ORDER BY name"
