@@ -32,7 +32,7 @@ from cairn.engine.run import Call, Machine, TaskRun, Wait
 from cairn.engine.steps import entry
 from cairn.errors import CodecError, InDoubtOperation, OperationFailed, StoreUnavailable
 from cairn.retry import Retry, is_permanent
-from cairn.store.records import OperationRecord
+from cairn.store.records import OperationRecord, StepRecord
 
 OnDoubt = Literal["raise", "retry"]
 Reconcile = Callable[[str], Any]
@@ -278,28 +278,15 @@ def _settle_doubt(
 def _adopt(run: TaskRun, seq: int, key: str, op: OperationRecord, started: datetime) -> Any:
     """The key completed elsewhere (or earlier): record its result in our history."""
     output = op.result or "null"
-    run.write(
-        entry(
-            run,
-            seq,
-            "op",
-            key,
-            "completed",
-            output=output,
-            attempts=0,
-            run_attempts=0,
-            started_at=started,
-        )
-    )
+    run.write(_completed_entry(run, seq, key, output, 0, started))
     return run.decode(output, f"operation {key!r}")
 
 
-def _record(
-    run: TaskRun, seq: int, key: str, calls: int, output: str, started: datetime, scope: str
-) -> _Settled | None:
-    """Record claim ``calls`` completed with ``output``, fenced on our task. None
-    if the claim was taken from us meanwhile (our task is still ours: look again)."""
-    step = entry(
+def _completed_entry(
+    run: TaskRun, seq: int, key: str, output: str, calls: int, started: datetime
+) -> StepRecord:
+    """The history entry of a completed operation (``calls``: made by this run)."""
+    return entry(
         run,
         seq,
         "op",
@@ -310,6 +297,14 @@ def _record(
         run_attempts=calls,
         started_at=started,
     )
+
+
+def _record(
+    run: TaskRun, seq: int, key: str, calls: int, output: str, started: datetime, scope: str
+) -> _Settled | None:
+    """Record claim ``calls`` completed with ``output``, fenced on our task. None
+    if the claim was taken from us meanwhile (our task is still ours: look again)."""
+    step = _completed_entry(run, seq, key, output, calls, started)
     if not run.complete_operation(scope, key, calls, output, step):
         # We acted, but the key or the task is no longer ours: keep what we
         # learned for the audit, and change nothing else.
