@@ -110,7 +110,8 @@ def _errors(driver: Any) -> list[dict[str, object]]:
 
 def test_pages_links_and_retry(browser: Any, dashboard: str) -> None:
     """Each page renders; batch -> tasks -> task links work; Retry moves the failed
-    task to pending; no console errors anywhere."""
+    task to pending; no console errors anywhere (a Content-Security-Policy
+    violation is one: Chromium logs it as SEVERE)."""
     from selenium.webdriver.common.by import By
 
     driver = browser
@@ -140,7 +141,8 @@ def test_pages_links_and_retry(browser: Any, dashboard: str) -> None:
 
 def test_token_required_beyond_loopback(app: Cairn, clock: FakeClock) -> None:
     """Binding beyond 127.0.0.1 needs a token; then every request must carry it,
-    and a POST without the page's form secret is refused."""
+    the cookie it sets is a session id, and a same-origin POST without the page's
+    form secret is refused."""
     import httpx
 
     from cairn.errors import ConfigurationError
@@ -155,11 +157,16 @@ def test_token_required_beyond_loopback(app: Cairn, clock: FakeClock) -> None:
         assert httpx.get(f"{url}/tasks?token=wrong").status_code == 401
         ok = httpx.get(f"{url}/tasks?token=s3cret")
         assert ok.status_code == 200
-        assert "cairn_token" in ok.headers["set-cookie"]
+        assert "cairn_session=" in ok.headers["set-cookie"]
+        assert "s3cret" not in ok.headers["set-cookie"]
         bearer = {"Authorization": "Bearer s3cret"}
         assert httpx.get(f"{url}/ops", headers=bearer).status_code == 200
-        forged = httpx.post(f"{url}/task/retry", data={"id": "x"}, headers=bearer)
+        # Same origin, so the form secret is what refuses it.
+        forged = httpx.post(
+            f"{url}/task/retry", data={"id": "x"}, headers={**bearer, "Origin": url}
+        )
         assert forged.status_code == 403
+        assert "stale or missing form" in forged.text
     finally:
         server.shutdown()
         server.server_close()

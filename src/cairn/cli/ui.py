@@ -26,6 +26,15 @@ def ui_command(
             help="Required on every request; needed to bind beyond 127.0.0.1.",
         ),
     ] = None,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            metavar="NAME",
+            help="Also answer requests for this Host name (NAME or NAME:PORT); repeatable. "
+            "Others get 421, against DNS rebinding.",
+        ),
+    ] = None,
     stall_after: Annotated[
         str, typer.Option("--stall-after", metavar="DURATION", help="Stall threshold.")
     ] = "15m",
@@ -38,7 +47,13 @@ def ui_command(
     except ValueError as exc:
         fail(str(exc))
     with opened_store(store) as opened:
-        config = UIConfig(opened, SystemClock().now, token=token, stall_after=threshold)
+        config = UIConfig(
+            opened,
+            SystemClock().now,
+            token=token,
+            stall_after=threshold,
+            allow_hosts=tuple(allow_host or ()),
+        )
         try:
             server = DashboardServer((host, port), config)
         except (ConfigurationError, OSError) as exc:

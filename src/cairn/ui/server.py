@@ -3,21 +3,21 @@
 Read-only except two POST actions, retry and cancel, which make the same store
 calls as ``cairn retry`` and ``cairn cancel``. It binds 127.0.0.1 by default;
 binding anywhere else requires a token, checked on every request (``?token=``
-once sets a cookie; or ``Authorization: Bearer``). POSTs also carry a per-server
+once opens a session, whose random id the browser keeps in a cookie; or
+``Authorization: Bearer``). Before any page, every request's Host is checked
+and every POST's Origin (:mod:`cairn.ui.guard`); POSTs also carry a per-server
 form secret, so another site cannot make a logged-in browser press a button.
 """
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 import secrets
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from http import HTTPStatus
-from http.cookies import SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -28,16 +28,19 @@ from cairn.observe.stalls import Stall
 from cairn.store.admin import AdminStore
 from cairn.store.records import TASK_STATUSES
 from cairn.store.reports import Window
-from cairn.ui import pages
+from cairn.ui import guard, pages
+from cairn.ui.guard import Refused
 
 PAGE_SIZE = 50
 OPS_LIMIT = 200
-_COOKIE = "cairn_token"
+# A client that stalls mid-request gives its thread back after this long.
+REQUEST_TIMEOUT = 30.0
 
 
 @dataclass
 class UIConfig:
-    """What the pages need: the store, the time, the token, the stall threshold."""
+    """What the pages need: the store, the time, the token, the stall threshold,
+    and the Host names answered besides the loopback ones and the bound address."""
 
     store: AdminStore
     now: Callable[[], datetime]
@@ -45,6 +48,7 @@ class UIConfig:
     stall_after: float = 15 * 60.0
     page_size: int = PAGE_SIZE
     csrf: str = ""
+    allow_hosts: tuple[str, ...] = field(default=())
 
 
 def is_loopback(host: str) -> bool:
@@ -59,64 +63,94 @@ def is_loopback(host: str) -> bool:
 class _Handler(BaseHTTPRequestHandler):
     server: DashboardServer
     protocol_version = "HTTP/1.0"
+    timeout = REQUEST_TIMEOUT
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib's name
         """Quiet: the dashboard is not a web server log."""
 
     # -- plumbing -------------------------------------------------------------------
-    def _send(self, status: int, body: str, headers: dict[str, str] | None = None) -> None:
+    def end_headers(self) -> None:
+        # Here, not in _send, so the stdlib's own error answers carry them too.
+        for name, value in guard.SECURITY_HEADERS.items():
+            self.send_header(name, value)
+        super().end_headers()
+
+    def _send(
+        self,
+        status: int,
+        body: str,
+        headers: dict[str, str] | None = None,
+        content_type: str = "text/html; charset=utf-8",
+    ) -> None:
         data = body.encode()
         self.send_response(status)
-        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
-        self.send_header("X-Frame-Options", "DENY")
-        self.send_header("Cache-Control", "no-store")
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(data)
+        if self.command != "HEAD" and status not in (HTTPStatus.NO_CONTENT,):
+            self.wfile.write(data)
 
-    def _authorized(self, query: dict[str, list[str]]) -> tuple[bool, dict[str, str]]:
+    def _refuse(self, refusal: Refused) -> None:
+        self.close_connection = True
+        self._send(refusal.status, refusal.reason + "\n", content_type="text/plain; charset=utf-8")
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The stdlib's answer to a request it could not parse, as short plain text."""
+        # A request line it could not read leaves HTTP/0.9, which has no status line.
+        self.request_version = "HTTP/1.0"
+        phrase = self.responses.get(code, ("Error", ""))[0]
+        self._refuse(Refused(HTTPStatus(code), (message or phrase)[:200]))
+
+    def parse_request(self) -> bool:
+        if not super().parse_request():
+            return False
+        if self.request_version == "HTTP/0.9":
+            # Its answers carry no headers, so no CSP: refuse it outright.
+            self.send_error(HTTPStatus.BAD_REQUEST, "HTTP/0.9 is not supported")
+            return False
+        return True
+
+    def _session(self, query: dict[str, list[str]]) -> dict[str, str]:
+        """Headers to answer with if this request is authenticated; else Refused."""
         token = self.server.config.token
         if token is None:
-            return True, {}
-        offered = query.get("token", [""])[0]
-        if offered and hmac.compare_digest(offered, token):
-            cookie = f"{_COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/"
-            return True, {"Set-Cookie": cookie}
+            return {}
+        sessions = self.server.sessions
+        if sessions.valid(guard.cookie_value(self.headers, guard.SESSION_COOKIE)):
+            return {}
         auth = self.headers.get("Authorization", "")
-        if auth.startswith("Bearer ") and hmac.compare_digest(auth[7:], token):
-            return True, {}
-        jar = SimpleCookie(self.headers.get("Cookie", ""))
-        held = jar[_COOKIE].value if _COOKIE in jar else ""
-        return bool(held) and hmac.compare_digest(held, token), {}
+        if auth.startswith("Bearer ") and guard.same_secret(auth[7:], token):
+            return {}
+        offered = query.get("token", [""])[0]
+        if offered and guard.same_secret(offered, token):
+            return {"Set-Cookie": guard.session_cookie(sessions.open())}
+        raise Refused(HTTPStatus.UNAUTHORIZED, "token required: add ?token=...")
 
     def _handle(self, method: str) -> None:
         url = urlsplit(self.path)
         query = parse_qs(url.query)
-        ok, headers = self._authorized(query)
-        if not ok:
-            self._send(
-                HTTPStatus.UNAUTHORIZED, pages.message_page("Token required", "Add ?token=...")
-            )
+        try:
+            host = guard.check_host(self.headers, self.server.hosts)
+            headers = self._session(query)
+            form: dict[str, list[str]] = {}
+            if method == "POST":
+                guard.check_origin(self.headers, host)
+                form = guard.read_form(self.headers, self.rfile)
+        except Refused as refusal:
+            self._refuse(refusal)
+            return
+        if url.path == "/favicon.ico":
+            self._send(HTTPStatus.NO_CONTENT, "", headers)
             return
         try:
-            status, body = self.server.route(method, url.path, query, self._form())
+            status, body = self.server.route(method, url.path, query, form)
         finally:
             self.server.config.store.close_thread()  # one short-lived thread per request
         self._send(status, body, headers)
 
-    def _form(self) -> dict[str, list[str]]:
-        if self.command != "POST":
-            return {}
-        length = min(int(self.headers.get("Content-Length") or 0), 64 * 1024)
-        return parse_qs(self.rfile.read(length).decode())
-
     def do_GET(self) -> None:
-        if self.path == "/favicon.ico":
-            self.send_response(HTTPStatus.NO_CONTENT)
-            self.end_headers()
-            return
         self._handle("GET")
 
     def do_POST(self) -> None:
@@ -141,12 +175,17 @@ class DashboardServer(ThreadingHTTPServer):
             )
         config.csrf = config.csrf or secrets.token_urlsafe(24)
         self.config = config
+        self.sessions = guard.Sessions()
         super().__init__(address, _Handler)
+        # After binding: port 0 has become the real port.
+        bound = {address[0], str(self.server_address[0])} - {"localhost"}
+        port = int(self.server_address[1])
+        self.hosts = guard.allowed_hosts(sorted(bound), port, config.allow_hosts)
 
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"http://{guard.bracketed(str(host))}:{port}"
 
     def route(
         self, method: str, path: str, query: dict[str, list[str]], form: dict[str, list[str]]
@@ -199,7 +238,7 @@ class DashboardServer(ThreadingHTTPServer):
         return found
 
     def _act(self, action: str, form: dict[str, list[str]]) -> tuple[int, str]:
-        if not hmac.compare_digest(_one(form, "csrf") or "", self.config.csrf):
+        if not guard.same_secret(_one(form, "csrf") or "", self.config.csrf):
             return HTTPStatus.FORBIDDEN, pages.message_page("Refused", "stale or missing form")
         task_id = _one(form, "id") or ""
         store, stamp = self.config.store, self.config.now()
