@@ -15,7 +15,7 @@ import ipaddress
 import secrets
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -48,7 +48,7 @@ class UIConfig:
     stall_after: float = 15 * 60.0
     page_size: int = PAGE_SIZE
     csrf: str = ""
-    allow_hosts: tuple[str, ...] = field(default=())
+    allow_hosts: tuple[str, ...] = ()
 
 
 def is_loopback(host: str) -> bool:
@@ -89,7 +89,7 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
-        if self.command != "HEAD" and status not in (HTTPStatus.NO_CONTENT,):
+        if self.command != "HEAD" and status != HTTPStatus.NO_CONTENT:
             self.wfile.write(data)
 
     def _refuse(self, refusal: Refused) -> None:
