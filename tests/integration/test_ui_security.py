@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from cairn import Cairn, Context
+from cairn.cli import app as cli_app
 from cairn.clock import FakeClock
 from cairn.store import admin
 from cairn.ui.server import DashboardServer, UIConfig, serve_in_thread
@@ -212,10 +214,10 @@ def test_same_origin_posts_work_and_still_need_the_form_secret(dash: Dashboard) 
     )
     assert forged.status == 403
     assert dash.status_of(FAILED[0]) == "failed"
-    assert dash.post("retry", FAILED[0], {"Origin": dash.origin}).status == 200
+    assert dash.post("retry", FAILED[0], {"Origin": dash.origin}).status == 303
     assert dash.status_of(FAILED[0]) == "pending"
     referer = {"Referer": f"{dash.origin}/task?id={FAILED[1]}"}
-    assert dash.post("retry", FAILED[1], referer).status == 200
+    assert dash.post("retry", FAILED[1], referer).status == 303
     assert dash.status_of(FAILED[1]) == "pending"
 
 
@@ -396,3 +398,39 @@ def test_cairn_ui_allow_host_option(store_with_failures: Cairn, db_path: Path) -
         child.wait(timeout=10)
         if child.stderr is not None:
             child.stderr.close()
+
+
+def test_a_done_action_redirects_and_a_refused_one_says_what_the_cli_says(
+    dash: Dashboard,
+) -> None:
+    """Retry from the dashboard answers 303 to the task's page (a reload does not
+    post again) and the task is pending; a second Retry is refused with 409 and
+    the very sentence ``cairn retry`` prints for the same task, because both
+    stand on ``cairn.admin.actions``."""
+    done = dash.post("retry", FAILED[0], {"Origin": dash.origin})
+    assert done.status == 303
+    assert done.headers["Location"] == "/task?id=reviews%2Fn%3D1"
+    assert dash.status_of(FAILED[0]) == "pending"
+    page = dash.request("GET", done.headers["Location"])
+    assert page.status == 200
+    assert 'id="status">pending' in page.body
+    refused = dash.post("retry", FAILED[0], {"Origin": dash.origin})
+    assert refused.status == 409
+    sentence = (
+        f"task {FAILED[0]} is pending; only failed or cancelled tasks can be retried. "
+        "Nothing changed."
+    )
+    assert sentence in refused.body
+    cli = CliRunner().invoke(cli_app, ["retry", FAILED[0], "--store", dash.app.store_url])
+    assert cli.exit_code == 1
+    assert sentence in " ".join(cli.output.split())
+    assert dash.status_of(FAILED[0]) == "pending"
+
+
+def test_every_page_sets_a_viewport_for_phones(dash: Dashboard) -> None:
+    """Each page declares a device-width viewport, so a phone lays it out at its
+    own width instead of a 980 px desktop page shrunk to fit."""
+    for path in PAGES:
+        got = dash.request("GET", path)
+        assert got.status == 200, path
+        assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in got.body

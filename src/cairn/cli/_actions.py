@@ -1,18 +1,18 @@
 """Operator actions on tasks (retry, cancel): on one task or on a batch, reported.
 
-Each change is one store call that checks the task's status itself, so a task
-that moved meanwhile is left alone and not counted.
+The actions and their rules are ``cairn.admin.actions``, which the dashboard
+uses too; this module prints what came of them. Each change is one store call
+that checks the task's status itself, so a task that moved meanwhile is left
+alone and not counted.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
 
 from rich.text import Text
 
+from cairn.admin.actions import Action, apply_to_task
 from cairn.clock import SystemClock
 from cairn.store import AdminStore
 
@@ -24,41 +24,13 @@ from .show import get_task_or_fail
 _LISTED = 20
 
 
-@dataclass(frozen=True, slots=True)
-class Action:
-    """A change of status an operator can ask for."""
-
-    done: str  # past participle, for messages: "retried", "cancelled"
-    sources: tuple[str, ...]
-    target: str
-    apply: Callable[[AdminStore, str, datetime], bool]
-    # Said after a change away from a source status, e.g. what a running owner does.
-    remarks: dict[str, str]
-
-
-def describe(task_id: str, source: str, action: Action) -> str:
-    """``task T: failed -> pending``, with the remark for ``source`` if any."""
-    remark = action.remarks.get(source)
-    return f"task {task_id}: {source} -> {action.target}" + (f" ({remark})" if remark else "")
-
-
 def act_on_task(store: AdminStore, action: Action, task_id: str) -> None:
     """Apply ``action`` to one task, or explain (exit 1) why nothing changed."""
-    task = get_task_or_fail(store, task_id)
-    allowed = (
-        action.sources[0]
-        if len(action.sources) == 1
-        else f"{', '.join(action.sources[:-1])} or {action.sources[-1]}"
-    )
-    if task.status not in action.sources:
-        fail(
-            f"task {task_id} is {task.status}; only {allowed} tasks can be {action.done}. "
-            "Nothing changed.",
-            code=1,
-        )
-    if not action.apply(store, task_id, SystemClock().now()):
-        fail(f"task {task_id} changed status just now; nothing changed. Look again.", code=1)
-    stdout_console().print(Text(describe(task_id, task.status, action)), soft_wrap=True)
+    get_task_or_fail(store, task_id)  # an unknown id: exit 2, naming the store
+    applied = apply_to_task(store, action, task_id, SystemClock().now())
+    if not applied.changed:
+        fail(applied.message, code=1)
+    stdout_console().print(Text(applied.message), soft_wrap=True)
 
 
 def act_on_batch(store: AdminStore, action: Action, batch: str, sources: tuple[str, ...]) -> None:
@@ -74,7 +46,7 @@ def act_on_batch(store: AdminStore, action: Action, batch: str, sources: tuple[s
                 if not action.apply(store, task.id, stamp):
                     continue
                 if sum(counts.values()) < _LISTED:
-                    console.print(Text(describe(task.id, source, action)), soft_wrap=True)
+                    console.print(Text(action.describe(task.id, source)), soft_wrap=True)
                 counts[source] += 1
     _summarize(batch, action, sources, counts)
 

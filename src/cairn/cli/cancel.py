@@ -6,17 +6,11 @@ from typing import Annotated
 
 import typer
 
-from ._actions import Action, act_on_batch, act_on_task
+from cairn.admin import CANCEL
+
+from ._actions import act_on_batch, act_on_task
 from ._consoles import fail
 from ._store_option import DEFAULT_URL, StoreOption, opened_store
-
-CANCEL = Action(
-    done="cancelled",
-    sources=("pending", "running", "waiting"),
-    target="cancelled",
-    apply=lambda store, task_id, stamp: store.cancel_task(task_id, stamp),
-    remarks={"running": "its process stops at its next step boundary"},
-)
 
 
 def cancel_command(

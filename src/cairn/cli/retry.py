@@ -6,17 +6,12 @@ from typing import Annotated
 
 import typer
 
-from ._actions import Action, act_on_batch, act_on_task
+from cairn.admin import RETRY
+
+from ._actions import act_on_batch, act_on_task
 from ._consoles import fail
 from ._store_option import DEFAULT_URL, StoreOption, opened_store
 
-RETRY = Action(
-    done="retried",
-    sources=("failed", "cancelled"),
-    target="pending",
-    apply=lambda store, task_id, stamp: store.retry_task(task_id, stamp),
-    remarks={},
-)
 _USAGE = "say which tasks: `cairn retry TASK` or `cairn retry --batch B --failed`"
 
 

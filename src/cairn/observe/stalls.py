@@ -19,6 +19,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from cairn.clock import to_iso
@@ -26,7 +27,7 @@ from cairn.context import Context
 from cairn.errors import CairnError
 from cairn.keys import op_key
 from cairn.observe.notifiers import Message, Notifier
-from cairn.store.admin import admin
+from cairn.store.admin import AdminStore, admin
 from cairn.store.reports import RunningTask
 
 if TYPE_CHECKING:
@@ -61,9 +62,14 @@ class CheckResult:
 
 def find_stalls(app: Cairn, stall_after: float) -> list[Stall]:
     """Running tasks whose last checkpoint is older than ``stall_after`` seconds."""
-    now = app.clock.now()
+    return stalls_in(admin(app.store, "stall checks"), app.clock.now(), stall_after)
+
+
+def stalls_in(store: AdminStore, now: datetime, stall_after: float) -> list[Stall]:
+    """The stall rule, written once (the alert task and the dashboard): a running
+    task whose last checkpoint is more than ``stall_after`` seconds before ``now``."""
     found = []
-    for task in admin(app.store, "stall checks").running_checkpoints():
+    for task in store.running_checkpoints():
         idle = (now - task.checkpoint).total_seconds()
         if idle > stall_after:
             found.append(Stall(task, idle))

@@ -54,6 +54,8 @@ def layout(title: str, body: str) -> str:
     )
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        # Without it a phone lays the page out 980 px wide and shrinks it.
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{escape(title)} - cairn</title><style>{_STYLE}</style></head>"
         f"<body><nav>{nav}</nav><h1>{escape(title)}</h1>{body}</body></html>"
     )

@@ -20,16 +20,20 @@ from datetime import datetime
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
+from cairn.admin.actions import CANCEL, RETRY, apply_to_task
 from cairn.errors import ConfigurationError
 from cairn.observe.metrics import compute
-from cairn.observe.stalls import Stall
+from cairn.observe.stalls import Stall, stalls_in
 from cairn.store.admin import AdminStore
 from cairn.store.records import TASK_STATUSES
 from cairn.store.reports import Window
 from cairn.ui import guard, pages
 from cairn.ui.guard import Refused
+
+# The task actions the dashboard's buttons post, by the last part of their path.
+ACTIONS = {"retry": RETRY, "cancel": CANCEL}
 
 PAGE_SIZE = 50
 OPS_LIMIT = 200
@@ -148,6 +152,8 @@ class _Handler(BaseHTTPRequestHandler):
             status, body = self.server.route(method, url.path, query, form)
         finally:
             self.server.config.store.close_thread()  # one short-lived thread per request
+        if status == HTTPStatus.SEE_OTHER:  # a done action: its body is where to go
+            headers, body = {**headers, "Location": body}, ""
         self._send(status, body, headers)
 
     def do_GET(self) -> None:
@@ -229,32 +235,21 @@ class DashboardServer(ThreadingHTTPServer):
         return HTTPStatus.OK, pages.task_page(task, steps, self.config.csrf)
 
     def _stalls(self) -> list[Stall]:
-        now = self.config.now()
-        found = []
-        for task in self.config.store.running_checkpoints():
-            idle = (now - task.checkpoint).total_seconds()
-            if idle > self.config.stall_after:
-                found.append(Stall(task, idle))
-        return found
+        return stalls_in(self.config.store, self.config.now(), self.config.stall_after)
 
     def _act(self, action: str, form: dict[str, list[str]]) -> tuple[int, str]:
+        """Retry or cancel a task by the rules the CLI uses (``cairn.admin``). Done:
+        303 to the task's page, so a reload does not post again; refused: the
+        reason, the same sentence ``cairn retry``/``cairn cancel`` prints."""
         if not guard.same_secret(_one(form, "csrf") or "", self.config.csrf):
             return HTTPStatus.FORBIDDEN, pages.message_page("Refused", "stale or missing form")
         task_id = _one(form, "id") or ""
-        store, stamp = self.config.store, self.config.now()
-        done = (
-            store.retry_task(task_id, stamp)
-            if action == "retry"
-            else store.cancel_task(task_id, stamp)
-        )
-        task = store.get_task(task_id)
-        if task is None:
+        applied = apply_to_task(self.config.store, ACTIONS[action], task_id, self.config.now())
+        if applied.task is None:
             return HTTPStatus.NOT_FOUND, pages.message_page("Not found", f"No task {task_id}")
-        steps = list(store.load_history(task_id).values())
-        if not done:
-            text = f"task {task_id} is {task.status}; cannot {action} it"
-            return HTTPStatus.CONFLICT, pages.message_page("Nothing done", text)
-        return HTTPStatus.OK, pages.task_page(task, steps, self.config.csrf)
+        if not applied.changed:
+            return HTTPStatus.CONFLICT, pages.message_page("Nothing done", applied.message)
+        return HTTPStatus.SEE_OTHER, f"/task?{urlencode({'id': task_id})}"
 
 
 def serve_in_thread(server: DashboardServer) -> threading.Thread:
