@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cairn import Cairn, Context
+from cairn import Cairn, Context, TaskWaiting
 from cairn.cli import app as cli_app
 from cairn.clock import FakeClock
 from cairn.store import admin
@@ -434,3 +434,19 @@ def test_every_page_sets_a_viewport_for_phones(dash: Dashboard) -> None:
         got = dash.request("GET", path)
         assert got.status == 200, path
         assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in got.body
+
+
+def test_a_waiting_task_can_be_cancelled_from_its_page(dash: Dashboard) -> None:
+    """A task suspended in ``ctx.wait_for`` shows a Cancel button (the rule of
+    ``cairn cancel``: pending, running or waiting), and pressing it cancels it."""
+
+    @dash.app.task(name="approve")
+    def approve(ctx: Context) -> str:
+        return str(ctx.wait_for("approval").payload)
+
+    with pytest.raises(TaskWaiting):
+        dash.app.run(approve, task_id="approve/1")
+    page = dash.request("GET", "/task?id=approve%2F1")
+    assert 'action="/task/cancel"' in page.body
+    assert dash.post("cancel", "approve/1", {"Origin": dash.origin}).status == 303
+    assert dash.status_of("approve/1") == "cancelled"

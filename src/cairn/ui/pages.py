@@ -13,6 +13,7 @@ from datetime import datetime
 from html import escape
 from urllib.parse import urlencode
 
+from cairn.admin.actions import CANCEL, RETRY
 from cairn.observe.metrics import Metrics
 from cairn.observe.stalls import Stall
 from cairn.observe.text import metrics_lines
@@ -129,11 +130,12 @@ def _button(task_id: str, action: str, csrf: str) -> str:
 
 
 def task_page(task: TaskRecord, steps: list[StepRecord], csrf: str) -> str:
-    buttons = ""
-    if task.status in ("failed", "cancelled"):
-        buttons += _button(task.id, "retry", csrf)
-    if task.status in ("pending", "running"):
-        buttons += _button(task.id, "cancel", csrf)
+    # A button shows where the action's own rule allows it (cairn.admin.actions).
+    buttons = "".join(
+        _button(task.id, action.name, csrf)
+        for action in (RETRY, CANCEL)
+        if task.status in action.sources
+    )
     facts = table(
         ["status", "batch", "attempts", "interruptions", "owner", "started", "finished"],
         [
