@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -81,3 +81,16 @@ def second_process(url: str, clock: FakeClock, **options: Any) -> Cairn:
 def url(store_url: str) -> str:
     """The test's store, once per backend (a SQLite file, a PostgreSQL database)."""
     return store_url
+
+
+T = TypeVar("T")
+
+
+def logged(calls: list[str], name: str, value: T) -> Callable[[], T]:
+    """A step function that notes ``name`` in ``calls`` and returns ``value``."""
+
+    def call() -> T:
+        calls.append(name)
+        return value
+
+    return call

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -35,21 +34,15 @@ from cairn.testing import set_fault_hook
 from tests.agent_server import (
     SYSTEM,
     Crash,
-    DocReader,
     crash_at,
-    model_server,
     openai_client,
     reader_task,
     resume,
 )
 from tests.integration.store.test_conversation import GOAL, history_entries
-
-
-@pytest.fixture
-def server() -> Iterator[SimulatedModelServer]:
-    """The fake model: a reader of 12 documents."""
-    with model_server(DocReader(12)) as started:
-        yield started
+from tests.integration.store.test_conversation import (
+    server as server,  # a fixture: pytest finds it by this name
+)
 
 
 def test_a_different_message_at_a_recorded_position_is_nondeterminism(app: Cairn) -> None:

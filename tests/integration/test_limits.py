@@ -9,7 +9,6 @@ tests use the fake clock, whose sleeps only move its own time.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -21,13 +20,9 @@ from cairn import (
     Rate,
 )
 from tests.crashes import url as url  # a fixture: pytest finds it by this name
-from tests.servers import ApiServer
-
-
-@pytest.fixture
-def api() -> Iterator[ApiServer]:
-    with ApiServer(hold=0.02) as server:
-        yield server
+from tests.integration.store.test_limits import (
+    api as api,  # a fixture: pytest finds it by this name
+)
 
 
 # -- bad input ----------------------------------------------------------------------------

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +21,10 @@ from cairn.clock import FakeClock
 from cairn.store import admin
 from cairn.webhook import post_once
 from tests.integration.store.test_webhook import report_task
+from tests.integration.store.test_webhook import (
+    webhook as webhook,  # a fixture: pytest finds it by this name
+)
 from tests.servers import WebhookServer
-
-
-@pytest.fixture
-def webhook() -> Iterator[WebhookServer]:
-    """A chat webhook on a free local port that records every post."""
-    with WebhookServer() as server:
-        yield server
 
 
 def store_bytes(db_path: Path) -> bytes:

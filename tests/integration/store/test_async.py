@@ -6,8 +6,7 @@ Every test runs on each backend (``store_url``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
-from typing import TypeVar
+from collections.abc import Iterator
 
 import pytest
 
@@ -15,21 +14,8 @@ import cairn
 from cairn import Cairn, Context, Retry
 from cairn.clock import FakeClock
 from cairn.testing import set_fault_hook
-from tests.crashes import LEASE, PAST_LEASE, Crash, crash_before, second_process
+from tests.crashes import LEASE, PAST_LEASE, Crash, crash_before, logged, second_process
 from tests.crashes import url as url  # a fixture: pytest finds it by this name
-
-T = TypeVar("T")
-
-
-def logged(calls: list[str], name: str, value: T) -> Callable[[], T]:
-    """A step function that notes ``name`` in ``calls`` and returns ``value``."""
-
-    def call() -> T:
-        calls.append(name)
-        return value
-
-    return call
-
 
 CALLS: list[str] = []
 

@@ -16,7 +16,7 @@ from cairn import Cairn, Context, TaskFailed
 from cairn.blobs import FileBlobStore, is_ref, parse_ref
 from cairn.clock import FakeClock
 from cairn.testing import set_fault_hook
-from tests.crashes import LEASE, PAST_LEASE, Crash, crash_before, second_process
+from tests.crashes import LEASE, PAST_LEASE, Crash, crash_before, logged, second_process
 from tests.crashes import url as url  # a fixture: pytest finds it by this name
 
 MB = 1024 * 1024
@@ -36,16 +36,6 @@ def blobs_dir(tmp_path: Path) -> Path:
 def first(url: str, clock: FakeClock, blobs_dir: Path) -> Iterator[Cairn]:
     with Cairn(url, clock=clock, lease=LEASE, blobs=str(blobs_dir)) as app:
         yield app
-
-
-def logged(calls: list[str], name: str, value: Any) -> Any:
-    """A step function that notes ``name`` in ``calls`` and returns ``value``."""
-
-    def call() -> Any:
-        calls.append(name)
-        return value
-
-    return call
 
 
 def big_then_small(calls: list[str], rows: int) -> Any:

@@ -6,29 +6,24 @@ Every test that uses a store runs on SQLite and on PostgreSQL (``store_url``).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime, timedelta
-from typing import TypeVar
 
 import pytest
 
 from cairn import Cairn, Context, Retry
 from cairn.clock import FakeClock
 from cairn.testing import set_fault_hook
-from tests.crashes import LEASE, PAST_LEASE, Crash, CrashingClock, crash_before, second_process
+from tests.crashes import (
+    LEASE,
+    PAST_LEASE,
+    Crash,
+    CrashingClock,
+    crash_before,
+    logged,
+    second_process,
+)
 from tests.crashes import url as url  # a fixture: pytest finds it by this name
-
-T = TypeVar("T")
-
-
-def logged(calls: list[str], name: str, value: T) -> Callable[[], T]:
-    """A step function that notes ``name`` in ``calls`` and returns ``value``."""
-
-    def call() -> T:
-        calls.append(name)
-        return value
-
-    return call
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -18,20 +18,8 @@ from cairn import Cairn, CodecError, Context, NonDeterminismError, Retry, TaskBu
 from cairn.clock import FakeClock
 from cairn.store import admin
 from cairn.testing import set_fault_hook
-from tests.crashes import LEASE, PAST_LEASE, Crash, crash_before, second_process
+from tests.crashes import LEASE, PAST_LEASE, Crash, crash_before, logged, second_process
 from tests.crashes import url as url  # a fixture: pytest finds it by this name
-
-T = TypeVar("T")
-
-
-def logged(calls: list[str], name: str, value: T) -> Callable[[], T]:
-    """A step function that notes ``name`` in ``calls`` and returns ``value``."""
-
-    def call() -> T:
-        calls.append(name)
-        return value
-
-    return call
 
 
 @dataclass(frozen=True)
