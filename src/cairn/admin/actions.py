@@ -60,11 +60,14 @@ CANCEL = Action(
 @dataclass(frozen=True, slots=True)
 class Applied:
     """What came of an action on one task: the task as read before (None if
-    there is no such task), whether it changed, and the sentence to show."""
+    there is no such task), whether it changed, and the sentence to show.
+    ``refused``: the request itself was wrong (a bad name, a task that cannot
+    take it), as opposed to one that found nothing to change."""
 
     task: TaskRecord | None
     changed: bool
     message: str
+    refused: bool = False
 
 
 def apply_to_task(store: AdminStore, action: Action, task_id: str, now: datetime) -> Applied:

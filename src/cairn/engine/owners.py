@@ -189,3 +189,12 @@ def claimant_alive(
     if claimant is None or claimant.status != "running" or claimant.fence != op.claim_fence:
         return False
     return not lease_lapsed(claimant, now, grace) and not owner_is_gone(claimant.owner)
+
+
+def claimant_gone(
+    op: OperationRecord, claimant: TaskRecord | None, now: datetime, grace: timedelta
+) -> bool:
+    """True if ``op`` is still claimed by an attempt that can no longer record
+    an outcome (``claimant_alive`` says no): the key is in doubt though its
+    status does not say so yet. What ``cairn ops`` and the dashboard show."""
+    return op.status == "claimed" and not claimant_alive(op, claimant, now, grace)

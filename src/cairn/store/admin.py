@@ -29,6 +29,7 @@ from cairn.store.reports import (
     RunningTask,
     StatusCount,
     StepTotals,
+    TaskQuery,
     TaskTotals,
     Window,
 )
@@ -53,6 +54,39 @@ class AdminStore(Store, Protocol):
 
     def batch_summaries(self, name: str | None = None) -> list[BatchSummary]:
         """Every batch (or one) with its task counts."""
+        ...
+
+    def find_tasks(
+        self, query: TaskQuery, *, below: int | None = None, above: int | None = None, size: int
+    ) -> list[tuple[int, TaskRecord]]:
+        """Up to ``size`` tasks that ``query`` picks, each with its position,
+        newest first: the newest below position ``below`` (or of all), or, given
+        only ``above``, the oldest above it. Keyset reads: no OFFSET."""
+        ...
+
+    def count_tasks(self, query: TaskQuery) -> int:
+        """How many tasks ``query`` picks."""
+        ...
+
+    def child_ids(self, task_id: str) -> list[str]:
+        """The ids of the tasks ``task_id`` spawned, in the order they were made."""
+        ...
+
+    def batch_page(
+        self,
+        *,
+        search: str | None = None,
+        below: tuple[datetime, str] | None = None,
+        above: tuple[datetime, str] | None = None,
+        size: int,
+    ) -> list[BatchSummary]:
+        """Up to ``size`` batches whose name holds ``search``, newest first by
+        (created_at, name): those before ``below``, or, given only ``above``,
+        the oldest after it."""
+        ...
+
+    def count_batches(self, search: str | None = None) -> int:
+        """How many batches' names hold ``search`` (all, if None)."""
         ...
 
     def cancel_task(self, task_id: str, now: datetime) -> bool:

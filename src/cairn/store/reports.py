@@ -85,3 +85,22 @@ class StatusCount:
     status: str
     tasks: int
     last_finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class TaskQuery:
+    """Which tasks a listing shows (``cairn tasks``, the dashboard's task pages).
+
+    ``status``, ``batch`` and ``name`` match exactly; ``since <= created_at <
+    until``; ``search`` matches a task id (its start or all of it) or a piece of
+    its error text, letter case ignored. Tasks cairn runs for itself (names
+    starting ``cairn.``: stall alerts, daily reports) are left out unless
+    ``include_internal``."""
+
+    status: str | None = None
+    batch: str | None = None
+    name: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    search: str | None = None
+    include_internal: bool = False

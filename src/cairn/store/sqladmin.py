@@ -8,7 +8,7 @@ backend's primitives (``cairn.store.sqlcore``) and turns rows into records.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -26,6 +26,7 @@ from cairn.store.reports import (
     OpTotals,
     RunningTask,
     StepTotals,
+    TaskQuery,
     TaskTotals,
     Window,
 )
@@ -62,7 +63,11 @@ class SQLAdmin(SQLCore):
             left = None if left is None else left - len(rows)
 
     def batch_summaries(self, name: str | None = None) -> list[BatchSummary]:
-        where, params = ("", ()) if name is None else (" WHERE b.name = ?", (name,))
+        if name is None:
+            return self._summaries("", ())
+        return self._summaries(" WHERE b.name = ?", (name,))
+
+    def _summaries(self, where: str, params: Sequence[Any]) -> list[BatchSummary]:
         summaries: dict[str, BatchSummary] = {}
         for row in self._exec(sqlviews.BATCH_SUMMARIES.format(where=where), params).rows:
             known = summaries.get(row[0])
@@ -82,6 +87,59 @@ class SQLAdmin(SQLCore):
                 max(finished, default=None),
             )
         return list(summaries.values())
+
+    def find_tasks(
+        self, query: TaskQuery, *, below: int | None = None, above: int | None = None, size: int
+    ) -> list[tuple[int, TaskRecord]]:
+        where, params = sqlviews.task_query_filter(query, self._ts)
+        if below is not None:
+            where.append("pos < ?")
+            params.append(below)
+        if above is not None:
+            where.append("pos > ?")
+            params.append(above)
+        newer = above is not None and below is None
+        rows = self._exec(sqlviews.find_tasks(where, newer=newer), (*params, size)).rows
+        found = [(int(r[0]), sql.task_record(r[1:])) for r in rows]
+        return found[::-1] if newer else found
+
+    def count_tasks(self, query: TaskQuery) -> int:
+        where, params = sqlviews.task_query_filter(query, self._ts)
+        statement = sqlviews.COUNT_TASKS.format(where=" AND ".join(where) or "1 = 1")
+        return int(self._exec(statement, params).rows[0][0])
+
+    def child_ids(self, task_id: str) -> list[str]:
+        return [str(r[0]) for r in self._exec(sqlviews.CHILD_IDS, (task_id,)).rows]
+
+    def batch_page(
+        self,
+        *,
+        search: str | None = None,
+        below: tuple[datetime, str] | None = None,
+        above: tuple[datetime, str] | None = None,
+        size: int,
+    ) -> list[BatchSummary]:
+        where, params = sqlviews.batch_search(search)
+        for clause, edge in ((sqlviews.BATCH_BEFORE, below), (sqlviews.BATCH_AFTER, above)):
+            if edge is not None:
+                where.append(clause)
+                params += [self._ts(edge[0]), self._ts(edge[0]), edge[1]]
+        newer = above is not None and below is None
+        statement = sqlviews.BATCH_NAMES_PAGE.format(
+            where=" AND ".join(where) or "1 = 1", order="ASC" if newer else "DESC"
+        )
+        names = [str(r[0]) for r in self._exec(statement, (*params, size)).rows]
+        if not names:
+            return []
+        marks = ", ".join("?" for _ in names)
+        by_name = {s.name: s for s in self._summaries(f" WHERE b.name IN ({marks})", names)}
+        ordered = [by_name[name] for name in names]
+        return ordered[::-1] if newer else ordered
+
+    def count_batches(self, search: str | None = None) -> int:
+        where, params = sqlviews.batch_search(search)
+        statement = sqlviews.COUNT_BATCHES.format(where=" AND ".join(where) or "1 = 1")
+        return int(self._exec(statement, params).rows[0][0])
 
     def cancel_task(self, task_id: str, now: datetime) -> bool:
         stamp = self._ts(now)

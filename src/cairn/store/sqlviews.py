@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from cairn.store.reports import TaskQuery
 from cairn.store.sql import OP_COLUMNS, SCHEDULE_COLUMNS, TASK_COLUMNS
+from cairn.store.sqlmetrics import INTERNAL_PREFIX
 
 PAGE = 500
 
@@ -51,6 +53,72 @@ def task_filter(batch: str | None, status: str | None) -> tuple[str, list[Any]]:
         where.append("status = ?")
         params.append(status)
     return " AND ".join(where), params
+
+
+# -- listings with filters, keyset pages both ways and totals --------------------------
+# Newest first is descending pos. A page older than a cursor reads pos below it
+# descending; a page newer reads pos above it ascending (the caller turns it
+# round), so either way the primary key (or a filter's index ending in pos)
+# gives the rows in order and the statement stops after one page.
+FIND_TASKS = f"SELECT pos, {TASK_COLUMNS} FROM tasks WHERE {{where}} ORDER BY pos {{order}} LIMIT ?"
+COUNT_TASKS = "SELECT COUNT(*) FROM tasks WHERE {where}"
+CHILD_IDS = "SELECT id FROM tasks WHERE parent_id = ? ORDER BY pos"
+# LIKE with this escape character, so a search for 50% or snake_case means itself.
+_ESCAPE = "\\"
+
+
+def like_pattern(text: str) -> str:
+    """``%text%`` for LIKE, with LIKE's own wildcards in ``text`` escaped."""
+    escaped = text.replace(_ESCAPE, _ESCAPE * 2).replace("%", _ESCAPE + "%")
+    return "%" + escaped.replace("_", _ESCAPE + "_") + "%"
+
+
+def task_query_filter(query: TaskQuery, ts: Any) -> tuple[list[str], list[Any]]:
+    """The clauses and parameters that pick the tasks of ``query`` (``ts``
+    turns a time into the backend's parameter)."""
+    where: list[str] = []
+    params: list[Any] = []
+    for column in ("status", "batch", "name"):
+        value = getattr(query, column)
+        if value is not None:
+            where.append(f"{column} = ?")
+            params.append(value)
+    if query.since is not None:
+        where.append("created_at >= ?")
+        params.append(ts(query.since))
+    if query.until is not None:
+        where.append("created_at < ?")
+        params.append(ts(query.until))
+    if query.search:
+        # substr, not LIKE, for the id: ids may hold % or _.
+        where.append(f"(substr(id, 1, ?) = ? OR LOWER(error) LIKE LOWER(?) ESCAPE '{_ESCAPE}')")
+        params += [len(query.search), query.search, like_pattern(query.search)]
+    if not query.include_internal:
+        where.append(f"substr(name, 1, {len(INTERNAL_PREFIX)}) <> '{INTERNAL_PREFIX}'")
+    return where, params
+
+
+def find_tasks(clauses: list[str], *, newer: bool) -> str:
+    """A page of ``FIND_TASKS`` over ``clauses``: ascending if ``newer``."""
+    where = " AND ".join(clauses) or "1 = 1"
+    return FIND_TASKS.format(where=where, order="ASC" if newer else "DESC")
+
+
+# Batches, newest first by (created_at, name); cursors are that pair.
+BATCH_NAMES_PAGE = (
+    "SELECT name, created_at FROM batches WHERE {where} ORDER BY created_at {order}, name {order} "
+    "LIMIT ?"
+)
+COUNT_BATCHES = "SELECT COUNT(*) FROM batches WHERE {where}"
+BATCH_BEFORE = "(created_at < ? OR (created_at = ? AND name < ?))"
+BATCH_AFTER = "(created_at > ? OR (created_at = ? AND name > ?))"
+
+
+def batch_search(search: str | None) -> tuple[list[str], list[Any]]:
+    """The clause that picks batches whose name holds ``search`` (any case)."""
+    if not search:
+        return [], []
+    return [f"LOWER(name) LIKE LOWER(?) ESCAPE '{_ESCAPE}'"], [like_pattern(search)]
 
 
 # -- operations -------------------------------------------------------------------

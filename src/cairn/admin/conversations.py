@@ -1,0 +1,162 @@
+"""A task's conversations as an operator sees them: the active context, each
+summary with the messages it covers, the archive on demand, and the tokens
+and estimated cost of each recorded model call.
+
+The reading is ``cairn.agent``'s (``archive``, ``costs``); this module picks
+the conversation and puts the pieces together for the CLI and the dashboard.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cairn.agent.archive import (
+    Blobs,
+    ConversationView,
+    StoredMessage,
+    iter_history,
+    load_conversation,
+)
+from cairn.agent.costs import CostLine, CostReport, cost_report, line_of
+from cairn.agent.pricing import PriceTable
+from cairn.errors import UnknownTask
+from cairn.store import AdminStore
+
+__all__ = [
+    "CallCost",
+    "ConversationDetail",
+    "SummaryCover",
+    "call_costs",
+    "conversation_detail",
+    "conversation_name",
+    "costs",
+]
+
+
+def conversation_name(store: AdminStore, task_id: str, name: str | None) -> str:
+    """The conversation to show: ``name``, else main, else the task's only one;
+    ``UnknownTask`` saying which there are otherwise."""
+    names = [c.conv for c in store.conversation_summaries(task_id)]
+    if name is not None and name in names:
+        return name
+    if not names:
+        raise UnknownTask(f"task {task_id!r} has no conversation", task_id=task_id)
+    if name is None and "main" in names:
+        return "main"
+    if name is None and len(names) == 1:
+        return names[0]
+    listed = ", ".join(names)
+    if name is None:
+        raise UnknownTask(
+            f"task {task_id!r} has conversations {listed}; pick one with --name", task_id=task_id
+        )
+    raise UnknownTask(
+        f"task {task_id!r} has no conversation {name!r} (it has {listed})", task_id=task_id
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryCover:
+    """A summary row and the message rows it stands for: ``first`` to
+    ``covers_until``, both included (``first`` follows the summary before it)."""
+
+    idx: int
+    first: int
+    covers_until: int
+    tokens: int
+    active: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CallCost:
+    """One recorded model call (``llm``) or compaction (``conv``) of the task."""
+
+    seq: int
+    kind: str
+    name: str
+    line: CostLine
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationDetail:
+    """A conversation: its active context, every row when asked for
+    (``archive``, else None), its summaries and what they cover."""
+
+    view: ConversationView
+    active: frozenset[int]
+    archive: list[StoredMessage] | None
+    summaries: list[SummaryCover]
+
+    def shown(self) -> list[StoredMessage]:
+        """The archive if it was read, else the active context."""
+        return self.archive if self.archive is not None else self.view.active_rows()
+
+    def stats(self) -> dict[str, object]:
+        """The conversation's counts, labelled for display."""
+        stats = self.view.stats
+        return {
+            "task": self.view.task_id,
+            "conversation": self.view.name,
+            "rows": stats.rows,
+            "compactions": stats.compactions,
+            "archived messages": stats.archived_messages,
+            "active tokens": stats.active_tokens,
+            "tokens without compaction": stats.full_tokens,
+        }
+
+
+def _covers(rows: list[StoredMessage], active: frozenset[int]) -> list[SummaryCover]:
+    covers = []
+    first = 0
+    for row in rows:
+        if row.kind != "summary" or row.covers_until is None:
+            continue
+        covers.append(SummaryCover(row.idx, first, row.covers_until, row.tokens, row.idx in active))
+        first = row.covers_until + 1
+    return covers
+
+
+def conversation_detail(
+    store: AdminStore,
+    task_id: str,
+    name: str | None = None,
+    *,
+    blobs: Blobs = None,
+    archive: bool = False,
+) -> ConversationDetail:
+    """Conversation ``name`` of ``task_id`` (see ``conversation_name``), with
+    every row ever appended if ``archive``. ``blobs`` reads messages kept in the
+    blob store."""
+    conv = conversation_name(store, task_id, name)
+    view = load_conversation(store, task_id, conv, blobs=blobs)
+    if view is None:  # its rows went between the two reads
+        raise UnknownTask(
+            f"task {task_id!r} has no conversation {conv!r} any more", task_id=task_id
+        )
+    active = frozenset(row.idx for row in view.active_rows())
+    rows = list(iter_history(store, task_id, conv, blobs=blobs)) if archive else None
+    summaries = _covers(rows if rows is not None else list(view.stored), active)
+    return ConversationDetail(view, active, rows, summaries)
+
+
+def call_costs(
+    store: AdminStore, task_id: str, *, prices: PriceTable | None = None
+) -> list[CallCost]:
+    """Each recorded model call and compaction of ``task_id``, in order, priced."""
+    return [
+        CallCost(call.seq, call.kind, call.name, line_of(call, prices))
+        for call in store.recorded_calls(task_id=task_id)
+    ]
+
+
+def costs(
+    store: AdminStore,
+    *,
+    batch: str | None = None,
+    task_id: str | None = None,
+    prices: PriceTable | None = None,
+) -> CostReport:
+    """Tokens and estimated cost per batch (neither given), or per task of
+    ``batch``, or of the one task ``task_id``."""
+    by_batch = batch is None and task_id is None
+    return cost_report(store, batch=batch, task_id=task_id, by_batch=by_batch, prices=prices)

@@ -1,0 +1,187 @@
+"""Task and batch listings with filters, keyset pages both ways and totals.
+
+A page is read by position, never by OFFSET: the newest page, the page older
+than a cursor, or the page newer than one, each one indexed read however many
+tasks the store holds, plus a COUNT for the total. A cursor is an opaque text
+for a URL or a ``--older`` option; it names where a page ended.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from cairn.errors import CairnError
+from cairn.store import AdminStore
+from cairn.store.records import BatchSummary, TaskRecord
+from cairn.store.reports import TaskQuery
+
+__all__ = [
+    "BadCursor",
+    "BatchPage",
+    "Cursor",
+    "TaskPage",
+    "TaskQuery",
+    "batch_page",
+    "task_page",
+]
+
+# Opaque text naming the edge of a page (base64 of a small JSON list).
+Cursor = str
+DEFAULT_SIZE = 50
+MAX_SIZE = 1000
+
+
+class BadCursor(CairnError, ValueError):
+    """A page cursor that no page of this listing gave."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPage:
+    """One page of tasks, newest first: ``total`` tasks match in all; ``newer``
+    and ``older`` are the cursors of the pages on either side (None at an end)."""
+
+    rows: list[TaskRecord]
+    total: int
+    newer: Cursor | None
+    older: Cursor | None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPage:
+    """One page of batches, newest first, like ``TaskPage``."""
+
+    rows: list[BatchSummary]
+    total: int
+    newer: Cursor | None
+    older: Cursor | None
+
+
+def _encode(kind: str, *parts: Any) -> Cursor:
+    raw = json.dumps([kind, *parts], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode(kind: str, cursor: Cursor) -> list[Any]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        value = json.loads(base64.urlsafe_b64decode(padded.encode()))
+    except (ValueError, TypeError):
+        value = None
+    if not isinstance(value, list) or not value or value[0] != kind:
+        raise BadCursor(
+            f"{cursor!r} is not a page cursor of this {kind} listing; start again from the "
+            "first page (give no cursor)"
+        )
+    return value[1:]
+
+
+def _task_edge(cursor: Cursor) -> int:
+    (pos,) = _decode("task", cursor) or [None]
+    if not isinstance(pos, int):
+        raise BadCursor(
+            f"{cursor!r} is a damaged task page cursor; start again from the first page"
+        )
+    return pos
+
+
+def _check_size(size: int) -> None:
+    if not 1 <= size <= MAX_SIZE:
+        raise ValueError(f"a page holds 1 to {MAX_SIZE} rows; {size} asked for")
+
+
+def task_page(
+    store: AdminStore,
+    query: TaskQuery,
+    *,
+    older_than: Cursor | None = None,
+    newer_than: Cursor | None = None,
+    size: int = DEFAULT_SIZE,
+) -> TaskPage:
+    """The page of tasks ``query`` picks, newest first: the newest, or the one
+    just older than ``older_than``, or the one just newer than ``newer_than``."""
+    _check_size(size)
+    if older_than is not None and newer_than is not None:
+        raise ValueError("ask for the page older than a cursor or newer than one, not both")
+    below = None if older_than is None else _task_edge(older_than)
+    above = None if newer_than is None else _task_edge(newer_than)
+    found = store.find_tasks(query, below=below, above=above, size=size + 1)
+    # One row past the page says more lie that way; the other way, one look.
+    more = len(found) > size
+    if above is not None:
+        found = found[-size:] if more else found
+        newer_more, older_more = more, _beyond(store, query, below=found[-1][0] if found else above)
+    else:
+        found = found[:size]
+        older_more = more
+        newer_more = bool(found) and below is not None and _beyond(store, query, above=found[0][0])
+    return TaskPage(
+        rows=[task for _, task in found],
+        total=store.count_tasks(query),
+        newer=_encode("task", found[0][0]) if newer_more and found else None,
+        older=_encode("task", found[-1][0]) if older_more and found else None,
+    )
+
+
+def _beyond(
+    store: AdminStore, query: TaskQuery, *, below: int | None = None, above: int | None = None
+) -> bool:
+    return bool(store.find_tasks(query, below=below, above=above, size=1))
+
+
+def _batch_edge(cursor: Cursor) -> tuple[datetime, str]:
+    parts = _decode("batch", cursor)
+    try:
+        created, name = parts
+        return datetime.fromisoformat(created), str(name)
+    except (ValueError, TypeError) as exc:
+        raise BadCursor(
+            f"{cursor!r} is a damaged batch page cursor; start again from the first page"
+        ) from exc
+
+
+def _batch_cursor(summary: BatchSummary) -> Cursor:
+    return _encode("batch", summary.created_at.isoformat(), summary.name)
+
+
+def batch_page(
+    store: AdminStore,
+    *,
+    search: str | None = None,
+    older_than: Cursor | None = None,
+    newer_than: Cursor | None = None,
+    size: int = DEFAULT_SIZE,
+) -> BatchPage:
+    """A page of batches (name holding ``search``, any case), newest first, as
+    ``task_page`` pages tasks."""
+    _check_size(size)
+    if older_than is not None and newer_than is not None:
+        raise ValueError("ask for the page older than a cursor or newer than one, not both")
+    below = None if older_than is None else _batch_edge(older_than)
+    above = None if newer_than is None else _batch_edge(newer_than)
+    found = store.batch_page(search=search, below=below, above=above, size=size + 1)
+    more = len(found) > size
+    if above is not None:
+        found = found[-size:] if more else found
+        edge = (found[-1].created_at, found[-1].name) if found else above
+        newer_more = more
+        older_more = bool(store.batch_page(search=search, below=edge, size=1))
+    else:
+        found = found[:size]
+        older_more = more
+        newer_more = (
+            bool(found)
+            and below is not None
+            and bool(
+                store.batch_page(search=search, above=(found[0].created_at, found[0].name), size=1)
+            )
+        )
+    return BatchPage(
+        rows=found,
+        total=store.count_batches(search),
+        newer=_batch_cursor(found[0]) if newer_more and found else None,
+        older=_batch_cursor(found[-1]) if older_more and found else None,
+    )

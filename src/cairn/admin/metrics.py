@@ -1,0 +1,42 @@
+"""The metrics summary the dashboard shows: ``cairn.observe.metrics`` with the
+steps grouped by name template (one line for ``fetch-1`` … ``fetch-900``),
+and the stalled tasks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from cairn.observe.metrics import Metrics, compute
+from cairn.observe.stalls import DEFAULT_STALL_AFTER, Stall, stalls_in
+from cairn.observe.step_names import StepGroup, step_groups
+from cairn.store import AdminStore
+from cairn.store.reports import Window
+
+__all__ = ["MetricsSummary", "metrics_summary"]
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSummary:
+    """The metrics of a window, its steps grouped by template (slowest first),
+    and the running tasks that have stalled."""
+
+    metrics: Metrics
+    steps: list[StepGroup]
+    stalls: list[Stall]
+
+
+def metrics_summary(
+    store: AdminStore,
+    window: Window | None = None,
+    *,
+    now: datetime,
+    stall_after: float = DEFAULT_STALL_AFTER,
+) -> MetricsSummary:
+    """The summary of ``window`` (default: the whole store) at ``now``."""
+    window = window or Window()
+    return MetricsSummary(
+        compute(store, window),
+        step_groups(store.step_durations(window)),
+        stalls_in(store, now, stall_after),
+    )

@@ -1,0 +1,213 @@
+"""Operations (``ctx.once`` keys) as an operator sees them, and settling one.
+
+A key is in doubt when the attempt that claimed it died between claiming and
+recording: cairn cannot know whether the outside world acted, so it never calls
+the function again on its own. A claim whose attempt crashed stays ``claimed``
+until some run looks at the key, so each claim's attempt is judged here (task
+row, fence, lease, owner process: ``engine.owners.claimant_gone``) rather than
+trusting the status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import cache
+from itertools import islice
+from typing import Any
+
+from cairn.codec import JsonCodec, codec_for
+from cairn.engine.owners import DEFAULT_LEASE_SECONDS, claimant_gone, takeover_grace
+from cairn.errors import CairnError
+from cairn.store import AdminStore
+from cairn.store.records import OperationRecord, TaskRecord
+
+__all__ = [
+    "DEFAULT_GRACE",
+    "OperationView",
+    "Resolved",
+    "in_doubt",
+    "operations",
+    "resolve",
+]
+
+# A reader without the app (the CLI, the dashboard) judges claims by the default lease.
+DEFAULT_GRACE = takeover_grace(timedelta(seconds=DEFAULT_LEASE_SECONDS))
+# The sentences' results are cut to this many characters.
+_RESULT_WIDTH = 60
+
+
+@dataclass(frozen=True, slots=True)
+class OperationView:
+    """An operation with the task that claimed it. ``claimant_gone``: still
+    claimed by an attempt that cannot record; ``in_doubt``: marked in doubt or so."""
+
+    record: OperationRecord
+    task: TaskRecord | None
+    in_doubt: bool
+    claimant_gone: bool
+
+    @property
+    def codec(self) -> str:
+        """The codec of the key's result: its claiming task's."""
+        return self.task.codec if self.task is not None else "unknown"
+
+
+def _views(
+    store: AdminStore, ops: Iterator[OperationRecord], now: datetime
+) -> Iterator[OperationView]:
+    tasks: Callable[[str], TaskRecord | None] = cache(store.get_task)
+    for op in ops:
+        task = tasks(op.task_id)
+        gone = claimant_gone(op, task, now, DEFAULT_GRACE)
+        yield OperationView(op, task, op.status == "in_doubt" or gone, gone)
+
+
+def operations(
+    store: AdminStore,
+    *,
+    task_id: str | None = None,
+    prefix: str | None = None,
+    statuses: tuple[str, ...] | None = None,
+    since: datetime | None = None,
+    only_in_doubt: bool = False,
+    limit: int | None = 200,
+    now: datetime,
+) -> list[OperationView]:
+    """Up to ``limit`` operations (None: all), oldest first, each judged at ``now``."""
+    if only_in_doubt:
+        statuses = ("claimed", "in_doubt")
+    # Dead claims are found by looking, so the store cannot apply the limit then.
+    records = store.list_operations(
+        prefix=prefix,
+        since=since,
+        task_id=task_id,
+        statuses=statuses,
+        limit=None if only_in_doubt else limit,
+    )
+    try:
+        views = _views(store, records, now)
+        if only_in_doubt:
+            views = (view for view in views if view.in_doubt)
+        return list(islice(views, limit))
+    finally:
+        close = getattr(records, "close", None)
+        if close is not None:
+            close()
+
+
+def in_doubt(store: AdminStore, now: datetime, *, limit: int | None = 200) -> list[OperationView]:
+    """The keys in doubt at ``now``: marked so, or claimed by an attempt that died."""
+    return operations(store, only_in_doubt=True, limit=limit, now=now)
+
+
+# -- settling a key -----------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """What came of settling a key: ``found`` False if there is no such key;
+    ``changed``; the sentences to show, in order; and a note to add, if any."""
+
+    found: bool
+    changed: bool
+    messages: list[str]
+    note: str | None = None
+
+    @property
+    def message(self) -> str:
+        return "\n".join(self.messages)
+
+
+def label(op: OperationRecord) -> str:
+    """``'key'``, or ``'key' in scope 's'``."""
+    return repr(op.key) + (f" in scope {op.scope!r}" if op.scope else "")
+
+
+def _refusal(op: OperationRecord, task: TaskRecord | None, now: datetime) -> str | None:
+    if op.status == "completed":
+        return (
+            f"operation {label(op)} is completed already; a completed key cannot be "
+            "resolved. Nothing changed."
+        )
+    if op.status == "claimed" and not claimant_gone(op, task, now, DEFAULT_GRACE):
+        return (
+            f"operation {label(op)} is claimed by task {op.task_id}, which is still running "
+            "and may record an outcome; wait for it (or stop it), then look again. "
+            "Nothing changed."
+        )
+    return None
+
+
+def encode_result(value: Any, task: TaskRecord | None) -> str:
+    """The result as its task's codec stores it (JSON text for the JSON codec);
+    ``CairnError`` if that codec cannot store it."""
+    if task is None or task.codec == "json":
+        return JsonCodec().encode(value)
+    try:
+        return codec_for(task.codec).encode(value)
+    except CairnError as exc:
+        raise CairnError(
+            f"cannot store the result with task {task.id}'s codec {task.codec!r}: {exc}"
+        ) from exc
+
+
+def _effect(status: str, text: str | None) -> str:
+    if status == "completed":
+        shown = text or ""
+        shown = shown if len(shown) <= _RESULT_WIDTH else shown[: _RESULT_WIDTH - 3] + "..."
+        return f"result {shown}; later calls return it without calling the function"
+    if status == "released":
+        return "the next call with this key calls the function again"
+    return "later calls raise OperationFailed without calling the function"
+
+
+def resolve(
+    store: AdminStore,
+    scope: str,
+    key: str,
+    status: str,
+    *,
+    result: Any = None,
+    permanent: bool,
+    now: datetime,
+) -> Resolved:
+    """Settle a key that is not completed: ``completed`` with ``result`` (it
+    happened), ``released`` (it did not; call again) or ``failed`` (give up).
+    A failed claiming task goes back to pending, unless the key was given up on."""
+    op = store.get_operation(scope, key)
+    if op is None:
+        where = f" in scope {scope!r}" if scope else ""
+        return Resolved(
+            False, False, [f"no operation {key}{where} in {store.url}; list keys with `cairn ops`"]
+        )
+    task = store.get_task(op.task_id)
+    refusal = _refusal(op, task, now)
+    if refusal is not None:
+        return Resolved(True, False, [refusal])
+    text = encode_result(result, task) if status == "completed" else None
+    if not store.resolve_operation(scope, key, status, result=text, permanent=permanent, now=now):
+        return Resolved(
+            True, False, [f"operation {label(op)} changed just now; nothing changed. Look again."]
+        )
+    said = [f"operation {label(op)}: {op.status} -> {status} ({_effect(status, text)})"]
+    note = None
+    # A key settled as failed would only fail the task again at once.
+    if task is not None and status != "failed":
+        again, note = _run_task_again(store, task, now)
+        said += again
+    return Resolved(True, True, said, note)
+
+
+def _run_task_again(
+    store: AdminStore, task: TaskRecord, now: datetime
+) -> tuple[list[str], str | None]:
+    note = None
+    if task.status == "cancelled":
+        note = f"task {task.id} is cancelled; `cairn retry {task.id}` would run it again"
+    if task.status != "failed" or not store.retry_task(task.id, now):
+        return [], note
+    if task.batch:
+        picks_up = f"the next run_batch of batch {task.batch} (or app.run of this task)"
+    else:
+        picks_up = "the next app.run of this task"
+    return [f"task {task.id}: failed -> pending; {picks_up} runs it again"], note
