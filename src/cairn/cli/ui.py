@@ -1,4 +1,4 @@
-"""``cairn ui``: a small web dashboard of the store (standard library only)."""
+"""``cairn ui``: the web dashboard of the store (the ``ui`` extra: Starlette, uvicorn, Jinja2)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import typer
 from cairn.clock import SystemClock
 from cairn.errors import ConfigurationError
 from cairn.observe._time import parse_duration
-from cairn.ui.server import DashboardServer, UIConfig
 
 from ._consoles import fail
 from ._store_option import DEFAULT_URL, StoreOption, opened_store
@@ -40,8 +39,18 @@ def ui_command(
     ] = "15m",
     store: StoreOption = DEFAULT_URL,
 ) -> None:
-    """Serve a dashboard: batches with progress, tasks by status, a task's steps,
-    operations, stalls and metrics; retry and cancel buttons. Read-only otherwise."""
+    """Serve a dashboard: batches with progress, rate and ETA; tasks with search,
+    filters and paging; a task's steps, errors and timeline; conversations,
+    operations, stalls and metrics; live updates. Buttons: retry, cancel, signal,
+    resolve an operation in doubt."""
+    try:
+        # The dashboard's libraries are an extra: import them only when asked for.
+        from cairn.ui.server import DashboardServer, UIConfig
+    except ImportError as exc:
+        fail(
+            f"the dashboard needs the ui extra ({exc.name or exc} is not installed): "
+            "pip install 'cairn[ui]'"
+        )
     try:
         threshold = parse_duration(stall_after)
     except ValueError as exc:
@@ -60,7 +69,7 @@ def ui_command(
             fail(f"cannot serve the dashboard at {host}:{port}: {exc}")
         typer.echo(f"cairn dashboard at {server.url}/", err=True)
         try:
-            server.serve_forever()
+            server.serve_forever()  # until Ctrl-C or SIGTERM
         except KeyboardInterrupt:
             pass
         finally:

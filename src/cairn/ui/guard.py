@@ -13,7 +13,9 @@
 - **Body.** ``Content-Length`` must be a plain number under :data:`MAX_BODY`, and
   a form body ASCII that decodes as UTF-8 (:func:`read_form`).
 
-Every answer, refusals included, carries :data:`SECURITY_HEADERS`.
+Every answer, refusals included, carries :data:`SECURITY_HEADERS`. The functions
+here are pure (header values in, a value or :class:`Refused` out); the ASGI
+middleware that applies them to each request is :mod:`cairn.ui.middleware`.
 """
 
 from __future__ import annotations
@@ -23,13 +25,9 @@ import ipaddress
 import secrets
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
-from email.message import Message
+from collections.abc import Iterable, Sequence
 from http import HTTPStatus
-from io import BufferedIOBase
 from urllib.parse import parse_qs, urlsplit
-
-from cairn.ui import pages
 
 # The forms post two short fields; anything near this is not the dashboard's.
 MAX_BODY = 16 * 1024
@@ -39,10 +37,14 @@ MAX_SESSIONS = 1024
 SESSION_COOKIE = "cairn_session"
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
+# Scripts and styles only from the dashboard's own static files (htmx, its CSS):
+# no inline script or style attribute can run. connect-src for htmx's polling.
 CONTENT_SECURITY_POLICY = (
     "default-src 'none'; "
-    f"style-src {pages.STYLE_SOURCE}; "
+    "script-src 'self'; "
+    "style-src 'self'; "
     "img-src 'self'; "
+    "connect-src 'self'; "
     "form-action 'self'; "
     "frame-ancestors 'none'; "
     "base-uri 'none'"
@@ -98,9 +100,9 @@ def allowed_hosts(bound: Iterable[str], port: int, extra: Iterable[str] = ()) ->
     return frozenset(name.lower() for name in names)
 
 
-def check_host(headers: Message, allowed: frozenset[str]) -> str:
-    """The request's Host, if it is one of ``allowed``; otherwise :class:`Refused`."""
-    hosts = headers.get_all("Host") or []
+def check_host(hosts: Sequence[str], allowed: frozenset[str]) -> str:
+    """The request's Host (``hosts``: every Host header it sent), if it is one of
+    ``allowed``; otherwise :class:`Refused`."""
     if len(hosts) != 1 or hosts[0].strip().lower() not in allowed:
         raise Refused(
             HTTPStatus.MISDIRECTED_REQUEST,
@@ -111,9 +113,9 @@ def check_host(headers: Message, allowed: frozenset[str]) -> str:
     return str(hosts[0]).strip().lower()
 
 
-def check_origin(headers: Message, host: str) -> None:
+def check_origin(origin: str | None, referer: str | None, host: str) -> None:
     """Refuse a POST that does not come from a page of this dashboard at ``host``."""
-    source = headers.get("Origin") or headers.get("Referer") or ""
+    source = origin or referer or ""
     parts = urlsplit(source)
     if parts.scheme not in ("http", "https") or parts.netloc.lower() != host:
         raise Refused(HTTPStatus.FORBIDDEN, "cross-origin POST refused")
@@ -132,7 +134,7 @@ class Sessions:
 
     def __init__(self, limit: int = MAX_SESSIONS) -> None:
         self._ids: OrderedDict[str, None] = OrderedDict()
-        self._lock = threading.Lock()  # one thread per request
+        self._lock = threading.Lock()  # pages are rendered on worker threads
         self._limit = limit
 
     def open(self) -> str:
@@ -153,9 +155,10 @@ def session_cookie(session: str) -> str:
     return f"{SESSION_COOKIE}={session}; HttpOnly; SameSite=Strict; Path=/"
 
 
-def cookie_value(headers: Message, name: str) -> str:
-    """The value of cookie ``name``, or ``""``; any malformed text is skipped."""
-    for header in headers.get_all("Cookie") or []:
+def cookie_value(cookies: Iterable[str], name: str) -> str:
+    """The value of cookie ``name`` in the ``Cookie`` headers ``cookies``, or ``""``;
+    any malformed text is skipped."""
+    for header in cookies:
         for pair in str(header).split(";"):
             key, sep, value = pair.strip().partition("=")
             if sep and key == name:
@@ -163,10 +166,12 @@ def cookie_value(headers: Message, name: str) -> str:
     return ""
 
 
-def _content_length(headers: Message) -> int:
-    if headers.get("Transfer-Encoding"):
+def content_length(lengths: Sequence[str], transfer_encoding: bool) -> int:
+    """The body's length from the request's ``Content-Length`` values; refused when
+    malformed, repeated with different values, too large, or chunked."""
+    if transfer_encoding:
         raise Refused(HTTPStatus.BAD_REQUEST, "send a Content-Length, not Transfer-Encoding")
-    values = {str(value).strip() for value in headers.get_all("Content-Length") or []}
+    values = {value.strip() for value in lengths}
     if not values:
         return 0
     text = values.pop()
@@ -179,13 +184,9 @@ def _content_length(headers: Message) -> int:
     return length
 
 
-def read_form(headers: Message, body: BufferedIOBase) -> dict[str, list[str]]:
-    """The urlencoded form of a POST, or :class:`Refused` with a 4xx reason."""
-    length = _content_length(headers)
-    try:
-        data = body.read(length)
-    except TimeoutError:
-        raise Refused(HTTPStatus.REQUEST_TIMEOUT, "body not received in time") from None
+def parse_form(data: bytes, length: int) -> dict[str, list[str]]:
+    """The urlencoded form in ``data`` (which should be ``length`` bytes), or
+    :class:`Refused` with a 400 reason."""
     if len(data) != length:
         raise Refused(HTTPStatus.BAD_REQUEST, "body shorter than its Content-Length")
     try:

@@ -1,212 +1,183 @@
-"""The dashboard's pages: server-rendered HTML, no JavaScript, every value escaped.
+"""The dashboard's pages: each reads through ``cairn.admin`` and names the
+template that shows it. No SQL and no store of a kind here: what a page shows
+is what the CLI would say, read by the same functions.
 
-No inline ``style=`` attributes: the Content-Security-Policy allows only the one
-``<style>`` element, by its hash (:data:`STYLE_SOURCE`).
+Each builder takes the config and the query (one value per name) and returns a
+:class:`~cairn.ui.render.Page`; a bad query is a 400 page saying what was wrong.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime
-from html import escape
-from urllib.parse import urlencode
 
 from cairn.admin.actions import CANCEL, RETRY
-from cairn.observe.metrics import Metrics
-from cairn.observe.stalls import Stall
+from cairn.admin.batches import batch_view
+from cairn.admin.conversations import call_costs, conversation_detail
+from cairn.admin.listing import BadCursor, TaskQuery, batch_page, task_page
+from cairn.admin.metrics import metrics_summary
+from cairn.admin.operations import operations as list_operations
+from cairn.admin.views import task_view
+from cairn.agent.archive import StoredMessage
+from cairn.agent.messages import text_of
+from cairn.errors import UnknownTask
+from cairn.observe._time import parse_moment
+from cairn.observe.stalls import stalls_in
 from cairn.observe.text import metrics_lines
-from cairn.store.records import TASK_STATUSES, BatchSummary, OperationRecord, StepRecord, TaskRecord
+from cairn.store.records import TASK_STATUSES
+from cairn.ui.actions import RESOLVE_STATUSES
+from cairn.ui.config import UIConfig
+from cairn.ui.gantt import gantt
+from cairn.ui.render import Page
 
-_STYLE = """
-body{font:14px system-ui,sans-serif;margin:1.5em;color:#222}
-nav a{margin-right:1em}table{border-collapse:collapse;margin-top:.8em}
-td,th{border-bottom:1px solid #ddd;padding:3px 8px;text-align:left}
-progress{width:160px}
-.failed{color:#b00}.completed{color:#070}.running{color:#06c}
-form{display:inline}pre{white-space:pre-wrap}
-"""
-# The CSP source that lets exactly this stylesheet apply, and nothing injected.
-_STYLE_DIGEST = hashlib.sha256(_STYLE.encode()).digest()
-STYLE_SOURCE = f"'sha256-{base64.b64encode(_STYLE_DIGEST).decode()}'"
+Query = dict[str, str]
+OPS_LIMIT = 200
 
 
-def link(path: str, label: str, **query: str | int | None) -> str:
-    params = {k: v for k, v in query.items() if v is not None}
-    href = path + ("?" + urlencode(params) if params else "")
-    return f'<a href="{escape(href)}">{escape(label)}</a>'
+class BadQuery(ValueError):
+    """A query parameter the page cannot use; its text says which and why."""
 
 
-def when(moment: datetime | None) -> str:
-    return "-" if moment is None else escape(moment.strftime("%Y-%m-%d %H:%M:%S"))
+def message(title: str, text: str, status: int, back: str = "/") -> Page:
+    return Page(title, "message.html", {"text": text, "back": back}, status=status)
 
 
-def layout(title: str, body: str) -> str:
-    nav = " ".join(
-        link(path, label)
-        for path, label in (
-            ("/", "Batches"),
-            ("/tasks", "Tasks"),
-            ("/ops", "Operations"),
-            ("/stalls", "Stalls"),
-            ("/metrics", "Metrics"),
-        )
-    )
-    return (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        # Without it a phone lays the page out 980 px wide and shrinks it.
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{escape(title)} - cairn</title><style>{_STYLE}</style></head>"
-        f"<body><nav>{nav}</nav><h1>{escape(title)}</h1>{body}</body></html>"
-    )
+def _cursors(query: Query) -> dict[str, str | None]:
+    return {"older_than": query.get("older") or None, "newer_than": query.get("newer") or None}
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
-    """``rows`` hold HTML already escaped by the caller."""
-    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+def batches(config: UIConfig, query: Query) -> Page:
+    search = query.get("q") or None
+    try:
+        found = batch_page(config.store, search=search, size=config.page_size, **_cursors(query))
+    except (BadCursor, ValueError) as exc:
+        return message("Bad page", str(exc), 400)
+    return Page("Batches", "batches.html", {"page": found, "q": search or ""}, live=True)
 
 
-def batches_page(summaries: list[BatchSummary]) -> str:
-    rows = []
-    for s in summaries:
-        done = sum(s.counts.get(k, 0) for k in ("completed", "failed", "cancelled"))
-        bar = f'<progress max="{max(s.total, 1)}" value="{done}"></progress> {done}/{s.total}'
-        counts = [
-            link("/tasks", str(s.counts.get(status, 0)), batch=s.name, status=status)
-            for status in TASK_STATUSES
-        ]
-        rows.append([link("/tasks", s.name, batch=s.name), escape(s.task_name), bar, *counts])
-    body = (
-        table(["batch", "task", "progress", *TASK_STATUSES], rows) if rows else "<p>No batches.</p>"
-    )
-    return layout("Batches", body)
+def batch(config: UIConfig, query: Query) -> Page:
+    name = query.get("name", "")
+    view = batch_view(config.store, name, config.now())
+    if view is None:
+        return message("Not found", f"No batch {name!r} in this store", 404)
+    return Page(f"Batch {name}", "batch.html", {"view": view}, live=True)
 
 
-def tasks_page(
-    tasks: list[tuple[int, TaskRecord]], status: str | None, batch: str | None, size: int
-) -> str:
-    filters = " ".join(
-        link("/tasks", label or "all", status=label, batch=batch)
-        for label in (None, *TASK_STATUSES)
-    )
-    rows = [
-        [
-            link("/task", t.id, id=t.id),
-            escape(t.batch or "-"),
-            f'<span class="{escape(t.status)}">{escape(t.status)}</span>',
-            str(t.attempts),
-            str(t.interruptions),
-            when(t.started_at),
-            when(t.finished_at),
-        ]
-        for _, t in tasks
-    ]
-    more = ""
-    if len(tasks) == size:
-        more = (
-            "<p>"
-            + link("/tasks", "Older", status=status, batch=batch, before=tasks[-1][0])
-            + "</p>"
-        )
-    title = "Tasks" + (f" of {batch}" if batch else "") + (f" ({status})" if status else "")
-    body = f"<p>Show: {filters}</p>" + (
-        table(["task", "batch", "status", "attempts", "interruptions", "started", "finished"], rows)
-        if rows
-        else "<p>No tasks.</p>"
-    )
-    return layout(title, body + more)
+def _moment(query: Query, field: str, now: datetime) -> datetime | None:
+    text = query.get(field, "").strip()
+    if not text:
+        return None
+    try:
+        return parse_moment(text, now)
+    except ValueError as exc:
+        raise BadQuery(f"{field}: {exc}") from None
 
 
-def _button(task_id: str, action: str, csrf: str) -> str:
-    return (
-        f'<form method="post" action="/task/{action}">'
-        f'<input type="hidden" name="id" value="{escape(task_id)}">'
-        f'<input type="hidden" name="csrf" value="{escape(csrf)}">'
-        f'<button type="submit" id="{action}">{action.capitalize()}</button></form>'
+def task_query(query: Query, now: datetime) -> TaskQuery:
+    """The listing filters of a query string: status, batch, task name, created
+    since/until (a time, or a duration ago like ``2h``), search text, internal."""
+    status = query.get("status") or None
+    if status is not None and status not in TASK_STATUSES:
+        raise BadQuery(f"status {status!r} is not one of {', '.join(TASK_STATUSES)}")
+    return TaskQuery(
+        status=status,
+        batch=query.get("batch") or None,
+        name=query.get("name") or None,
+        since=_moment(query, "since", now),
+        until=_moment(query, "until", now),
+        search=(query.get("q") or "").strip() or None,
+        include_internal=query.get("internal") == "1",
     )
 
 
-def task_page(task: TaskRecord, steps: list[StepRecord], csrf: str) -> str:
+def tasks(config: UIConfig, query: Query) -> Page:
+    try:
+        filters = task_query(query, config.now())
+        found = task_page(config.store, filters, size=config.page_size, **_cursors(query))
+    except (BadQuery, BadCursor, ValueError) as exc:
+        return message("Bad query", str(exc), 400, back="/tasks")
+    kept = {k: v for k, v in query.items() if k not in ("older", "newer") and v}
+    title = "Tasks" + (f" of {filters.batch}" if filters.batch else "")
+    title += f" ({filters.status})" if filters.status else ""
+    context = {"page": found, "filters": kept, "statuses": TASK_STATUSES}
+    return Page(title, "tasks.html", context, live=True)
+
+
+def task(config: UIConfig, query: Query) -> Page:
+    task_id = query.get("id", "")
+    view = task_view(config.store, task_id)
+    if view is None:
+        return message("Not found", f"No task {task_id}", 404)
+    now = config.now()
+    ops = list_operations(config.store, task_id=task_id, limit=OPS_LIMIT, now=now)
     # A button shows where the action's own rule allows it (cairn.admin.actions).
-    buttons = "".join(
-        _button(task.id, action.name, csrf)
-        for action in (RETRY, CANCEL)
-        if task.status in action.sources
-    )
-    facts = table(
-        ["status", "batch", "attempts", "interruptions", "owner", "started", "finished"],
-        [
-            [
-                f'<span class="{escape(task.status)}" id="status">{escape(task.status)}</span>',
-                escape(task.batch or "-"),
-                str(task.attempts),
-                str(task.interruptions),
-                escape(task.owner or "-"),
-                when(task.started_at),
-                when(task.finished_at),
-            ]
-        ],
-    )
-    timeline = table(
-        ["#", "kind", "name", "status", "calls", "started", "finished", "seconds", "error"],
-        [
-            [
-                str(s.seq),
-                escape(s.kind),
-                escape(s.name),
-                f'<span class="{escape(s.status)}">{escape(s.status)}</span>',
-                str(s.attempts),
-                when(s.started_at),
-                when(s.finished_at),
-                f"{(s.finished_at - s.started_at).total_seconds():.3f}",
-                escape((s.error or "")[:160]),
-            ]
-            for s in sorted(steps, key=lambda s: s.seq)
-        ],
-    )
-    error = f"<pre>{escape(task.error[:2000])}</pre>" if task.error else ""
-    return layout(f"Task {task.id}", f"<p>{buttons}</p>{facts}{error}<h2>Steps</h2>{timeline}")
+    buttons = [a.name for a in (RETRY, CANCEL) if view.task.status in a.sources]
+    context = {
+        "view": view,
+        "csrf": config.csrf,
+        "buttons": buttons,
+        "can_signal": view.task.status in ("pending", "running", "waiting"),
+        "gantt": gantt(view.steps),
+        "ops": ops,
+        "resolve_statuses": RESOLVE_STATUSES,
+    }
+    return Page(f"Task {task_id}", "task.html", context, live=True)
 
 
-def ops_page(ops: list[OperationRecord]) -> str:
-    rows = [
-        [
-            escape(o.scope),
-            escape(o.key),
-            escape(o.status),
-            str(o.calls),
-            link("/task", o.task_id, id=o.task_id),
-            when(o.first_claimed_at),
-            when(o.completed_at),
-        ]
-        for o in ops
-    ]
-    headers = ["scope", "key", "status", "calls", "task", "first claimed", "completed"]
-    return layout("Operations", table(headers, rows) if rows else "<p>No operations.</p>")
+def operations(config: UIConfig, query: Query) -> Page:
+    doubt = query.get("doubt") == "1"
+    ops = list_operations(config.store, only_in_doubt=doubt, limit=OPS_LIMIT, now=config.now())
+    context = {
+        "ops": ops,
+        "doubt": doubt,
+        "limit": OPS_LIMIT,
+        "csrf": config.csrf,
+        "resolve_statuses": RESOLVE_STATUSES,
+    }
+    return Page("Operations", "ops.html", context, live=True)
 
 
-def stalls_page(stalls: list[Stall], stall_after: float) -> str:
-    rows = [
-        [
-            link("/task", s.task.task_id, id=s.task.task_id),
-            escape(s.task.batch or "-"),
-            when(s.task.checkpoint),
-            f"{s.seconds:.0f}",
-        ]
-        for s in stalls
-    ]
-    head = f"<p>Running tasks with no checkpoint for over {stall_after:g} s.</p>"
-    body = table(["task", "batch", "last checkpoint", "seconds"], rows) if rows else "<p>None.</p>"
-    return layout("Stalls", head + body)
+def _message(row: StoredMessage, active: frozenset[int]) -> dict[str, object]:
+    message = row.message
+    return {
+        "idx": row.idx,
+        "kind": row.kind,
+        "role": message.get("role", "?"),
+        "text": text_of(message),
+        "tokens": row.tokens,
+        "active": row.idx in active,
+    }
 
 
-def metrics_page(metrics: Metrics) -> str:
-    items = "".join(f"<li>{escape(line)}</li>" for line in metrics_lines(metrics))
-    return layout("Metrics", f"<ul>{items}</ul>")
+def conversation(config: UIConfig, query: Query) -> Page:
+    task_id = query.get("task", "")
+    archive = query.get("archive") == "1"
+    try:
+        detail = conversation_detail(
+            config.store, task_id, query.get("name") or None, archive=archive
+        )
+    except UnknownTask as exc:
+        return message("Not found", str(exc), 404, back="/tasks")
+    context = {
+        "detail": detail,
+        "messages": [_message(row, detail.active) for row in detail.shown()],
+        "archive": archive,
+        "calls": call_costs(config.store, task_id),
+        "name": detail.view.name,
+    }
+    return Page(f"Conversation {detail.view.name} of {task_id}", "conversation.html", context)
 
 
-def message_page(title: str, text: str) -> str:
-    return layout(title, f"<p>{escape(text)}</p><p>{link('/', 'Back to batches')}</p>")
+def stalls(config: UIConfig, query: Query) -> Page:
+    found = stalls_in(config.store, config.now(), config.stall_after)
+    context = {"stalls": found, "stall_after": config.stall_after}
+    return Page("Stalls", "stalls.html", context, live=True)
+
+
+def metrics(config: UIConfig, query: Query) -> Page:
+    summary = metrics_summary(config.store, now=config.now(), stall_after=config.stall_after)
+    # One line per step *name* would be 300 lines for numbered steps: the steps
+    # are shown grouped by name template in a table instead.
+    lines = metrics_lines(replace(summary.metrics, steps=[]))
+    context = {"lines": lines, "steps": summary.steps, "stalls": summary.stalls}
+    return Page("Metrics", "metrics.html", context)

@@ -1,0 +1,139 @@
+"""The dashboard's buttons: retry, cancel, signal, resolve an operation in doubt.
+
+Each runs the very function the CLI runs (``cairn.admin``), so a refusal says
+the CLI's sentence. Every form carries the server's form secret, checked
+first. Done: the answer is a 303 to the page where the change shows, so a
+reload does not post again.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any
+
+from cairn.admin.actions import CANCEL, RETRY, Action, Applied, apply_to_task
+from cairn.admin.operations import resolve as resolve_operation
+from cairn.admin.signals import send_signal
+from cairn.ui import guard
+from cairn.ui.config import UIConfig
+from cairn.ui.render import href
+
+Form = dict[str, list[str]]
+RESOLVE_STATUSES = ("completed", "released", "failed")
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A done action (``redirect``: where to go) or a refused one (the page to show)."""
+
+    redirect: str | None = None
+    status: int = HTTPStatus.OK
+    title: str = ""
+    message: str = ""
+    back: str = "/"
+
+
+def _field(form: Form, name: str) -> str:
+    values = form.get(name)
+    return values[0] if values else ""
+
+
+def _refused(status: int, title: str, text: str, back: str = "/") -> Outcome:
+    return Outcome(None, status, title, text, back)
+
+
+def checked(config: UIConfig, form: Form) -> Outcome | None:
+    """A refusal if the form does not carry this server's form secret."""
+    if guard.same_secret(_field(form, "csrf"), config.csrf):
+        return None
+    return _refused(HTTPStatus.FORBIDDEN, "Refused", "stale or missing form")
+
+
+def _task_page(task_id: str) -> str:
+    return href("/task", id=task_id)
+
+
+def _applied(applied: Applied, task_id: str) -> Outcome:
+    if applied.task is None and not applied.changed:
+        return _refused(HTTPStatus.NOT_FOUND, "Not found", applied.message)
+    if not applied.changed:
+        status = HTTPStatus.BAD_REQUEST if applied.refused else HTTPStatus.CONFLICT
+        return _refused(status, "Nothing done", applied.message, _task_page(task_id))
+    return Outcome(redirect=_task_page(task_id))
+
+
+def _task_action(config: UIConfig, form: Form, action: Action) -> Outcome:
+    refusal = checked(config, form)
+    if refusal is not None:
+        return refusal
+    task_id = _field(form, "id")
+    return _applied(apply_to_task(config.store, action, task_id, config.now()), task_id)
+
+
+def retry(config: UIConfig, form: Form) -> Outcome:
+    return _task_action(config, form, RETRY)
+
+
+def cancel(config: UIConfig, form: Form) -> Outcome:
+    return _task_action(config, form, CANCEL)
+
+
+def _json(text: str, what: str) -> Any:
+    """The JSON value of a form field; empty means null."""
+    if not text.strip():
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f'the {what} is not JSON ({exc}); write e.g. {{"ok": true}}') from None
+
+
+def signal(config: UIConfig, form: Form) -> Outcome:
+    refusal = checked(config, form)
+    if refusal is not None:
+        return refusal
+    task_id = _field(form, "id")
+    back = _task_page(task_id)
+    try:
+        payload = _json(_field(form, "payload"), "payload")
+    except ValueError as exc:
+        return _refused(HTTPStatus.BAD_REQUEST, "Bad payload", str(exc), back)
+    name = _field(form, "name").strip()
+    applied = send_signal(config.store, task_id, name, payload, config.now())
+    if applied.refused:
+        return _refused(HTTPStatus.BAD_REQUEST, "Nothing done", applied.message, back)
+    if not applied.changed:
+        return _refused(HTTPStatus.CONFLICT, "Nothing done", applied.message, back)
+    return Outcome(redirect=back)
+
+
+def resolve(config: UIConfig, form: Form) -> Outcome:
+    refusal = checked(config, form)
+    if refusal is not None:
+        return refusal
+    status = _field(form, "status")
+    task_id = _field(form, "task")
+    back = _task_page(task_id) if task_id else "/ops"
+    if status not in RESOLVE_STATUSES:
+        text = f"resolve as one of {', '.join(RESOLVE_STATUSES)}, not {status!r}"
+        return _refused(HTTPStatus.BAD_REQUEST, "Bad status", text, back)
+    try:
+        result = _json(_field(form, "result"), "result")
+    except ValueError as exc:
+        return _refused(HTTPStatus.BAD_REQUEST, "Bad result", str(exc), back)
+    done = resolve_operation(
+        config.store,
+        _field(form, "scope"),
+        _field(form, "key"),
+        status,
+        result=result,
+        permanent=_field(form, "permanent") == "1",
+        now=config.now(),
+    )
+    if not done.found:
+        return _refused(HTTPStatus.NOT_FOUND, "Not found", done.message, back)
+    if not done.changed:
+        return _refused(HTTPStatus.CONFLICT, "Nothing done", done.message, back)
+    return Outcome(redirect=back)

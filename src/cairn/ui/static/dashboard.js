@@ -1,0 +1,45 @@
+// The "live" indicator of cairn's dashboard: htmx polls the page's live region;
+// this only pauses that polling (remembered across pages) and shows its state:
+// live, paused, or offline (the last poll failed).
+(function () {
+  "use strict";
+  var KEY = "cairn.paused";
+
+  function paused() {
+    try { return window.localStorage.getItem(KEY) === "1"; } catch (e) { return false; }
+  }
+
+  function show(state) {
+    var button = document.getElementById("live-state");
+    if (!button) { return; }
+    button.dataset.state = state;
+    button.textContent = state;
+    button.title = state === "paused" ? "Resume live updates" : "Pause live updates";
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    var button = document.getElementById("live-state");
+    if (!button) { return; }
+    show(paused() ? "paused" : "live");
+    button.addEventListener("click", function () {
+      var pause = !paused();
+      try { window.localStorage.setItem(KEY, pause ? "1" : "0"); } catch (e) { /* private mode */ }
+      show(pause ? "paused" : "live");
+    });
+  });
+
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    if (event.detail.elt && event.detail.elt.id === "live" && paused()) {
+      event.preventDefault();
+    }
+  });
+  document.addEventListener("htmx:afterRequest", function (event) {
+    if (!event.detail.elt || event.detail.elt.id !== "live" || paused()) { return; }
+    show(event.detail.successful ? "live" : "offline");
+  });
+  // After a swap the polled element is a new one; htmx:load is fired on it.
+  document.addEventListener("htmx:load", function (event) {
+    if (event.detail.elt && event.detail.elt.id === "live" && !paused()) { show("live"); }
+  });
+  document.addEventListener("htmx:sendError", function () { show("offline"); });
+}());
