@@ -27,6 +27,7 @@ from cairn.admin.listing import (
     TaskPage,
     TaskQuery,
     batch_page,
+    iter_tasks,
     task_page,
 )
 from cairn.admin.metrics import MetricsSummary, metrics_summary
@@ -76,6 +77,7 @@ __all__ = [
     "costs",
     "error_view",
     "in_doubt",
+    "iter_tasks",
     "metrics_summary",
     "operations",
     "resolve",

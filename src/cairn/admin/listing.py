@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -26,6 +27,7 @@ __all__ = [
     "TaskPage",
     "TaskQuery",
     "batch_page",
+    "iter_tasks",
     "task_page",
 ]
 
@@ -33,6 +35,8 @@ __all__ = [
 Cursor = str
 DEFAULT_SIZE = 50
 MAX_SIZE = 1000
+# ``iter_tasks`` reads this many rows a time.
+_STREAM_PAGE = 500
 
 
 class BadCursor(CairnError, ValueError):
@@ -185,3 +189,22 @@ def batch_page(
         newer=_batch_cursor(found[0]) if newer_more and found else None,
         older=_batch_cursor(found[-1]) if older_more and found else None,
     )
+
+
+def iter_tasks(
+    store: AdminStore, query: TaskQuery, *, limit: int | None = None
+) -> Iterator[TaskRecord]:
+    """The tasks ``query`` picks, in enqueue order (oldest first), read a page
+    at a time by position: never a whole table in memory, no cursor held open
+    between pages, so a caller may write while iterating. At most ``limit``."""
+    after, left = 0, limit
+    while left is None or left > 0:
+        size = _STREAM_PAGE if left is None else min(_STREAM_PAGE, left)
+        # Above a position, the store reads oldest first; it hands pages newest first.
+        found = store.find_tasks(query, above=after, size=size)[::-1]
+        for _, task in found:
+            yield task
+        if len(found) < size:
+            return
+        after = found[-1][0]
+        left = None if left is None else left - len(found)

@@ -26,7 +26,7 @@ def send_signal(store: AdminStore, task_id: str, name: str, payload: Any, now: d
         task = store.get_task(task_id)
         sent = record_signal(store, task_id, name, payload, now)
     except (CairnError, ValueError) as exc:
-        return Applied(None, False, f"{exc}. Nothing changed.".replace(". .", "."), refused=True)
+        return Applied(None, False, f"{str(exc).rstrip('.')}. Nothing changed.", refused=True)
     if sent:
         return Applied(task, True, f"sent {name!r} to task {task_id}")
     return Applied(

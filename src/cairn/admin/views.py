@@ -120,6 +120,10 @@ class StepView:
     output: ValueView | None
     error: ErrorView | None
     child_task_id: str | None = None
+    # The task attempt that wrote it, the calls of this run, when a retry is due.
+    task_attempt: int = 0
+    run_attempts: int = 0
+    retry_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +174,9 @@ def _steps(steps: list[StepRecord], codec: str, children: list[str]) -> list[Ste
                 value_view(step.output, codec),
                 error_view(step.error),
                 child,
+                step.task_attempt,
+                step.run_attempts,
+                step.retry_at,
             )
         )
     return views

@@ -12,6 +12,7 @@ from collections import Counter
 
 from rich.text import Text
 
+from cairn.admin import TaskQuery, iter_tasks
 from cairn.admin.actions import Action, apply_to_task
 from cairn.clock import SystemClock
 from cairn.store import AdminStore
@@ -40,8 +41,10 @@ def act_on_batch(store: AdminStore, action: Action, batch: str, sources: tuple[s
     counts: Counter[str] = Counter()
     stamp = SystemClock().now()
     for source in sources:
-        # The stream reads on a connection of its own, so writing meanwhile is safe.
-        with streamed(store.list_tasks(batch=batch, status=source)) as rows:
+        # The stream reads a page at a time and holds nothing open between pages,
+        # so writing meanwhile is safe; a changed task is behind its cursor.
+        query = TaskQuery(status=source, batch=batch, include_internal=True)
+        with streamed(iter_tasks(store, query)) as rows:
             for task in rows:
                 if not action.apply(store, task.id, stamp):
                     continue

@@ -1,12 +1,13 @@
-"""Turning stored rows into short human text: times, durations, errors, values."""
+"""Turning stored rows into short human text: times, durations, errors, values.
+
+How a stored error or value is read is the admin API's (``cairn.admin.views``);
+this module only puts it on one line."""
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
-from typing import Any
 
-from cairn.blobs.ref import is_ref, parse_ref
+from cairn.admin.views import ErrorView, parse_error, value_view
 
 MISSING = "-"
 _ERROR_WIDTH = 80
@@ -52,27 +53,22 @@ def milliseconds(seconds: float | None) -> str:
     return MISSING if seconds is None else str(round(seconds * 1000))
 
 
-def parse_error(text: str | None) -> dict[str, Any] | None:
-    """A stored error ({type, message, traceback}) as a dict, tolerant of odd text."""
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        value = None
-    if isinstance(value, dict):
-        return value
-    return {"type": "?", "message": text}
-
-
 def error_line(text: str | None, *, width: int | None = _ERROR_WIDTH) -> str:
     """``Type: message`` from a stored error, on one line, cut to ``width``."""
-    error = parse_error(text)
+    parsed = parse_error(text)
+    if parsed is None:
+        return ""
+    message = " ".join(str(parsed.get("message", "")).split())
+    line = f"{parsed.get('type', '?')}: {message}" if message else str(parsed.get("type", "?"))
+    return clip(line, width)
+
+
+def view_error_line(error: ErrorView | None, *, width: int | None = None) -> str:
+    """``Type: message`` of an error view, on one line, cut to ``width``."""
     if error is None:
         return ""
-    message = " ".join(str(error.get("message", "")).split())
-    line = f"{error.get('type', '?')}: {message}" if message else str(error.get("type", "?"))
-    return clip(line, width)
+    message = " ".join(error.message.split())
+    return clip(f"{error.type}: {message}" if message else error.type, width)
 
 
 def clip(text: str, width: int | None) -> str:
@@ -87,12 +83,13 @@ def stored_value(text: str | None, codec: str) -> str:
 
     Pickled values are never decoded here: unpickling runs code from the store.
     """
-    if text is None:
+    view = value_view(text, codec)
+    if view is None or text is None:
         return MISSING
-    if is_ref(text):
-        ref = parse_ref(text)
-        return f"<in the blob store: {ref.size:,} bytes, sha256 {ref.sha256[:12]}…, {ref.uri}>"
-    if codec != "json":
+    if view.blob is not None:
+        blob = view.blob
+        return f"<in the blob store: {blob.size:,} bytes, sha256 {blob.sha256[:12]}…, {blob.ref}>"
+    if view.json_text is None:
         return f"<{codec}-encoded, {len(text)} characters>"
     if len(text) > _VALUE_WIDTH:
         return f"{text[:_VALUE_WIDTH]}... ({len(text)} characters)"

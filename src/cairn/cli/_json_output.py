@@ -6,14 +6,15 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable
+from dataclasses import asdict
 from typing import Annotated, Any
 
 import typer
 
-from cairn.blobs.ref import is_ref, parse_ref
-from cairn.store.records import TASK_STATUSES, BatchSummary, StepRecord, TaskRecord
+from cairn.admin.views import StepView, parse_error, value_view
+from cairn.store.records import TASK_STATUSES, BatchSummary, TaskRecord
 
-from ._field_text import iso_time, parse_error, seconds_between
+from ._field_text import iso_time, seconds_between
 
 JsonOption = Annotated[
     bool, typer.Option("--json", help="Print JSON instead of a table, for scripts.")
@@ -58,12 +59,13 @@ def task_dict(task: TaskRecord) -> dict[str, Any]:
 def value_for_json(text: str | None, codec: str) -> Any:
     # JSON-codec values are JSON already; anything else stays the stored text
     # (decoding a pickle would run code from the store).
-    if text is not None and is_ref(text):
-        ref = parse_ref(text)  # not fetched: it can be large; say where it is
-        return {"blob": {"uri": ref.uri, "size": ref.size, "sha256": ref.sha256}}
-    if text is None or codec != "json":
+    view = value_view(text, codec)
+    if view is not None and view.blob is not None:
+        blob = view.blob  # not fetched: it can be large; say where it is
+        return {"blob": {"uri": blob.ref, "size": blob.size, "sha256": blob.sha256}}
+    if view is None or view.json_text is None:
         return text
-    return json.loads(text)
+    return json.loads(view.json_text)
 
 
 def task_detail_dict(task: TaskRecord) -> dict[str, Any]:
@@ -75,8 +77,9 @@ def task_detail_dict(task: TaskRecord) -> dict[str, Any]:
     return detail
 
 
-def step_dict(step: StepRecord) -> dict[str, Any]:
-    """One entry of a task's history (its output is left out: it can be large)."""
+def step_dict(step: StepView) -> dict[str, Any]:
+    """One entry of a task's history (its output is left out: it can be large;
+    a spawn names its child)."""
     seconds = seconds_between(step.started_at, step.finished_at)
     return {
         "seq": step.seq,
@@ -90,7 +93,8 @@ def step_dict(step: StepRecord) -> dict[str, Any]:
         "finished_at": iso_time(step.finished_at),
         "duration_ms": None if seconds is None else round(seconds * 1000),
         "retry_at": iso_time(step.retry_at),
-        "error": parse_error(step.error),
+        "error": None if step.error is None else asdict(step.error),
+        "child_task_id": step.child_task_id,
     }
 
 

@@ -6,7 +6,6 @@ store or stops with one red line and exit code 2, leaving every file as it was.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -85,9 +84,8 @@ def opened_store(url: str) -> Iterator[AdminStore]:
         finally:
             store.close()
     except CairnError as exc:
+        # A store turns every driver error into one of cairn's (store/driver_errors.py).
         fail(str(exc))
-    except sqlite3.Error as exc:
-        fail(f"the store at {url} could not be read ({exc}); check that it is a cairn store")
 
 
 def require_batch(store: AdminStore, name: str) -> None:

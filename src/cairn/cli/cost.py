@@ -9,7 +9,8 @@ from typing import Annotated
 
 import typer
 
-from cairn.agent.costs import CostLine, cost_report
+from cairn.admin import costs
+from cairn.agent.costs import CostLine
 from cairn.agent.pricing import PriceTable
 
 from ._consoles import fail, note, stdout_console
@@ -67,8 +68,7 @@ def cost_command(
     with opened_store(store) as opened:
         if batch is not None:
             require_batch(opened, batch)
-        by_batch = batch is None and task_id is None
-        report = cost_report(opened, batch=batch, task_id=task_id, by_batch=by_batch, prices=table)
+        report = costs(opened, batch=batch, task_id=task_id, prices=table)
     if as_json:
         print_json(
             {"lines": [line.to_json() for line in report.lines], "total": report.total.to_json()}

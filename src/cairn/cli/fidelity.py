@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from cairn.admin import conversation_name
 from cairn.agent.archive import iter_history
 from cairn.agent.fidelity import fidelity, next_tool_call, same_tool
 from cairn.agent.providers import default_client
@@ -23,7 +24,7 @@ from ._consoles import fail, stdout_console
 from ._json_output import JsonOption, print_json
 from ._store_option import DEFAULT_URL, StoreOption, opened_store
 from ._tables import RowTable
-from .conversation import NameOption, conversation_name
+from .conversation import NameOption
 from .show import TaskArgument, get_task_or_fail
 
 

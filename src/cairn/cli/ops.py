@@ -14,31 +14,27 @@ import csv
 import json
 import re
 import sys
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from functools import cache
-from itertools import islice
 from typing import Annotated, Any, get_args
 
 import typer
 from rich.text import Text
 
+from cairn.admin.operations import OperationView, operations, resolve
+from cairn.admin.views import parse_error
 from cairn.blobs.ref import is_ref
 from cairn.clock import SystemClock
-from cairn.codec import JsonCodec, codec_for
-from cairn.engine.owners import DEFAULT_LEASE_SECONDS, claimant_alive, takeover_grace
-from cairn.errors import CairnError
 from cairn.store import AdminStore
-from cairn.store.records import OperationRecord, OperationStatus, TaskRecord
+from cairn.store.records import OperationStatus
 
 from ._consoles import fail, note, stdout_console
-from ._field_text import MISSING, clip, error_line, iso_time, parse_error, short_time, stored_value
+from ._field_text import MISSING, clip, error_line, iso_time, short_time, stored_value
 from ._json_output import JsonOption, print_json, value_for_json
-from ._store_option import DEFAULT_URL, StoreOption, opened_store, streamed
+from ._store_option import DEFAULT_URL, StoreOption, opened_store
 from ._tables import RowTable, status_text
 
-__all__ = ["claimant_gone", "ops_app", "parse_since"]
+__all__ = ["ops_app", "parse_since"]
 
 OPERATION_STATUSES: tuple[str, ...] = get_args(OperationStatus)
 DEFAULT_LIMIT = 200
@@ -62,48 +58,15 @@ _CSV_COLUMNS = (
     "late_result",
     "late_at",
 )
-# The CLI has no app to ask for its lease: it judges claims with the default one.
-DEFAULT_GRACE = takeover_grace(timedelta(seconds=DEFAULT_LEASE_SECONDS))
 _SETTLE_HINT = "settle a key with `cairn ops resolve KEY --result JSON | --retry | --fail`"
 
 ops_app = typer.Typer(add_completion=False, pretty_exceptions_show_locals=False)
 
 
-# -- judging claims ----------------------------------------------------------------------
-def claimant_gone(op: OperationRecord, task: TaskRecord | None, at: datetime) -> bool:
-    """True if ``op`` is claimed by an attempt that can no longer record an outcome.
-
-    The same judgement a run makes when it meets the key
-    (``ownership.claimant_alive``): the claiming task is no longer running under
-    the claim's fence, or its lease lapsed (with the default lease's grace), or
-    its owner process is gone.
-    """
-    if op.status != "claimed":
-        return False
-    return not claimant_alive(op, task, at, DEFAULT_GRACE)
-
-
-@dataclass(frozen=True, slots=True)
-class _Row:
-    """An operation with the task that claimed it."""
-
-    op: OperationRecord
-    task: TaskRecord | None
-    gone: bool
-
-    @property
-    def in_doubt(self) -> bool:
-        return self.op.status == "in_doubt" or self.gone
-
-    @property
-    def codec(self) -> str:
-        # The key's result is encoded with its claiming task's codec.
-        return self.task.codec if self.task is not None else "unknown"
-
-
 # -- parsing --------------------------------------------------------------------------
-def parse_since(text: str, at: datetime) -> datetime:
-    """``--since``: ISO 8601 (naive means UTC) or an age before ``at`` (90m, 24h, 7d)."""
+def parse_since(text: str, at: datetime, *, option: str = "--since") -> datetime:
+    """``--since`` (or ``option``): ISO 8601 (naive means UTC) or an age before
+    ``at`` (90m, 24h, 7d)."""
     age = _AGE.match(text.strip())
     if age is not None:
         return at - timedelta(seconds=float(age.group(1)) * _AGE_UNITS[age.group(2)])
@@ -111,7 +74,7 @@ def parse_since(text: str, at: datetime) -> datetime:
         moment = datetime.fromisoformat(text.strip())
     except ValueError:
         fail(
-            f"--since {text!r} is not a time; use ISO 8601 such as 2026-05-24 or "
+            f"{option} {text!r} is not a time; use ISO 8601 such as 2026-05-24 or "
             "2026-05-24T09:30:00+02:00, or an age such as 90m, 24h or 7d"
         )
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
@@ -199,7 +162,7 @@ def ops_command(
 
 
 def _print_listing(
-    rows: list[_Row], redundant: int, keys: int, as_json: bool, as_csv: bool
+    rows: list[OperationView], redundant: int, keys: int, as_json: bool, as_csv: bool
 ) -> None:
     """``rows`` as CSV, JSON or a table; ``redundant`` of the store's ``keys`` ran
     their function more than once."""
@@ -226,62 +189,51 @@ def _fetch(
     status: str | None,
     in_doubt: bool,
     limit: int,
-) -> list[_Row]:
+) -> list[OperationView]:
     """The matching rows, one past ``limit`` so the caller can tell more exist."""
-    wanted = None if limit == 0 else limit + 1
-    statuses = ("claimed", "in_doubt") if in_doubt else None if status is None else (status,)
-    tasks: Callable[[str], TaskRecord | None] = cache(store.get_task)
-    at = SystemClock().now()
-    # Dead claims are found by looking, so the store cannot apply the limit then.
-    operations = store.list_operations(
-        prefix=prefix,
-        since=since,
+    return operations(
+        store,
         task_id=task_id,
-        statuses=statuses,
-        limit=None if in_doubt else wanted,
+        prefix=prefix,
+        statuses=None if status is None else (status,),
+        since=since,
+        only_in_doubt=in_doubt,
+        limit=None if limit == 0 else limit + 1,
+        now=SystemClock().now(),
     )
-    with streamed(operations) as ops:
-        rows: Iterator[_Row] = (_row(op, tasks(op.task_id), at) for op in ops)
-        if in_doubt:
-            rows = (row for row in rows if row.in_doubt)
-        return list(islice(rows, wanted))
-
-
-def _row(op: OperationRecord, task: TaskRecord | None, at: datetime) -> _Row:
-    return _Row(op, task, claimant_gone(op, task, at))
 
 
 # -- output ----------------------------------------------------------------------------
-def _outcome(row: _Row) -> str:
+def _outcome(row: OperationView) -> str:
     """The result (cut short), or the error, or what the key is waiting for."""
-    op = row.op
+    op = row.record
     if op.status == "completed":
         return clip(stored_value(op.result, row.codec), _RESULT_WIDTH)
     if op.status == "claimed":
-        return "in doubt: its claimant died" if row.gone else "in progress"
+        return "in doubt: its claimant died" if row.claimant_gone else "in progress"
     if op.error is not None:
         return error_line(op.error, width=_RESULT_WIDTH)
     return "in doubt" if op.status == "in_doubt" else MISSING
 
 
-def _late(row: _Row) -> str:
+def _late(row: OperationView) -> str:
     """What a claimant that had lost its task learned, if one reported: it never
     became the key's result, but it says the outside world acted for that claim."""
-    op = row.op
+    op = row.record
     if op.late_result is None:
         return ""
     value = clip(stored_value(op.late_result, row.codec), _RESULT_WIDTH)
     return f"; late, from a claimant that had lost its task ({short_time(op.late_at)}): {value}"
 
 
-def _print_table(rows: list[_Row], redundant: int, keys: int) -> None:
+def _print_table(rows: list[OperationView], redundant: int, keys: int) -> None:
     console = stdout_console()
-    scoped = any(row.op.scope for row in rows)
+    scoped = any(row.record.scope for row in rows)
     columns = ["key", *(["scope"] if scoped else []), "task", "step", "status", "calls"]
     columns += ["first claimed", "completed", "result or error"]
     table = RowTable(console, columns, right=("step", "calls"), free=("result or error",))
     for row in rows:
-        op = row.op
+        op = row.record
         table.add_row(
             op.key,
             *([op.scope or MISSING] if scoped else []),
@@ -306,13 +258,13 @@ def _print_table(rows: list[_Row], redundant: int, keys: int) -> None:
         note(_SETTLE_HINT)
 
 
-def _result_value(row: _Row) -> Any:
+def _result_value(row: OperationView) -> Any:
     # JSON-codec results are JSON already; other codecs stay text (never unpickled here).
-    return value_for_json(row.op.result, row.codec)
+    return value_for_json(row.record.result, row.codec)
 
 
-def _op_dict(row: _Row) -> dict[str, Any]:
-    op = row.op
+def _op_dict(row: OperationView) -> dict[str, Any]:
+    op = row.record
     return {
         "key": op.key,
         "scope": op.scope,
@@ -333,11 +285,11 @@ def _op_dict(row: _Row) -> dict[str, Any]:
     }
 
 
-def _print_csv(rows: list[_Row]) -> None:
+def _print_csv(rows: list[OperationView]) -> None:
     writer = csv.writer(sys.stdout, lineterminator="\n")
     writer.writerow(_CSV_COLUMNS)
     for row in rows:
-        op = row.op
+        op = row.record
         plain = row.codec == "json" and not is_ref(op.result)
         result = op.result if plain else stored_value(op.result, row.codec)
         writer.writerow(
@@ -417,28 +369,21 @@ def resolve_command(
     """
     decision = _decision(result, retry, give_up)
     with opened_store(_store_url(ctx, store)) as opened:
-        op = opened.get_operation(scope, key)
-        if op is None:
-            where = f" in scope {scope!r}" if scope else ""
-            fail(f"no operation {key}{where} in {opened.url}; list keys with `cairn ops`")
-        task = opened.get_task(op.task_id)
-        _check_resolvable(op, task)
-        text = None if decision.status != "completed" else _encode(decision.value, task)
-        if not opened.resolve_operation(
+        resolved = resolve(
+            opened,
             scope,
             key,
             decision.status,
-            result=text,
+            result=decision.value,
             permanent=decision.permanent,
             now=SystemClock().now(),
-        ):
-            fail(f"operation {_label(op)} changed just now; nothing changed. Look again.", code=1)
-        _say(
-            f"operation {_label(op)}: {op.status} -> {decision.status} ({_effect(decision, text)})"
         )
-        # A key settled as failed would only fail the task again at once.
-        if task is not None and decision.status != "failed":
-            _run_task_again(opened, task)
+    if not resolved.changed:
+        fail(resolved.message, code=1 if resolved.found else 2)
+    for sentence in resolved.messages:
+        stdout_console().print(Text(sentence), soft_wrap=True)
+    if resolved.note is not None:
+        note(resolved.note)
 
 
 def _store_url(ctx: typer.Context, store: str) -> str:
@@ -448,58 +393,3 @@ def _store_url(ctx: typer.Context, store: str) -> str:
     if (source is not None and source.name == "COMMANDLINE") or not parent:
         return store
     return str(parent)
-
-
-def _label(op: OperationRecord) -> str:
-    return repr(op.key) + (f" in scope {op.scope!r}" if op.scope else "")
-
-
-def _check_resolvable(op: OperationRecord, task: TaskRecord | None) -> None:
-    if op.status == "completed":
-        fail(
-            f"operation {_label(op)} is completed already; a completed key cannot be "
-            "resolved. Nothing changed.",
-            code=1,
-        )
-    if op.status == "claimed" and not claimant_gone(op, task, SystemClock().now()):
-        fail(
-            f"operation {_label(op)} is claimed by task {op.task_id}, which is still running "
-            "and may record an outcome; wait for it (or stop it), then look again. "
-            "Nothing changed.",
-            code=1,
-        )
-
-
-def _encode(value: Any, task: TaskRecord | None) -> str:
-    """The result as its task's codec stores it (JSON text for the JSON codec)."""
-    if task is None or task.codec == "json":
-        return JsonCodec().encode(value)
-    try:
-        return codec_for(task.codec).encode(value)
-    except CairnError as exc:
-        fail(f"cannot store the result with task {task.id}'s codec {task.codec!r}: {exc}")
-
-
-def _effect(decision: _Decision, text: str | None) -> str:
-    if decision.status == "completed":
-        shown = clip(text or "", _RESULT_WIDTH)
-        return f"result {shown}; later calls return it without calling the function"
-    if decision.status == "released":
-        return "the next call with this key calls the function again"
-    return "later calls raise OperationFailed without calling the function"
-
-
-def _run_task_again(store: AdminStore, task: TaskRecord) -> None:
-    if task.status == "cancelled":
-        note(f"task {task.id} is cancelled; `cairn retry {task.id}` would run it again")
-    if task.status != "failed" or not store.retry_task(task.id, SystemClock().now()):
-        return
-    if task.batch:
-        picks_up = f"the next run_batch of batch {task.batch} (or app.run of this task)"
-    else:
-        picks_up = "the next app.run of this task"
-    _say(f"task {task.id}: failed -> pending; {picks_up} runs it again")
-
-
-def _say(message: str) -> None:
-    stdout_console().print(Text(message), soft_wrap=True)

@@ -8,19 +8,20 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from cairn.admin import StepView, TaskView, task_view
 from cairn.errors import UnknownTask
 from cairn.store import AdminStore
-from cairn.store.records import StepRecord, TaskRecord
+from cairn.store.records import TaskRecord
 
 from ._consoles import stdout_console
 from ._field_text import (
     MISSING,
-    error_line,
     human_duration,
     milliseconds,
     seconds_between,
     short_time,
     stored_value,
+    view_error_line,
 )
 from ._json_output import JsonOption, print_json, step_dict, task_detail_dict
 from ._store_option import DEFAULT_URL, StoreOption, opened_store
@@ -40,14 +41,18 @@ _STEP_COLUMNS = (
 )
 
 
+def _unknown(store: AdminStore, task_id: str) -> UnknownTask:
+    return UnknownTask(
+        f"no task with id {task_id!r} in {store.url}; list task ids with `cairn tasks`",
+        task_id=task_id,
+    )
+
+
 def get_task_or_fail(store: AdminStore, task_id: str) -> TaskRecord:
     """The task ``task_id``; an unknown id raises ``UnknownTask`` (exit 2)."""
     task = store.get_task(task_id)
     if task is None:
-        raise UnknownTask(
-            f"no task with id {task_id!r} in {store.url}; list task ids with `cairn tasks`",
-            task_id=task_id,
-        )
+        raise _unknown(store, task_id)
     return task
 
 
@@ -56,18 +61,32 @@ def show_command(
 ) -> None:
     """Show a task: status, attempts, arguments, result or error, and every step."""
     with opened_store(store) as opened:
-        task = get_task_or_fail(opened, task_id)
-        steps = [step for _, step in sorted(opened.load_history(task_id).items())]
+        view = task_view(opened, task_id)
+        if view is None:
+            raise _unknown(opened, task_id)
     if as_json:
-        print_json({"task": task_detail_dict(task), "steps": [step_dict(s) for s in steps]})
+        print_json(_json(view))
         return
     console = stdout_console()
-    print_table(console, key_values(_header(task)))
+    print_table(console, key_values(_header(view)))
     console.print()
-    _print_timeline(console, steps)
+    _print_timeline(console, view.steps)
 
 
-def _header(task: TaskRecord) -> list[tuple[str, Text | str]]:
+def _json(view: TaskView) -> dict[str, object]:
+    return {
+        "task": {
+            **task_detail_dict(view.task),
+            "interruptions": view.interruptions,
+            "children": view.children,
+            "conversations": [c.conv for c in view.conversations],
+        },
+        "steps": [step_dict(s) for s in view.steps],
+    }
+
+
+def _header(view: TaskView) -> list[tuple[str, Text | str]]:
+    task = view.task
     attempts = str(task.attempts - task.retry_base)
     if task.retry_base:
         attempts += f" since the last retry ({task.attempts} in all)"
@@ -88,8 +107,14 @@ def _header(task: TaskRecord) -> list[tuple[str, Text | str]]:
             else f"{short_time(task.wake_at)}, or sooner when signalled (cairn signal)"
         )
         rows.append(("wakes", wakes))
+    if task.interruptions:
+        rows.append(("interruptions", f"{task.interruptions} (taken over while running)"))
     if task.parent_id is not None:
         rows.append(("parent", task.parent_id))
+    if view.children:
+        rows.append(("children", ", ".join(view.children)))
+    if view.conversations:
+        rows.append(("conversations", ", ".join(c.conv for c in view.conversations)))
     rows += [
         ("started", short_time(task.started_at)),
         ("finished", short_time(task.finished_at)),
@@ -101,11 +126,11 @@ def _header(task: TaskRecord) -> list[tuple[str, Text | str]]:
     if task.error is not None:
         # A pending or running task keeps the error of its previous attempt.
         label = "error" if task.status == "failed" else "last error"
-        rows.append((label, Text(error_line(task.error, width=None), style="red")))
+        rows.append((label, Text(view_error_line(view.error), style="red")))
     return rows
 
 
-def _print_timeline(console: Console, steps: list[StepRecord]) -> None:
+def _print_timeline(console: Console, steps: list[StepView]) -> None:
     if not steps:
         console.print("no steps recorded yet")
         return
@@ -113,14 +138,16 @@ def _print_timeline(console: Console, steps: list[StepRecord]) -> None:
         console, _STEP_COLUMNS, right=("seq", "attempts", "duration (ms)"), free=("error",)
     )
     for step in steps:
+        # A spawn names the child it started, so `cairn show CHILD` is one copy away.
+        name = step.name if step.child_task_id is None else f"{step.name} -> {step.child_task_id}"
         table.add_row(
             str(step.seq),
             step.kind,
-            step.name,
+            name,
             status_text(step.status),
             str(step.attempts),
             short_time(step.started_at),
             milliseconds(seconds_between(step.started_at, step.finished_at)),
-            Text(error_line(step.error, width=None), style="red"),
+            Text(view_error_line(step.error), style="red"),
         )
     table.print()

@@ -6,9 +6,10 @@ import json
 from typing import Annotated, Any
 
 import typer
+from rich.text import Text
 
+from cairn.admin import send_signal
 from cairn.clock import SystemClock
-from cairn.signals import send_signal
 
 from ._consoles import fail, stdout_console
 from ._store_option import DEFAULT_URL, StoreOption, opened_store
@@ -33,9 +34,7 @@ def signal_command(
     except json.JSONDecodeError as exc:
         fail(f"the payload is not JSON ({exc.msg} at character {exc.pos}): {payload!r}")
     with opened_store(store) as opened:
-        if send_signal(opened, task_id, name, value, SystemClock().now()):
-            stdout_console().print(f"sent {name!r} to task {task_id}")
-        else:
-            stdout_console().print(
-                f"task {task_id} already had a {name!r} signal; the first one stands"
-            )
+        sent = send_signal(opened, task_id, name, value, SystemClock().now())
+    if sent.refused:
+        fail(sent.message)
+    stdout_console().print(Text(sent.message), soft_wrap=True)
