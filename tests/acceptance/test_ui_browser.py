@@ -1,28 +1,39 @@
-"""The dashboard in real headless Chromium: every page loads without console
-errors, links lead where they say, and Retry on a failed task makes it pending.
+"""The dashboard in real headless Chromium (Debian's, driven by selenium), over a
+store built by running real tasks (``dashboard_data``): every page renders
+without console errors, a live page changes without a reload, each button
+does what it says in the store, and DNS rebinding and a cross-site POST are
+refused.
 
 Needs Debian's ``chromium`` and ``chromium-driver``; skipped without them,
-except in CI (``CI=true``), where their absence fails the test.
+except in CI (``CI=true``), where their absence fails the test. With
+``CAIRN_WRITE_SCREENSHOTS=1`` it also writes the screenshots of
+``docs/dashboard.md`` to ``docs/images/``.
 """
 
 from __future__ import annotations
 
+import http.server
 import os
 import shutil
+import threading
 from collections.abc import Iterator
-from datetime import timedelta
+from dataclasses import dataclass
+from html import escape
+from pathlib import Path
 from typing import Any, NoReturn
+from urllib.parse import quote
 
 import pytest
 
-from cairn import Cairn, Context
+from cairn import Cairn
 from cairn.clock import FakeClock
 from cairn.store import admin
-from cairn.store.records import NewTask
 from cairn.ui.server import DashboardServer, UIConfig, serve_in_thread
+from tests.acceptance.dashboard_data import BATCH, IDS, build
 
 pytestmark = pytest.mark.acceptance
 
+EVIL = "evil.example"
 CHROMIUM_FLAGS = (
     "--headless",
     "--no-sandbox",
@@ -32,7 +43,12 @@ CHROMIUM_FLAGS = (
     "--disable-sync",
     "--no-first-run",
     "--disable-dev-shm-usage",
+    "--hide-scrollbars",
+    # The rebinding attacker's name resolves to this machine, as after a rebind.
+    f"--host-resolver-rules=MAP {EVIL} 127.0.0.1",
 )
+IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
+WAIT = 15
 
 
 def _missing(reason: str) -> NoReturn:
@@ -41,7 +57,7 @@ def _missing(reason: str) -> NoReturn:
     pytest.skip(f"Chromium not available: {reason} (apt-get install chromium chromium-driver)")
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     """Headless Chromium driven by selenium through Debian's chromedriver."""
     try:
@@ -60,114 +76,271 @@ def browser() -> Iterator[Any]:
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(driver_path), options=options)
     driver.set_page_load_timeout(20)
+    driver.set_window_size(1280, 900)
     yield driver
     driver.quit()
 
 
+@dataclass
+class Dash:
+    app: Cairn
+    server: DashboardServer
+    clock: FakeClock
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def status(self, task_id: str) -> str:
+        task = self.app.store.get_task(task_id)
+        assert task is not None
+        return task.status
+
+
 @pytest.fixture
-def dashboard(app: Cairn, clock: FakeClock) -> Iterator[str]:
-    """A dashboard over a store with a batch (one task failed) and a stalled task."""
-
-    @app.task(name="review")
-    def review(ctx: Context, n: int) -> int:
-        def check() -> int:
-            if n == 1:
-                raise ValueError("<b>not bold</b>")  # shown escaped
-            return n
-
-        ctx.once(f"notify/{n}", lambda key: key)
-        return int(ctx.step("check", check))
-
-    app.run_batch("reviews-2026-05-24", review, [{"n": n} for n in range(3)], progress=False)
-    app.store.create_task(NewTask("stuck/1", "stuck", "{}", "json"), clock.now())
-    assert app.store.claim_task(
-        "stuck/1", 0, "far/1/0/n", clock.now() + timedelta(days=1), clock.now()
-    )
-    clock.advance(3600)
-    server = DashboardServer(("127.0.0.1", 0), UIConfig(admin(app.store), clock.now))
+def dash(tmp_path: Path, browser: Any) -> Iterator[Dash]:
+    """The dashboard over a store with one of everything, polling every 0.2 s.
+    The browser leaves its pages before the server stops, so no poll of a
+    stopped server shows up as a console error in the next test."""
+    clock = FakeClock()
+    app = build(tmp_path, clock)
+    config = UIConfig(admin(app.store), clock.now, poll_seconds=0.2)
+    server = DashboardServer(("127.0.0.1", 0), config)
     thread = serve_in_thread(server)
-    yield server.url
+    yield Dash(app, server, clock)
+    browser.get("about:blank")
+    browser.get_log("browser")
     server.shutdown()
     server.server_close()
     thread.join()
+    app.close()
+
+
+def _by() -> Any:
+    from selenium.webdriver.common.by import By
+
+    return By
+
+
+def _wait(driver: Any, condition: Any) -> Any:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, WAIT).until(condition)
 
 
 def _follow(driver: Any, by: str, value: str) -> None:
     """Click a link or button and wait until the next page has replaced this one."""
-    from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions
-    from selenium.webdriver.support.ui import WebDriverWait
 
-    page = driver.find_element(By.TAG_NAME, "html")
+    page = driver.find_element(_by().TAG_NAME, "html")
     driver.find_element(by, value).click()
-    WebDriverWait(driver, 10).until(expected_conditions.staleness_of(page))
+    _wait(driver, expected_conditions.staleness_of(page))
 
 
 def _errors(driver: Any) -> list[dict[str, object]]:
-    logs = driver.get_log("browser")
-    return [entry for entry in logs if entry.get("level") == "SEVERE"]
+    """The console's errors since the last look (a CSP violation is one)."""
+    return [entry for entry in driver.get_log("browser") if entry.get("level") == "SEVERE"]
 
 
-def test_pages_links_and_retry(browser: Any, dashboard: str) -> None:
-    """Each page renders; batch -> tasks -> task links work; Retry moves the failed
-    task to pending; no console errors anywhere (a Content-Security-Policy
-    violation is one: Chromium logs it as SEVERE)."""
-    from selenium.webdriver.common.by import By
+def _task(task_id: str) -> str:
+    return f"/task?id={quote(task_id, safe='')}"
 
-    driver = browser
-    for path, heading in [
-        ("/", "Batches"),
-        ("/tasks", "Tasks"),
-        ("/ops", "Operations"),
-        ("/stalls", "Stalls"),
-        ("/metrics", "Metrics"),
-    ]:
-        driver.get(dashboard + path)
-        assert driver.find_element(By.TAG_NAME, "h1").text == heading
+
+def _text(driver: Any, selector: str) -> str:
+    return str(driver.find_element(_by().CSS_SELECTOR, selector).text)
+
+
+def _shot(driver: Any, name: str) -> None:
+    if os.environ.get("CAIRN_WRITE_SCREENSHOTS") == "1":
+        IMAGES.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(IMAGES / f"dashboard-{name}.png"))
+
+
+PAGES = [
+    ("/", "Batches", "batches"),
+    (f"/batch?name={BATCH}", f"Batch {BATCH}", "batch"),
+    ("/tasks", "Tasks", "tasks"),
+    (_task(IDS.failed), f"Task {IDS.failed}", "task-failed"),
+    (_task(IDS.parent), f"Task {IDS.parent}", "task-spawn"),
+    (_task(IDS.agent), f"Task {IDS.agent}", None),
+    (f"/conversation?task={quote(IDS.agent, safe='')}", None, "conversation"),
+    ("/ops", "Operations", "ops"),
+    ("/stalls", "Stalls", None),
+    ("/metrics", "Metrics", "metrics"),
+]
+
+
+def test_every_page_renders_with_real_data_and_no_console_errors(browser: Any, dash: Dash) -> None:
+    """Each page shows its data with no console error (Chromium logs a CSP
+    violation as SEVERE), the live pages say "live", and the facts are right:
+    grouped failures, the failed task's type, message and traceback, a spawn
+    row linking its child, a blob shown by size and hash, summaries of the agent's
+    conversation, the grouped metrics, and internal tasks only when asked."""
+    by, driver = _by(), browser
+    for path, heading, shot in PAGES:
+        driver.get(dash.url + path)
+        if heading is not None:
+            assert _text(driver, "h1") == heading, path
         assert _errors(driver) == [], path
-    driver.get(dashboard + "/stalls")
-    assert "stuck/1" in driver.find_element(By.TAG_NAME, "table").text
-    driver.get(dashboard + "/")
-    _follow(driver, By.LINK_TEXT, "reviews-2026-05-24")
-    assert driver.find_element(By.TAG_NAME, "h1").text == "Tasks of reviews-2026-05-24"
-    _follow(driver, By.LINK_TEXT, "failed")
-    _follow(driver, By.LINK_TEXT, "reviews-2026-05-24/n=1")
-    assert driver.find_element(By.ID, "status").text == "failed"
-    assert "<b>not bold</b>" in driver.find_element(By.TAG_NAME, "pre").text
-    _follow(driver, By.ID, "retry")
-    assert driver.find_element(By.ID, "status").text == "pending"
+        if shot is not None:
+            _shot(driver, shot)
+    driver.get(dash.url + f"/batch?name={BATCH}")
+    assert "builtins.ValueError" in _text(driver, "#failures")
+    assert _text(driver, "#live-state") == "live"
+    driver.get(dash.url + _task(IDS.failed))
+    assert _text(driver, ".error .type") == "builtins.ValueError"
+    assert "the <b>invoice</b> total" in _text(driver, ".error .message")
+    driver.find_element(by.CSS_SELECTOR, ".error summary").click()  # the traceback opens
+    assert "Traceback (most recent call last)" in _text(driver, ".error .traceback")
+    assert driver.find_elements(by.CSS_SELECTOR, "svg.gantt rect")
+    driver.get(dash.url + _task(IDS.parent))
+    _follow(driver, by.CSS_SELECTOR, "a.child")
+    assert _text(driver, "h1") == "Task parent/1/seven"
+    driver.get(dash.url + _task(IDS.blob))
+    assert "KiB" in _text(driver, ".blob")
+    assert "sha256" in _text(driver, ".blob")
+    driver.get(dash.url + f"/conversation?task={quote(IDS.agent, safe='')}")
+    assert driver.find_elements(by.CSS_SELECTOR, "#summaries tbody tr")
+    assert driver.find_elements(by.CSS_SELECTOR, "#calls tbody tr")
+    _follow(driver, by.ID, "archive")
+    assert _text(driver, "h2:nth-of-type(2)") == "Archive"
+    driver.get(dash.url + "/tasks")
+    assert IDS.internal not in _text(driver, "#tasks")
+    driver.get(dash.url + "/tasks?internal=1")
+    assert IDS.internal in _text(driver, "#tasks")
     assert _errors(driver) == []
 
 
-def test_token_required_beyond_loopback(app: Cairn, clock: FakeClock) -> None:
-    """Binding beyond 127.0.0.1 needs a token; then every request must carry it,
-    the cookie it sets is a session id, and a same-origin POST without the page's
-    form secret is refused."""
-    import httpx
+def test_search_filters_and_paging_both_ways(browser: Any, dash: Dash) -> None:
+    """Search by task id and by error text, a status filter, and paging older and
+    newer with the total shown, all from the page's own form and links."""
+    by, driver = _by(), browser
+    driver.get(dash.url + "/tasks")
+    box = driver.find_element(by.ID, "search")
+    box.send_keys("invoice")
+    _follow(driver, by.CSS_SELECTOR, "form.filters button")
+    found = driver.find_elements(by.CSS_SELECTOR, "#tasks tbody td:first-child")
+    assert [cell.text for cell in found] == [IDS.failed]
+    driver.get(dash.url + "/tasks?q=approve")
+    assert _text(driver, "#total") == "2 tasks"
+    dash.server.config.page_size = 4
+    driver.get(dash.url + "/tasks?status=completed")
+    total = _text(driver, "#total")
+    first = _text(driver, "#tasks tbody")
+    _follow(driver, by.ID, "older")
+    assert _text(driver, "#total") == total
+    assert _text(driver, "#tasks tbody") != first
+    _follow(driver, by.ID, "newer")
+    assert _text(driver, "#tasks tbody") == first
+    assert _errors(driver) == []
 
-    from cairn.errors import ConfigurationError
 
-    with pytest.raises(ConfigurationError, match="token"):
-        DashboardServer(("0.0.0.0", 0), UIConfig(admin(app.store), clock.now))  # noqa: S104
-    server = DashboardServer(("0.0.0.0", 0), UIConfig(admin(app.store), clock.now, token="s3cret"))  # noqa: S104, S106
-    thread = serve_in_thread(server)
-    url = f"http://127.0.0.1:{server.server_address[1]}"
+def test_a_live_page_changes_without_a_reload(browser: Any, dash: Dash) -> None:
+    """A change in the store shows on the open task page by itself (the document
+    is the same one: a mark set in it survives); pausing says "paused"."""
+    by, driver = _by(), browser
+    driver.get(dash.url + _task(IDS.failed))
+    assert _text(driver, "#status") == "failed"
+    driver.execute_script("document.documentElement.dataset.mark = 'same page'")
+    assert admin(dash.app.store).retry_task(IDS.failed, dash.clock.now())
+    _wait(driver, lambda d: _text(d, "#status") == "pending")
+    assert driver.execute_script("return document.documentElement.dataset.mark") == "same page"
+    assert _text(driver, "#live-state") == "live"
+    driver.find_element(by.ID, "live-state").click()
+    assert _text(driver, "#live-state") == "paused"
+    driver.find_element(by.ID, "live-state").click()
+    assert _text(driver, "#live-state") == "live"
+    assert _errors(driver) == []
+
+
+def test_each_button_changes_the_store(browser: Any, dash: Dash) -> None:
+    """Retry, Cancel (on a waiting task), Send signal and Resolve, each pressed in
+    the page, leave the store as the CLI's command would, and land back on the
+    task's page (303)."""
+    by, driver = _by(), browser
+    driver.get(dash.url + _task(IDS.failed))
+    _follow(driver, by.ID, "retry")
+    assert dash.status(IDS.failed) == "pending"
+    assert _text(driver, "#status") == "pending"
+    driver.get(dash.url + _task(IDS.waiting_too))
+    _follow(driver, by.ID, "cancel")
+    assert dash.status(IDS.waiting_too) == "cancelled"
+    driver.get(dash.url + _task(IDS.waiting))
+    driver.find_element(by.ID, "signal-name").send_keys("approval")
+    driver.find_element(by.ID, "signal-payload").send_keys('{"by": "ops"}')
+    _follow(driver, by.ID, "signal")
+    assert dash.status(IDS.waiting) == "pending"
+    signal = dash.app.store.get_signal(IDS.waiting, "approval")
+    assert signal is not None
+    assert signal.payload == '{"by": "ops"}' or '"ops"' in signal.payload
+    driver.get(dash.url + _task(IDS.in_doubt))
+    driver.find_element(by.CSS_SELECTOR, "form.resolve input[name=result]").send_keys('"charged"')
+    _follow(driver, by.CSS_SELECTOR, "form.resolve button")
+    (op,) = [o for o in admin(dash.app.store).list_operations() if o.key == "charge/card-4242"]
+    assert (op.status, op.result) == ("completed", '"charged"')
+    assert dash.status(IDS.in_doubt) == "pending"
+    assert _errors(driver) == []
+
+
+class _Attacker(http.server.BaseHTTPRequestHandler):
+    """Another site: a page whose form posts to the dashboard, and which knows
+    even the form secret (so only the Origin check stands in the way)."""
+
+    page = b""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.end_headers()
+        self.wfile.write(self.page)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib's name
+        """Quiet."""
+
+
+def test_rebinding_and_cross_site_posts_are_refused(browser: Any, dash: Dash) -> None:
+    """The dashboard at a rebound name (``evil.example`` resolving to 127.0.0.1)
+    answers 421 and shows no data; a form on another site posting Retry with
+    the right form secret is refused (403) and the task stays failed."""
+    by, driver = _by(), browser
+    port = dash.server.server_address[1]
+    driver.get(f"http://{EVIL}:{port}/")
+    assert "--allow-host" in _text(driver, "body")
+    assert BATCH not in driver.page_source
+    form = (
+        f'<form method="post" action="{dash.url}/task/retry">'
+        f'<input name="id" value="{escape(IDS.failed)}">'
+        f'<input name="csrf" value="{dash.server.config.csrf}">'
+        '<button id="go" type="submit">win a prize</button></form>'
+    ).encode()
+    _Attacker.page = form
+    attacker = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Attacker)
+    thread = threading.Thread(target=attacker.serve_forever, daemon=True)
+    thread.start()
     try:
-        assert httpx.get(f"{url}/tasks").status_code == 401
-        assert httpx.get(f"{url}/tasks?token=wrong").status_code == 401
-        ok = httpx.get(f"{url}/tasks?token=s3cret")
-        assert ok.status_code == 200
-        assert "cairn_session=" in ok.headers["set-cookie"]
-        assert "s3cret" not in ok.headers["set-cookie"]
-        bearer = {"Authorization": "Bearer s3cret"}
-        assert httpx.get(f"{url}/ops", headers=bearer).status_code == 200
-        # Same origin, so the form secret is what refuses it.
-        forged = httpx.post(
-            f"{url}/task/retry", data={"id": "x"}, headers={**bearer, "Origin": url}
-        )
-        assert forged.status_code == 403
-        assert "stale or missing form" in forged.text
+        driver.get(f"http://localhost:{attacker.server_address[1]}/")
+        _follow(driver, by.ID, "go")
+        assert "cross-origin POST refused" in _text(driver, "body")
     finally:
-        server.shutdown()
-        server.server_close()
+        attacker.shutdown()
+        attacker.server_close()
         thread.join()
+    assert dash.status(IDS.failed) == "failed"
+
+
+def test_a_phone_gets_the_page_at_its_width(browser: Any, dash: Dash) -> None:
+    """At a phone's width the page is laid out that wide (no sideways scrolling
+    of the page itself: wide tables scroll inside their own box)."""
+    driver = browser
+    driver.set_window_size(390, 844)
+    try:
+        for path in ("/", _task(IDS.failed), f"/batch?name={BATCH}"):
+            driver.get(dash.url + path)
+            width = driver.execute_script("return document.documentElement.scrollWidth")
+            inner = driver.execute_script("return window.innerWidth")
+            assert width <= inner, path
+        driver.get(dash.url + _task(IDS.failed))
+        _shot(driver, "phone-task")
+        assert _errors(driver) == []
+    finally:
+        driver.set_window_size(1280, 900)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cairn.admin.views import StepView
+from cairn.ui.render import seconds
 
 LABEL_WIDTH = 220.0
 CHART_WIDTH = 760.0
@@ -52,7 +53,7 @@ class Gantt:
 
 def _ticks(span: float) -> list[tuple[float, str]]:
     """Five evenly spaced axis marks: (x, label in seconds)."""
-    return [(LABEL_WIDTH + CHART_WIDTH * i / 4, f"{span * i / 4:.3g} s") for i in range(5)]
+    return [(LABEL_WIDTH + CHART_WIDTH * i / 4, seconds(span * i / 4)) for i in range(5)]
 
 
 def gantt(steps: Sequence[StepView]) -> Gantt | None:

@@ -28,10 +28,22 @@
     });
   });
 
+  // The poll in flight, so that leaving the page can drop it quietly: htmx
+  // would report the browser's abort of it as an error in the console.
+  var inflight = null;
+
   document.addEventListener("htmx:beforeRequest", function (event) {
-    if (event.detail.elt && event.detail.elt.id === "live" && paused()) {
-      event.preventDefault();
+    if (!event.detail.elt || event.detail.elt.id !== "live") { return; }
+    if (paused()) { event.preventDefault(); return; }
+    inflight = event.detail.xhr;
+  });
+  window.addEventListener("beforeunload", function () {
+    if (inflight && inflight.readyState !== 4) {
+      inflight.onabort = null;
+      inflight.onerror = null;
+      inflight.abort();
     }
+    inflight = null;
   });
   document.addEventListener("htmx:afterRequest", function (event) {
     if (!event.detail.elt || event.detail.elt.id !== "live" || paused()) { return; }
