@@ -66,7 +66,7 @@ def _failures(failed: Iterable[TaskRecord]) -> list[FailureGroup]:
     ]
 
 
-def _pace(summary: BatchSummary, done: int, now: datetime) -> tuple[float | None, float | None]:
+def pace(summary: BatchSummary, done: int, now: datetime) -> tuple[float | None, float | None]:
     """(finished tasks per minute, seconds left at that rate)."""
     started = summary.first_started_at
     if started is None or done == 0:
@@ -88,7 +88,7 @@ def batch_view(store: AdminStore, name: str, now: datetime) -> BatchView | None:
     summary = found[0]
     counts: dict[str, int] = {s: summary.counts.get(s, 0) for s in TASK_STATUSES}
     done = sum(n for status, n in counts.items() if status in FINISHED_STATUSES)
-    rate, eta = _pace(summary, done, now)
+    rate, eta = pace(summary, done, now)
     steps = step_groups(store.step_durations(Window(batch=name)))
     return BatchView(
         name=name,

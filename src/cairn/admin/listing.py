@@ -17,7 +17,7 @@ from typing import Any
 
 from cairn.errors import CairnError
 from cairn.store import AdminStore
-from cairn.store.records import BatchSummary, TaskRecord
+from cairn.store.records import TASK_STATUSES, BatchSummary, TaskRecord
 from cairn.store.reports import TaskQuery
 
 __all__ = [
@@ -97,6 +97,13 @@ def _check_size(size: int) -> None:
         raise ValueError(f"a page holds 1 to {MAX_SIZE} rows; {size} asked for")
 
 
+def _check_query(query: TaskQuery) -> None:
+    if query.status is not None and query.status not in TASK_STATUSES:
+        raise ValueError(
+            f"unknown task status {query.status!r}; use one of: {', '.join(TASK_STATUSES)}"
+        )
+
+
 def task_page(
     store: AdminStore,
     query: TaskQuery,
@@ -108,6 +115,7 @@ def task_page(
     """The page of tasks ``query`` picks, newest first: the newest, or the one
     just older than ``older_than``, or the one just newer than ``newer_than``."""
     _check_size(size)
+    _check_query(query)
     if older_than is not None and newer_than is not None:
         raise ValueError("ask for the page older than a cursor or newer than one, not both")
     below = None if older_than is None else _task_edge(older_than)

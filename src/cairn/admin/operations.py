@@ -4,7 +4,7 @@ A key is in doubt when the attempt that claimed it died between claiming and
 recording: cairn cannot know whether the outside world acted, so it never calls
 the function again on its own. A claim whose attempt crashed stays ``claimed``
 until some run looks at the key, so each claim's attempt is judged here (task
-row, fence, lease, owner process: ``engine.owners.claimant_gone``) rather than
+row, fence, lease, owner process: ``engine.owners.claim_abandoned``) rather than
 trusting the status.
 """
 
@@ -17,8 +17,9 @@ from functools import cache
 from itertools import islice
 from typing import Any
 
+from cairn.clock import SystemClock
 from cairn.codec import JsonCodec, codec_for
-from cairn.engine.owners import DEFAULT_LEASE_SECONDS, claimant_gone, takeover_grace
+from cairn.engine.owners import DEFAULT_LEASE_SECONDS, claim_abandoned, takeover_grace
 from cairn.errors import CairnError
 from cairn.store import AdminStore
 from cairn.store.records import OperationRecord, TaskRecord
@@ -60,7 +61,7 @@ def _views(
     tasks: Callable[[str], TaskRecord | None] = cache(store.get_task)
     for op in ops:
         task = tasks(op.task_id)
-        gone = claimant_gone(op, task, now, DEFAULT_GRACE)
+        gone = claim_abandoned(op, task, now, DEFAULT_GRACE)
         yield OperationView(op, task, op.status == "in_doubt" or gone, gone)
 
 
@@ -73,9 +74,11 @@ def operations(
     since: datetime | None = None,
     only_in_doubt: bool = False,
     limit: int | None = 200,
-    now: datetime,
+    now: datetime | None = None,
 ) -> list[OperationView]:
-    """Up to ``limit`` operations (None: all), oldest first, each judged at ``now``."""
+    """Up to ``limit`` operations (None: all), oldest first, each judged at
+    ``now`` (default: the system clock's now)."""
+    now = now or SystemClock().now()
     if only_in_doubt:
         statuses = ("claimed", "in_doubt")
     # Dead claims are found by looking, so the store cannot apply the limit then.
@@ -129,7 +132,7 @@ def _refusal(op: OperationRecord, task: TaskRecord | None, now: datetime) -> str
             f"operation {label(op)} is completed already; a completed key cannot be "
             "resolved. Nothing changed."
         )
-    if op.status == "claimed" and not claimant_gone(op, task, now, DEFAULT_GRACE):
+    if op.status == "claimed" and not claim_abandoned(op, task, now, DEFAULT_GRACE):
         return (
             f"operation {label(op)} is claimed by task {op.task_id}, which is still running "
             "and may record an outcome; wait for it (or stop it), then look again. "

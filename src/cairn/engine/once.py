@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from cairn.engine.owners import claimant_alive, owner_is_gone
+from cairn.engine.owners import ClaimantState, claimant_state
 from cairn.engine.run import Call, Machine, TaskRun, Wait
 from cairn.engine.steps import entry
 from cairn.errors import CodecError, InDoubtOperation, OperationFailed, StoreUnavailable
@@ -52,11 +52,7 @@ class OncePolicy:
     on_doubt: OnDoubt = "raise"
 
 
-# What the claim on a key says about the attempt that holds it.
-Claimant = Literal["alive", "dead", "gone"]
-
-
-def _claimant(run: TaskRun, op: OperationRecord) -> Claimant:
+def _claimant(run: TaskRun, op: OperationRecord) -> ClaimantState:
     """``alive``: it may still record, wait for it. ``dead``: its task no longer
     runs under the claim's fence, or its lease lapsed (the store checks that
     again when the claim is taken). ``gone``: this process knows it cannot
@@ -65,12 +61,7 @@ def _claimant(run: TaskRun, op: OperationRecord) -> Claimant:
         # Our own task, under our fence: another position of this run acting on
         # the same key right now (a map), or an attempt of ours that raised.
         return "alive" if (op.scope, op.key) in run.acting else "gone"
-    task = run.store.get_task(op.task_id)
-    if claimant_alive(op, task, run.now(), run.takeover_grace):
-        return "alive"
-    if task is not None and task.fence == op.claim_fence and owner_is_gone(task.owner):
-        return "gone"
-    return "dead"
+    return claimant_state(op, run.store.get_task(op.task_id), run.now(), run.takeover_grace)
 
 
 def resolve_command(key: str, scope: str) -> str:
@@ -173,7 +164,7 @@ def _claim(
                 key=key,
                 scope=scope,
             )
-        claimant: Claimant = "dead"
+        claimant: ClaimantState = "dead"
         if op.status == "claimed":
             claimant = _claimant(run, op)
             if claimant == "alive":

@@ -191,10 +191,29 @@ def claimant_alive(
     return not lease_lapsed(claimant, now, grace) and not owner_is_gone(claimant.owner)
 
 
-def claimant_gone(
+# What the claim on a key says about the attempt that holds it: ``alive``, it
+# may still record; ``gone``, its task still holds the claim's fence but its
+# owner process is known to be dead; ``dead``, its task stopped or moved on,
+# or its lease lapsed.
+ClaimantState = Literal["alive", "dead", "gone"]
+
+
+def claimant_state(
+    op: OperationRecord, claimant: TaskRecord | None, now: datetime, grace: timedelta
+) -> ClaimantState:
+    """How the attempt that claimed ``op`` stands (``ClaimantState``); a claim
+    of the caller's own task is judged by the caller, which knows what it runs."""
+    if claimant_alive(op, claimant, now, grace):
+        return "alive"
+    if claimant is not None and claimant.fence == op.claim_fence and owner_is_gone(claimant.owner):
+        return "gone"
+    return "dead"
+
+
+def claim_abandoned(
     op: OperationRecord, claimant: TaskRecord | None, now: datetime, grace: timedelta
 ) -> bool:
-    """True if ``op`` is still claimed by an attempt that can no longer record
-    an outcome (``claimant_alive`` says no): the key is in doubt though its
-    status does not say so yet. What ``cairn ops`` and the dashboard show."""
-    return op.status == "claimed" and not claimant_alive(op, claimant, now, grace)
+    """True if ``op`` is still ``claimed`` by an attempt that can no longer
+    record an outcome: the key is in doubt though its status does not say so
+    yet. What ``cairn ops`` and the dashboard show."""
+    return op.status == "claimed" and claimant_state(op, claimant, now, grace) != "alive"
