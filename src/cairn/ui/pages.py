@@ -25,6 +25,7 @@ from cairn.observe._time import parse_moment
 from cairn.observe.stalls import stalls_in
 from cairn.observe.text import metrics_lines
 from cairn.store.records import TASK_STATUSES
+from cairn.store.reports import Window
 from cairn.ui.actions import RESOLVE_STATUSES
 from cairn.ui.config import UIConfig
 from cairn.ui.gantt import gantt
@@ -175,9 +176,20 @@ def stalls(config: UIConfig, query: Query) -> Page:
 
 
 def metrics(config: UIConfig, query: Query) -> Page:
-    summary = metrics_summary(config.store, now=config.now(), stall_after=config.stall_after)
+    now = config.now()
+    try:
+        window = Window(since=_moment(query, "since", now), batch=query.get("batch") or None)
+    except BadQuery as exc:
+        return message("Bad query", str(exc), 400, back="/metrics")
+    summary = metrics_summary(config.store, window, now=now, stall_after=config.stall_after)
     # One line per step *name* would be 300 lines for numbered steps: the steps
     # are shown grouped by name template in a table instead.
     lines = metrics_lines(replace(summary.metrics, steps=[]))
-    context = {"lines": lines, "steps": summary.steps, "stalls": summary.stalls}
+    context = {
+        "lines": lines,
+        "steps": summary.steps,
+        "stalls": summary.stalls,
+        "since": query.get("since", ""),
+        "batch": query.get("batch", ""),
+    }
     return Page("Metrics", "metrics.html", context)
