@@ -477,3 +477,18 @@ def test_a_waiting_task_can_be_cancelled_from_its_page(dash: Dashboard) -> None:
     assert 'action="/task/cancel"' in page.body
     assert dash.post("cancel", "approve/1", {"Origin": dash.origin}).status == 303
     assert dash.status_of("approve/1") == "cancelled"
+
+
+def test_a_body_that_never_arrives_gets_408(
+    dash: Dashboard, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A POST that promises a body and then sends nothing (the connection left
+    open) is answered 408 once the body timeout passes; the task is unchanged."""
+    from cairn.ui import middleware
+
+    monkeypatch.setattr(middleware, "BODY_TIMEOUT", 0.3)
+    got = dash.raw(_post_head(dash, "Content-Length: 50") + b"id=ab")
+    assert got.status == 408
+    assert "not received in time" in got.body
+    _check_headers(got, "408")
+    assert dash.status_of(FAILED[0]) == "failed"
