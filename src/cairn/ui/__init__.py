@@ -1,2 +1,3 @@
-"""The cairn dashboard (``cairn ui``): batches, tasks, steps, operations, stalls,
-metrics, with retry and cancel buttons. Standard library only."""
+"""``cairn ui``: the dashboard. A Starlette app (``app``) under uvicorn
+(``server``), Jinja2 templates and vendored htmx; the ``ui`` extra. Pages read
+through ``cairn.admin``; ``guard`` and ``middleware`` check every request."""
