@@ -78,13 +78,20 @@ def _act(config: UIConfig, handler: ActionHandler, request: Request) -> Response
     return HTMLResponse(full_page(page, None), status_code=outcome.status)
 
 
+def _on_worker(config: UIConfig, work: Callable[[], Response]) -> Response:
+    try:
+        return work()
+    finally:
+        # The pool's threads come and go (an idle one ends): none keeps a connection.
+        config.store.close_thread()
+
+
 def _endpoint(
     config: UIConfig, limiter: anyio.CapacityLimiter, work: Callable[..., Response], target: object
 ) -> Callable[[Request], object]:
     async def endpoint(request: Request) -> Response:
-        return await anyio.to_thread.run_sync(
-            partial(work, config, target, request), limiter=limiter
-        )
+        job = partial(_on_worker, config, partial(work, config, target, request))
+        return await anyio.to_thread.run_sync(job, limiter=limiter)
 
     return endpoint
 
