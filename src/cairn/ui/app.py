@@ -24,10 +24,10 @@ from starlette.staticfiles import StaticFiles
 from cairn.ui import actions, pages
 from cairn.ui.config import UIConfig
 from cairn.ui.middleware import FORM_KEY
+from cairn.ui.pages import Query
 from cairn.ui.render import Page, full_page, live_region
 
 WORKER_THREADS = 8
-Query = dict[str, str]
 PageBuilder = Callable[[UIConfig, Query], Page]
 ActionHandler = Callable[[UIConfig, dict[str, list[str]]], actions.Outcome]
 
@@ -104,10 +104,9 @@ def _static() -> StaticFiles:
     return StaticFiles(directory=Path(str(files("cairn.ui") / "static")))
 
 
-def _not_found(config: UIConfig, request: Request, exc: Exception) -> Response:
-    page = Page(
-        "Not found", "message.html", {"text": f"No page at {request.url.path}", "back": "/"}
-    )
+async def _not_found(request: Request, exc: Exception) -> Response:
+    text = f"No page at {request.url.path}"
+    page = Page("Not found", "message.html", {"text": text, "back": "/"})
     return HTMLResponse(full_page(page, None), status_code=404)
 
 
@@ -126,8 +125,4 @@ def build_app(config: UIConfig) -> Starlette:
         Route("/favicon.ico", _no_favicon, methods=["GET"]),
         Mount("/static", _static(), name="static"),
     ]
-
-    async def not_found(request: Request, exc: Exception) -> Response:
-        return _not_found(config, request, exc)
-
-    return Starlette(routes=routes, exception_handlers={404: not_found})
+    return Starlette(routes=routes, exception_handlers={404: _not_found})
