@@ -226,6 +226,12 @@ def test_search_filters_and_paging_both_ways(browser: Any, dash: Dash) -> None:
     assert [cell.text for cell in found] == [IDS.failed]
     driver.get(dash.url + "/tasks?q=approve")
     assert _text(driver, "#total") == "2 tasks"
+    driver.get(dash.url + "/tasks?name=flaky")
+    assert _text(driver, "#tasks tbody").startswith(IDS.retrying)
+    driver.get(dash.url + "/tasks?until=2026-05-24T00:00:01Z")  # the batch's two, made first
+    assert _text(driver, "#total") == "2 tasks"
+    driver.get(dash.url + f"/tasks?batch={BATCH}&status=failed")
+    assert _text(driver, "#total") == "1 task"
     dash.server.config.page_size = 4
     driver.get(dash.url + "/tasks?status=completed")
     total = _text(driver, "#total")
@@ -236,11 +242,14 @@ def test_search_filters_and_paging_both_ways(browser: Any, dash: Dash) -> None:
     _follow(driver, by.ID, "newer")
     assert _text(driver, "#tasks tbody") == first
     assert _errors(driver) == []
+    driver.get(dash.url + "/tasks?since=yesterday-ish")  # a 400 page saying which field
+    assert "since" in _text(driver, "p.message")
 
 
 def test_a_live_page_changes_without_a_reload(browser: Any, dash: Dash) -> None:
     """A change in the store shows on the open task page by itself (the document
-    is the same one: a mark set in it survives); pausing says "paused"."""
+    is the same one: a mark set in it survives); pausing says "paused"; a
+    server that went away, "offline"."""
     by, driver = _by(), browser
     driver.get(dash.url + _task(IDS.failed))
     assert _text(driver, "#status") == "failed"
@@ -254,6 +263,8 @@ def test_a_live_page_changes_without_a_reload(browser: Any, dash: Dash) -> None:
     driver.find_element(by.ID, "live-state").click()
     assert _text(driver, "#live-state") == "live"
     assert _errors(driver) == []
+    dash.server.shutdown()
+    _wait(driver, lambda d: _text(d, "#live-state") == "offline")
 
 
 def test_each_button_changes_the_store(browser: Any, dash: Dash) -> None:
