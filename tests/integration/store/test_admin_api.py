@@ -21,6 +21,7 @@ from cairn.admin import (
     TaskQuery,
     batch_page,
     batch_view,
+    iter_tasks,
     metrics_summary,
     operations,
     resolve,
@@ -438,3 +439,25 @@ def test_cairn_show_names_spawned_children(any_app: Cairn, store_url: str) -> No
     detail = json.loads(_cli("show", "p", "--store", store_url, "--json").stdout)
     assert detail["task"]["children"] == [child_id]
     assert [s["child_task_id"] for s in detail["steps"] if s["kind"] == "spawn"] == [child_id]
+
+
+def test_streamed_tasks_cross_many_pages_while_an_action_writes(
+    any_app: Cairn, store_url: str
+) -> None:
+    """iter_tasks reads 500 at a time in enqueue order, with a limit or without;
+    `cairn cancel --batch` writes while it streams and changes every task once."""
+
+    @any_app.task
+    def job(ctx: Context, n: int) -> int:
+        return n
+
+    count = 1_050
+    any_app.enqueue("big", job, [{"n": n} for n in range(count)])
+    store = admin(any_app.store)
+    every = [t.item_key for t in iter_tasks(store, TaskQuery(batch="big"))]
+    assert every == [f"n={n}" for n in range(count)]
+    assert len(list(iter_tasks(store, TaskQuery(), limit=501))) == 501
+    cancelled = _cli("cancel", "--batch", "big", "--store", store_url)
+    assert cancelled.exit_code == 0, cancelled.output
+    assert f"batch big: {count} task(s) -> cancelled ({count} pending)" in cancelled.stdout
+    assert task_page(store, TaskQuery(status="cancelled")).total == count
