@@ -38,8 +38,6 @@ R = TypeVar("R")  # a row of a page
 Cursor = str
 DEFAULT_SIZE = 50
 MAX_SIZE = 1000
-# ``iter_tasks`` reads this many rows a time.
-_STREAM_PAGE = 500
 
 
 class BadCursor(CairnError, ValueError):
@@ -218,14 +216,5 @@ def iter_tasks(
     """The tasks ``query`` picks, in enqueue order (oldest first), read a page
     at a time by position: never a whole table in memory, no cursor held open
     between pages, so a caller may write while iterating. At most ``limit``."""
-    after, left = 0, limit
-    while left is None or left > 0:
-        size = _STREAM_PAGE if left is None else min(_STREAM_PAGE, left)
-        # Above a position, the store reads oldest first; it hands pages newest first.
-        found = store.find_tasks(query, above=after, size=size)[::-1]
-        for _, task in found:
-            yield task
-        if len(found) < size:
-            return
-        after = found[-1][0]
-        left = None if left is None else left - len(found)
+    _check_query(query)
+    return store.list_tasks(query=query, limit=limit)
