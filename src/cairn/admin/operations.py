@@ -50,6 +50,16 @@ class OperationView:
     claimant_gone: bool
 
     @property
+    def waiting(self) -> str | None:
+        """What a key that is not settled waits for, in words, unless an error
+        it recorded says more: a claim in progress, or in doubt."""
+        if self.record.status == "claimed":
+            return "in doubt: its claimant died" if self.claimant_gone else "in progress"
+        if self.record.status == "in_doubt" and self.record.error is None:
+            return "in doubt"
+        return None
+
+    @property
     def codec(self) -> str:
         """The codec of the key's result: its claiming task's."""
         return self.task.codec if self.task is not None else "unknown"

@@ -320,6 +320,7 @@ def test_resolve_answers_with_the_clis_sentences(any_app: Cairn, clock: FakeCloc
     store = admin(any_app.store)
     (listed,) = operations(store, now=clock.now())
     assert (listed.record.status, listed.in_doubt, listed.claimant_gone) == ("failed", False, False)
+    assert listed.waiting is None  # its error says more
     done = resolve(
         store, "", "charge-1", "completed", result={"ok": 1}, permanent=False, now=clock.now()
     )
