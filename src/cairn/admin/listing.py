@@ -103,6 +103,13 @@ def _check_query(query: TaskQuery) -> None:
         raise ValueError(
             f"unknown task status {query.status!r}; use one of: {', '.join(TASK_STATUSES)}"
         )
+    for label, moment in (("since", query.since), ("until", query.until)):
+        # A naive time would mean UTC on one backend and local time on another.
+        if moment is not None and moment.tzinfo is None:
+            raise ValueError(
+                f"TaskQuery.{label} {moment.isoformat()} has no UTC offset; give an aware "
+                "datetime, such as datetime(2026, 5, 24, tzinfo=UTC)"
+            )
 
 
 # A store's page read: (below, above, size) -> rows newest first.

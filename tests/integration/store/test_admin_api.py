@@ -171,7 +171,8 @@ def test_filtered_pages_cross_their_boundary(listed: Listed) -> None:
 
 def test_a_cursor_that_no_page_gave_is_refused(listed: Listed) -> None:
     """A made-up cursor, or one of the batch listing, is a clear BadCursor; an
-    unknown status or a page size out of range a clear ValueError."""
+    unknown status, a page size out of range or a time without an offset a
+    clear ValueError."""
     with pytest.raises(BadCursor, match="start again from the first page"):
         task_page(listed.store, TaskQuery(), older_than="not-a-cursor")
     batches = batch_page(listed.store, size=1)
@@ -182,6 +183,8 @@ def test_a_cursor_that_no_page_gave_is_refused(listed: Listed) -> None:
         task_page(listed.store, TaskQuery(status="done"))
     with pytest.raises(ValueError, match="a page holds 1 to 1000 rows; 0 asked for"):
         task_page(listed.store, TaskQuery(), size=0)
+    with pytest.raises(ValueError, match=r"TaskQuery.since 2026-05-24T00:00:00 has no UTC offset"):
+        task_page(listed.store, TaskQuery(since=datetime(2026, 5, 24)))
 
 
 def test_batch_index_pages_both_ways_and_searches(listed: Listed, clock: FakeClock) -> None:
