@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,30 @@ def test_conversation_shows_the_active_context_and_with_all_the_archive(
     missing = run(cli, store, "conversation", TASK, "--name", "other")
     assert missing.exit_code == 2
     assert "no conversation 'other'" in missing.output
+
+
+def test_conversation_json_has_summaries_with_what_they_cover_and_each_calls_cost(
+    cli: CliRunner, store: Path
+) -> None:
+    """--json: each summary covers the rows after the one before it, up to its
+    own ``covers_until``, and only the latest is active; each recorded call of the
+    task has its tokens and cost, and they add up to the task's `cairn cost` line."""
+    shown = json.loads(run(cli, store, "conversation", TASK, "--all", "--json").output)
+    summaries = shown["summaries"]
+    assert len(summaries) >= 2
+    assert summaries[0]["covers"][0] == 0
+    for before, after in pairwise(summaries):
+        assert after["covers"][0] == before["covers"][1] + 1
+    assert [s["active"] for s in summaries] == [False] * (len(summaries) - 1) + [True]
+    by_row = {row["idx"]: row for row in shown["rows"]}
+    for summary in summaries:
+        assert by_row[summary["idx"]]["covers_until"] == summary["covers"][1]
+    calls = shown["calls"]
+    assert [c["kind"] for c in calls].count("llm") == 13
+    assert [c["seq"] for c in calls] == sorted(c["seq"] for c in calls)
+    line = json.loads(run(cli, store, "cost", "--task", TASK, "--json").output)["total"]
+    assert sum(c["input_tokens"] for c in calls) == line["input_tokens"]
+    assert sum(c["estimated_cost"] for c in calls) == pytest.approx(line["estimated_cost"])
 
 
 def test_cost_per_batch_and_per_task_with_what_compaction_saved(

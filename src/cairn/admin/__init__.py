@@ -43,6 +43,7 @@ from cairn.admin.views import (
     task_view,
     value_view,
 )
+from cairn.observe.stalls import Stall, stalls_in
 
 __all__ = [
     "CANCEL",
@@ -62,6 +63,7 @@ __all__ = [
     "OperationView",
     "Resolved",
     "SlowStep",
+    "Stall",
     "StepView",
     "SummaryCover",
     "TaskPage",
@@ -82,6 +84,7 @@ __all__ = [
     "operations",
     "resolve",
     "send_signal",
+    "stalls_in",
     "task_page",
     "task_view",
     "value_view",

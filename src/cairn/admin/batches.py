@@ -42,7 +42,6 @@ class BatchView:
     ``done`` counts finished tasks (completed, failed or cancelled)."""
 
     name: str
-    summary: BatchSummary
     counts: dict[str, int]
     total: int
     done: int
@@ -50,6 +49,8 @@ class BatchView:
     eta_seconds: float | None
     failures: list[FailureGroup]
     slowest_steps: list[SlowStep]
+    # The batch's row as listed: its task function, when made, first start, last finish.
+    summary: BatchSummary
 
 
 def _failures(failed: Iterable[TaskRecord]) -> list[FailureGroup]:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from cairn.errors import CairnError
 from cairn.store import AdminStore
@@ -31,12 +31,13 @@ __all__ = [
     "task_page",
 ]
 
+E = TypeVar("E")  # where a page ends: a task's position, a batch's (created_at, name)
+R = TypeVar("R")  # a row of a page
+
 # Opaque text naming the edge of a page (base64 of a small JSON list).
 Cursor = str
 DEFAULT_SIZE = 50
 MAX_SIZE = 1000
-# ``iter_tasks`` reads this many rows a time.
-_STREAM_PAGE = 500
 
 
 class BadCursor(CairnError, ValueError):
@@ -102,6 +103,40 @@ def _check_query(query: TaskQuery) -> None:
         raise ValueError(
             f"unknown task status {query.status!r}; use one of: {', '.join(TASK_STATUSES)}"
         )
+    for label, moment in (("since", query.since), ("until", query.until)):
+        # A naive time would mean UTC on one backend and local time on another.
+        if moment is not None and moment.tzinfo is None:
+            raise ValueError(
+                f"TaskQuery.{label} {moment.isoformat()} has no UTC offset; give an aware "
+                "datetime, such as datetime(2026, 5, 24, tzinfo=UTC)"
+            )
+
+
+# A store's page read: (below, above, size) -> rows newest first.
+_Fetch = Callable[[E | None, E | None, int], list[R]]
+
+
+def _window(
+    fetch: _Fetch[E, R], edge: Callable[[R], E], below: E | None, above: E | None, size: int
+) -> tuple[list[R], bool, bool]:
+    """The page of ``size`` rows below ``below`` (or the newest), or, given only
+    ``above``, just above it; and whether more lie newer and older of it. One
+    row past the page says more lie that way; the other way, one look."""
+    found = fetch(below, above, size + 1)
+    more = len(found) > size
+    if above is not None and below is None:
+        found = found[-size:]
+        older = bool(fetch(edge(found[-1]) if found else above, None, 1))
+        return found, more, older
+    found = found[:size]
+    newer = bool(found) and below is not None and bool(fetch(None, edge(found[0]), 1))
+    return found, newer, more
+
+
+def _edges(older_than: Cursor | None, newer_than: Cursor | None, size: int) -> None:
+    _check_size(size)
+    if older_than is not None and newer_than is not None:
+        raise ValueError("ask for the page older than a cursor or newer than one, not both")
 
 
 def task_page(
@@ -114,34 +149,25 @@ def task_page(
 ) -> TaskPage:
     """The page of tasks ``query`` picks, newest first: the newest, or the one
     just older than ``older_than``, or the one just newer than ``newer_than``."""
-    _check_size(size)
+    _edges(older_than, newer_than, size)
     _check_query(query)
-    if older_than is not None and newer_than is not None:
-        raise ValueError("ask for the page older than a cursor or newer than one, not both")
-    below = None if older_than is None else _task_edge(older_than)
-    above = None if newer_than is None else _task_edge(newer_than)
-    found = store.find_tasks(query, below=below, above=above, size=size + 1)
-    # One row past the page says more lie that way; the other way, one look.
-    more = len(found) > size
-    if above is not None:
-        found = found[-size:] if more else found
-        newer_more, older_more = more, _beyond(store, query, below=found[-1][0] if found else above)
-    else:
-        found = found[:size]
-        older_more = more
-        newer_more = bool(found) and below is not None and _beyond(store, query, above=found[0][0])
+
+    def fetch(below: int | None, above: int | None, n: int) -> list[tuple[int, TaskRecord]]:
+        return store.find_tasks(query, below=below, above=above, size=n)
+
+    found, newer, older = _window(
+        fetch,
+        lambda row: row[0],
+        None if older_than is None else _task_edge(older_than),
+        None if newer_than is None else _task_edge(newer_than),
+        size,
+    )
     return TaskPage(
         rows=[task for _, task in found],
         total=store.count_tasks(query),
-        newer=_encode("task", found[0][0]) if newer_more and found else None,
-        older=_encode("task", found[-1][0]) if older_more and found else None,
+        newer=_encode("task", found[0][0]) if newer and found else None,
+        older=_encode("task", found[-1][0]) if older and found else None,
     )
-
-
-def _beyond(
-    store: AdminStore, query: TaskQuery, *, below: int | None = None, above: int | None = None
-) -> bool:
-    return bool(store.find_tasks(query, below=below, above=above, size=1))
 
 
 def _batch_edge(cursor: Cursor) -> tuple[datetime, str]:
@@ -169,33 +195,25 @@ def batch_page(
 ) -> BatchPage:
     """A page of batches (name holding ``search``, any case), newest first, as
     ``task_page`` pages tasks."""
-    _check_size(size)
-    if older_than is not None and newer_than is not None:
-        raise ValueError("ask for the page older than a cursor or newer than one, not both")
-    below = None if older_than is None else _batch_edge(older_than)
-    above = None if newer_than is None else _batch_edge(newer_than)
-    found = store.batch_page(search=search, below=below, above=above, size=size + 1)
-    more = len(found) > size
-    if above is not None:
-        found = found[-size:] if more else found
-        edge = (found[-1].created_at, found[-1].name) if found else above
-        newer_more = more
-        older_more = bool(store.batch_page(search=search, below=edge, size=1))
-    else:
-        found = found[:size]
-        older_more = more
-        newer_more = (
-            bool(found)
-            and below is not None
-            and bool(
-                store.batch_page(search=search, above=(found[0].created_at, found[0].name), size=1)
-            )
-        )
+    _edges(older_than, newer_than, size)
+
+    def fetch(
+        below: tuple[datetime, str] | None, above: tuple[datetime, str] | None, n: int
+    ) -> list[BatchSummary]:
+        return store.batch_page(search=search, below=below, above=above, size=n)
+
+    found, newer, older = _window(
+        fetch,
+        lambda row: (row.created_at, row.name),
+        None if older_than is None else _batch_edge(older_than),
+        None if newer_than is None else _batch_edge(newer_than),
+        size,
+    )
     return BatchPage(
         rows=found,
         total=store.count_batches(search),
-        newer=_batch_cursor(found[0]) if newer_more and found else None,
-        older=_batch_cursor(found[-1]) if older_more and found else None,
+        newer=_batch_cursor(found[0]) if newer and found else None,
+        older=_batch_cursor(found[-1]) if older and found else None,
     )
 
 
@@ -205,14 +223,5 @@ def iter_tasks(
     """The tasks ``query`` picks, in enqueue order (oldest first), read a page
     at a time by position: never a whole table in memory, no cursor held open
     between pages, so a caller may write while iterating. At most ``limit``."""
-    after, left = 0, limit
-    while left is None or left > 0:
-        size = _STREAM_PAGE if left is None else min(_STREAM_PAGE, left)
-        # Above a position, the store reads oldest first; it hands pages newest first.
-        found = store.find_tasks(query, above=after, size=size)[::-1]
-        for _, task in found:
-            yield task
-        if len(found) < size:
-            return
-        after = found[-1][0]
-        left = None if left is None else left - len(found)
+    _check_query(query)
+    return store.list_tasks(query=query, limit=limit)

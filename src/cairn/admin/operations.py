@@ -45,9 +45,19 @@ class OperationView:
     claimed by an attempt that cannot record; ``in_doubt``: marked in doubt or so."""
 
     record: OperationRecord
-    task: TaskRecord | None
     in_doubt: bool
     claimant_gone: bool
+    task: TaskRecord | None  # the task that claimed it, if it still exists
+
+    @property
+    def waiting(self) -> str | None:
+        """What a key that is not settled waits for, in words, unless an error
+        it recorded says more: a claim in progress, or in doubt."""
+        if self.record.status == "claimed":
+            return "in doubt: its claimant died" if self.claimant_gone else "in progress"
+        if self.record.status == "in_doubt" and self.record.error is None:
+            return "in doubt"
+        return None
 
     @property
     def codec(self) -> str:
@@ -62,7 +72,7 @@ def _views(
     for op in ops:
         task = tasks(op.task_id)
         gone = claim_abandoned(op, task, now, DEFAULT_GRACE)
-        yield OperationView(op, task, op.status == "in_doubt" or gone, gone)
+        yield OperationView(op, op.status == "in_doubt" or gone, gone, task)
 
 
 def operations(

@@ -209,11 +209,11 @@ def _outcome(row: OperationView) -> str:
     op = row.record
     if op.status == "completed":
         return clip(stored_value(op.result, row.codec), _RESULT_WIDTH)
-    if op.status == "claimed":
-        return "in doubt: its claimant died" if row.claimant_gone else "in progress"
+    if row.waiting is not None:
+        return row.waiting
     if op.error is not None:
         return error_line(op.error, width=_RESULT_WIDTH)
-    return "in doubt" if op.status == "in_doubt" else MISSING
+    return MISSING
 
 
 def _late(row: OperationView) -> str:

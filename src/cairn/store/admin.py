@@ -43,9 +43,15 @@ class AdminStore(Store, Protocol):
 
     # -- listings, views and operator actions ----------------------------------------
     def list_tasks(
-        self, *, batch: str | None = None, status: str | None = None, limit: int | None = None
+        self,
+        *,
+        batch: str | None = None,
+        status: str | None = None,
+        limit: int | None = None,
+        query: TaskQuery | None = None,
     ) -> Iterator[TaskRecord]:
-        """Tasks in enqueue order, streamed."""
+        """Tasks in enqueue order, streamed a page at a time: those ``query``
+        picks, or (without one) of ``batch`` and ``status``, cairn's own included."""
         ...
 
     def running_tasks(self, batch: str | None) -> list[TaskRecord]:
@@ -183,7 +189,8 @@ class AdminStore(Store, Protocol):
         self, *, status: str | None, batch: str | None, before: int | None, size: int
     ) -> list[tuple[int, TaskRecord]]:
         """Up to ``size`` tasks, newest first, with positions below ``before``,
-        each with its position (the dashboard's pages)."""
+        each with its position (the dashboard's first pages; ``find_tasks`` with
+        a ``TaskQuery`` does this and more, and is what ``cairn.admin`` uses)."""
         ...
 
     # -- moving a batch, pruning, blob references --------------------------------------

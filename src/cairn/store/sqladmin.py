@@ -45,18 +45,25 @@ class SQLAdmin(SQLCore):
         return [sql.task_record(r) for r in rows]
 
     def list_tasks(
-        self, *, batch: str | None = None, status: str | None = None, limit: int | None = None
+        self,
+        *,
+        batch: str | None = None,
+        status: str | None = None,
+        limit: int | None = None,
+        query: TaskQuery | None = None,
     ) -> Iterator[TaskRecord]:
-        where, params = sqlviews.task_filter(batch, status)
-        statement = sqlviews.TASK_PAGE.format(where=where)
+        if query is None:
+            query = TaskQuery(status=status, batch=batch, include_internal=True)
+        elif batch is not None or status is not None:
+            raise ValueError("give list_tasks a query, or batch and status, not both")
         # Keyset pages: never a whole table in memory, and no cursor held open
         # between pages, so a caller may write while iterating.
         after, left = 0, limit
         while left is None or left > 0:
             size = sqlviews.PAGE if left is None else min(sqlviews.PAGE, left)
-            rows = self._exec(statement, (after, *params, size)).rows
-            for row in rows:
-                yield sql.task_record(row[1:])
+            rows = self._found(query, None, after, size, newer=True)
+            for _, task in rows:
+                yield task
             if len(rows) < size:
                 return
             after = rows[-1][0]
@@ -91,6 +98,14 @@ class SQLAdmin(SQLCore):
     def find_tasks(
         self, query: TaskQuery, *, below: int | None = None, above: int | None = None, size: int
     ) -> list[tuple[int, TaskRecord]]:
+        newer = above is not None and below is None
+        found = self._found(query, below, above, size, newer=newer)
+        return found[::-1] if newer else found
+
+    def _found(
+        self, query: TaskQuery, below: int | None, above: int | None, size: int, *, newer: bool
+    ) -> list[tuple[int, TaskRecord]]:
+        """Up to ``size`` tasks between the positions, ascending if ``newer``."""
         where, params = sqlviews.task_query_filter(query, self._ts)
         if below is not None:
             where.append("pos < ?")
@@ -98,10 +113,8 @@ class SQLAdmin(SQLCore):
         if above is not None:
             where.append("pos > ?")
             params.append(above)
-        newer = above is not None and below is None
         rows = self._exec(sqlviews.find_tasks(where, newer=newer), (*params, size)).rows
-        found = [(int(r[0]), sql.task_record(r[1:])) for r in rows]
-        return found[::-1] if newer else found
+        return [(int(r[0]), sql.task_record(r[1:])) for r in rows]
 
     def count_tasks(self, query: TaskQuery) -> int:
         where, params = sqlviews.task_query_filter(query, self._ts)
@@ -281,6 +294,5 @@ class SQLAdmin(SQLCore):
     def task_page(
         self, *, status: str | None, batch: str | None, before: int | None, size: int
     ) -> list[tuple[int, TaskRecord]]:
-        statement, params = sqlmetrics.task_page(status, batch, before)
-        rows = self._exec(statement, [*params, size]).rows
-        return [(int(r[0]), sql.task_record(r[1:])) for r in rows]
+        query = TaskQuery(status=status, batch=batch, include_internal=True)
+        return self.find_tasks(query, below=before, size=size)

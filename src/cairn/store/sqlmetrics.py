@@ -1,4 +1,4 @@
-"""The read-only SQL behind cairn's metrics, stall checks, reports and dashboard
+"""The read-only SQL behind cairn's metrics, stall checks and reports
 (``cairn.store.sqladmin`` runs it).
 
 Portable SQL (SQLite and PostgreSQL 15 alike): ``?`` placeholders, no JSON
@@ -18,7 +18,6 @@ from datetime import datetime
 from typing import Any
 
 from cairn.store.reports import Window
-from cairn.store.sql import TASK_COLUMNS
 
 # Names of the tasks cairn runs for itself (cairn.observe); never counted.
 INTERNAL_PREFIX = "cairn."
@@ -120,28 +119,3 @@ OPEN_ALERTS = (
     "AND substr(t.id, 1, ?) = ? AND NOT EXISTS (SELECT 1 FROM tasks r "
     "WHERE r.id = CAST(? AS TEXT) || substr(t.id, ?)) ORDER BY t.pos"
 )
-
-
-# -- pages for the dashboard ---------------------------------------------------------
-def task_page(status: str | None, batch: str | None, before: int | None) -> tuple[str, list[Any]]:
-    """A page of tasks, newest first, with positions below ``before``, and its
-    parameters but the last (the page size).
-
-    Keyset paging over ``pos``: the (batch, status, pos) and (status) indexes
-    keep a page fast however many tasks the store holds."""
-    clauses: list[str] = ["1 = 1"]
-    params: list[Any] = []
-    if status is not None:
-        clauses.append("status = ?")
-        params.append(status)
-    if batch is not None:
-        clauses.append("batch = ?")
-        params.append(batch)
-    if before is not None:
-        clauses.append("pos < ?")
-        params.append(before)
-    statement = (
-        f"SELECT pos, {TASK_COLUMNS} FROM tasks WHERE {' AND '.join(clauses)} "
-        "ORDER BY pos DESC LIMIT ?"
-    )
-    return statement, params

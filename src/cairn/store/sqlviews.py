@@ -36,25 +36,6 @@ RETRY = (
     "finished_at = NULL, updated_at = ? "
     "WHERE id = ? AND (status = 'failed' OR status = 'cancelled')"
 )
-# Keyset pages over pos ({where}: "pos > ?" and the caller's filters): never a
-# whole table in memory, and no cursor held open between pages.
-TASK_PAGE = f"SELECT pos, {TASK_COLUMNS} FROM tasks WHERE {{where}} ORDER BY pos LIMIT ?"
-
-
-def task_filter(batch: str | None, status: str | None) -> tuple[str, list[Any]]:
-    """The WHERE clause of a page of ``TASK_PAGE`` (its first parameter is the
-    last position seen) and the parameters that follow that one."""
-    where = ["pos > ?"]
-    params: list[Any] = []
-    if batch is not None:
-        where.append("batch = ?")
-        params.append(batch)
-    if status is not None:
-        where.append("status = ?")
-        params.append(status)
-    return " AND ".join(where), params
-
-
 # -- listings with filters, keyset pages both ways and totals --------------------------
 # Newest first is descending pos. A page older than a cursor reads pos below it
 # descending; a page newer reads pos above it ascending (the caller turns it

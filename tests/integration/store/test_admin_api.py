@@ -21,6 +21,7 @@ from cairn.admin import (
     TaskQuery,
     batch_page,
     batch_view,
+    iter_tasks,
     metrics_summary,
     operations,
     resolve,
@@ -170,7 +171,8 @@ def test_filtered_pages_cross_their_boundary(listed: Listed) -> None:
 
 def test_a_cursor_that_no_page_gave_is_refused(listed: Listed) -> None:
     """A made-up cursor, or one of the batch listing, is a clear BadCursor; an
-    unknown status or a page size out of range a clear ValueError."""
+    unknown status, a page size out of range or a time without an offset a
+    clear ValueError."""
     with pytest.raises(BadCursor, match="start again from the first page"):
         task_page(listed.store, TaskQuery(), older_than="not-a-cursor")
     batches = batch_page(listed.store, size=1)
@@ -181,6 +183,8 @@ def test_a_cursor_that_no_page_gave_is_refused(listed: Listed) -> None:
         task_page(listed.store, TaskQuery(status="done"))
     with pytest.raises(ValueError, match="a page holds 1 to 1000 rows; 0 asked for"):
         task_page(listed.store, TaskQuery(), size=0)
+    with pytest.raises(ValueError, match=r"TaskQuery.since 2026-05-24T00:00:00 has no UTC offset"):
+        task_page(listed.store, TaskQuery(since=datetime(2026, 5, 24)))
 
 
 def test_batch_index_pages_both_ways_and_searches(listed: Listed, clock: FakeClock) -> None:
@@ -319,6 +323,7 @@ def test_resolve_answers_with_the_clis_sentences(any_app: Cairn, clock: FakeCloc
     store = admin(any_app.store)
     (listed,) = operations(store, now=clock.now())
     assert (listed.record.status, listed.in_doubt, listed.claimant_gone) == ("failed", False, False)
+    assert listed.waiting is None  # its error says more
     done = resolve(
         store, "", "charge-1", "completed", result={"ok": 1}, permanent=False, now=clock.now()
     )
@@ -438,3 +443,25 @@ def test_cairn_show_names_spawned_children(any_app: Cairn, store_url: str) -> No
     detail = json.loads(_cli("show", "p", "--store", store_url, "--json").stdout)
     assert detail["task"]["children"] == [child_id]
     assert [s["child_task_id"] for s in detail["steps"] if s["kind"] == "spawn"] == [child_id]
+
+
+def test_streamed_tasks_cross_many_pages_while_an_action_writes(
+    any_app: Cairn, store_url: str
+) -> None:
+    """iter_tasks reads 500 at a time in enqueue order, with a limit or without;
+    `cairn cancel --batch` writes while it streams and changes every task once."""
+
+    @any_app.task
+    def job(ctx: Context, n: int) -> int:
+        return n
+
+    count = 1_050
+    any_app.enqueue("big", job, [{"n": n} for n in range(count)])
+    store = admin(any_app.store)
+    every = [t.item_key for t in iter_tasks(store, TaskQuery(batch="big"))]
+    assert every == [f"n={n}" for n in range(count)]
+    assert len(list(iter_tasks(store, TaskQuery(), limit=501))) == 501
+    cancelled = _cli("cancel", "--batch", "big", "--store", store_url)
+    assert cancelled.exit_code == 0, cancelled.output
+    assert f"batch big: {count} task(s) -> cancelled ({count} pending)" in cancelled.stdout
+    assert task_page(store, TaskQuery(status="cancelled")).total == count

@@ -7,14 +7,17 @@ may be hundreds of megabytes. Runs on SQLite and PostgreSQL.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 from typer.testing import CliRunner
 
 from cairn import Cairn, Context
+from cairn.admin import task_view
 from cairn.cli import app as cli
 from cairn.clock import FakeClock
+from cairn.store import admin
 from tests.crashes import url as url  # a fixture: pytest finds it by this name
 
 BIG = "x" * 5000
@@ -49,3 +52,27 @@ def test_offloaded_results_are_shown_as_blob_references(
     csv = runner.invoke(cli, ["ops", "--store", url, "--csv"])
     assert csv.exit_code == 0, csv.output
     assert "in the blob store" in csv.stdout
+
+
+def test_task_view_shows_offloaded_values_by_size_and_hash(
+    url: str, clock: FakeClock, tmp_path: Path
+) -> None:
+    """The admin API's task view: the result and the step output that went to
+    the blob store are blob references with size and sha256, not JSON."""
+    with Cairn(url, clock=clock, blobs=str(tmp_path / "blobs"), inline_limit=1024) as app:
+
+        @app.task
+        def big(ctx: Context) -> str:
+            return str(ctx.step("make", lambda: BIG))
+
+        assert app.run(big, task_id="t") == BIG
+        view = task_view(admin(app.store), "t")
+    assert view is not None
+    assert view.result is not None
+    assert view.result.blob is not None
+    assert view.result.json_text is None
+    assert view.result.blob.size == 5002
+    assert view.result.blob.sha256 == hashlib.sha256(json.dumps(BIG).encode()).hexdigest()
+    (step,) = view.steps
+    assert step.output is not None
+    assert step.output.blob == view.result.blob
