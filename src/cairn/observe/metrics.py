@@ -145,7 +145,7 @@ class Metrics:
         return data
 
 
-def _batch_times(spans: list[BatchSpan]) -> list[BatchTime]:
+def batch_times(spans: list[BatchSpan]) -> list[BatchTime]:
     walls: dict[str, float | None] = {}
     for span in spans:
         done = span.unfinished == 0 and span.first_started_at and span.last_finished_at
@@ -225,7 +225,7 @@ def compute(store: Store, window: Window | None = None) -> Metrics:
         redundancy=Redundancy(
             ops.keys, ops.redundant_keys, _rate(ops.redundant_keys, ops.keys), ops.calls
         ),
-        batches=_batch_times(db.batch_spans(window)),
+        batches=batch_times(db.batch_spans(window)),
         steps=step_times(db.step_durations(window)),
         retries=Retries(tasks.task_retries, steps.retries, steps.calls, steps.failed),
         failures_by_type=dict(Counter(map(error_type, db.failed_task_errors(window)))),

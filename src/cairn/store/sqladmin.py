@@ -196,6 +196,24 @@ class SQLAdmin(SQLCore):
         for name, started, finished in self._report(sqlmetrics.STEP_DURATIONS, window):
             yield str(name), sql.time_of(started), sql.time_of(finished)
 
+    def finished_steps(
+        self, window: Window, since: datetime | None
+    ) -> Iterator[tuple[str, int, str, str, int, datetime, datetime]]:
+        where, params = sqlmetrics.window_filter(window, self._ts)
+        statement = sqlmetrics.FINISHED_STEPS.format(where=where)
+        if since is not None:
+            statement += " AND s.finished_at >= ?"
+            params.append(self._ts(since))
+        for tid, seq, kind, name, attempts, started, finished in self._exec(statement, params).rows:
+            yield (
+                str(tid), int(seq), str(kind), str(name), int(attempts),
+                sql.time_of(started), sql.time_of(finished),
+            )  # fmt: skip
+
+    def suspect_reruns(self, window: Window) -> tuple[int, int]:
+        row = self._report(sqlmetrics.SUSPECT_RERUNS, window)[0]
+        return int(row[0]), int(row[1])
+
     def step_errors(self, window: Window) -> Iterator[str | None]:
         for (error,) in self._report(sqlmetrics.STEP_ERRORS, window):
             yield error

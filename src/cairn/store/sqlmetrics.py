@@ -23,6 +23,9 @@ from cairn.store.sql import TASK_COLUMNS
 # Names of the tasks cairn runs for itself (cairn.observe); never counted.
 INTERNAL_PREFIX = "cairn."
 _PUBLIC = f"substr(t.name, 1, {len(INTERNAL_PREFIX)}) <> '{INTERNAL_PREFIX}'"
+# Operations of cairn's own tasks (an alert's webhook retried) are not counted
+# either: they would show as redundant execution of the user's work.
+_PUBLIC_OPS = f"task_id NOT IN (SELECT t.id FROM tasks t WHERE NOT ({_PUBLIC}))"
 
 
 def window_filter(window: Window, ts: Callable[[datetime], Any]) -> tuple[str, list[Any]]:
@@ -75,6 +78,19 @@ STEP_DURATIONS = (
     "JOIN tasks t ON t.id = s.task_id WHERE {where} "
     "AND s.kind = 'step' AND s.status = 'completed'"
 )
+# Completed steps and model calls, for the exporter's histograms: it reads only
+# the rows finished since its last scrape (the caller appends that clause).
+FINISHED_STEPS = (
+    "SELECT s.task_id, s.seq, s.kind, s.name, s.attempts, s.started_at, s.finished_at "
+    "FROM steps s JOIN tasks t ON t.id = s.task_id WHERE {where} "
+    "AND (s.kind = 'step' OR s.kind = 'llm') AND s.status = 'completed'"
+)
+# The suspect re-runs alone, reached through the interrupted tasks.
+SUSPECT_RERUNS = (
+    "SELECT COUNT(*), COUNT(DISTINCT t.id) FROM tasks t JOIN steps s ON s.task_id = t.id "
+    "WHERE {where} AND t.interruptions > 0 AND s.kind = 'step' AND s.status = 'completed' "
+    "AND s.attempts > 1"
+)
 STEP_ERRORS = (
     "SELECT s.error FROM steps s JOIN tasks t ON t.id = s.task_id WHERE {where} "
     "AND (s.status = 'failed' OR s.status = 'retrying')"
@@ -85,7 +101,7 @@ STEP_ERRORS = (
 def op_filter(window: Window, ts: Callable[[datetime], Any]) -> tuple[str, list[Any]]:
     """The WHERE clause over operations first claimed in the window (of its
     batch's tasks, if it names one), and its parameters."""
-    clauses, params = ["1 = 1"], []
+    clauses, params = [_PUBLIC_OPS], []
     if window.since is not None:
         clauses.append("first_claimed_at >= ?")
         params.append(ts(window.since))

@@ -1,10 +1,13 @@
-"""Exporters: Prometheus scraped over real HTTP and parsed with prometheus_client's
-own parser; OpenTelemetry spans built from the recorded times."""
+"""Exporters: Prometheus scraped over real HTTP, parsed with prometheus_client's
+own parser and checked with promtool; OpenTelemetry spans built from the recorded times."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import httpx
 import pytest
@@ -13,12 +16,15 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client.parser import text_string_to_metric_families
 
-from cairn import Cairn, Context
+from cairn import Cairn, Context, Retry, TaskDef
+from cairn.agent import user
 from cairn.clock import FakeClock
+from cairn.errors import TaskWaiting
 from cairn.observe.otel import export_spans
 from cairn.observe.prometheus import registry_for, start_server
 from cairn.store.records import NewTask
 from cairn.store.reports import Window
+from tests.agent_server import Scripted, model_server
 
 BATCH = "etl-2026-05-24"
 
@@ -37,13 +43,75 @@ def run_batch(app: Cairn, clock: FakeClock) -> None:
     app.run_batch(BATCH, etl, [{"n": n} for n in range(3)], concurrency=1, progress=False)
 
 
+def scrape_text(url: str) -> str:
+    return httpx.get(f"{url}/metrics", timeout=5).text
+
+
 def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = httpx.get(f"{url}/metrics", timeout=5).text
     found = {}
-    for family in text_string_to_metric_families(text):
+    for family in text_string_to_metric_families(scrape_text(url)):
         for sample in family.samples:
             found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
     return found
+
+
+def series(text: str) -> int:
+    return sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+
+
+def promtool_check(text: str) -> None:
+    """``promtool check metrics`` accepts ``text`` (CI installs promtool)."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (apt-get install prometheus; .ci/run does)")
+    checked = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, check=False
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def mixed_tasks(app: Cairn, clock: FakeClock, model: str) -> tuple[TaskDef[..., Any], ...]:
+    """A task with a failed case, a step that fails once then completes, a
+    numbered step, a map over ``items`` items and a model call; and one that waits."""
+    flaky: set[str] = set()
+
+    @app.task(name="mixed")
+    def mixed(ctx: Context, n: int, items: int) -> int:
+        def once_flaky() -> int:
+            if ctx.task_id not in flaky:
+                flaky.add(ctx.task_id)
+                raise OSError("first call fails")
+            clock.advance(0.5)
+            return n
+
+        if n == 1:
+            raise KeyError("missing")
+        ctx.step(f"fetch-{n}", once_flaky, retry=Retry(attempts=2, initial_delay=0.0))
+        ctx.map(lambda i: i * 2, range(items), name="score")
+        ctx.llm_call([user("hi")], model="tiny", client=model_client(model))
+        return n
+
+    @app.task(name="approval")
+    def approval(ctx: Context) -> str:
+        return str(ctx.wait_for("go").payload)
+
+    return mixed, approval
+
+
+def run_mixed(app: Cairn, tasks: tuple[TaskDef[..., Any], ...], batch: str, items: int) -> None:
+    """A batch of three ``mixed`` tasks (one fails) and a waiting task."""
+    mixed, approval = tasks
+    app.run_batch(
+        batch, mixed, [{"n": n, "items": items} for n in range(3)], concurrency=1, progress=False
+    )
+    with pytest.raises(TaskWaiting):
+        app.run(approval, task_id=f"{batch}/approval")
+
+
+def model_client(base_url: str) -> Any:
+    import openai
+
+    return openai.OpenAI(base_url=base_url, api_key="test", max_retries=0)
 
 
 @pytest.fixture
@@ -58,24 +126,38 @@ def served(any_app: Cairn, clock: FakeClock) -> Iterator[str]:
 
 
 def test_prometheus_scrape(any_app: Cairn, clock: FakeClock, served: str) -> None:
-    """The scrape carries the task counts, failures by type, step percentiles, and
-    seconds since the last checkpoint of a running task."""
-    run_batch(any_app, clock)
-    any_app.store.create_task(NewTask("slow/1", "slow", "{}", "json"), clock.now())
-    lease = clock.now() + timedelta(hours=1)
-    assert any_app.store.claim_task("slow/1", 0, "elsewhere/1/0/n", lease, clock.now())
-    clock.advance(42)
+    """The scrape follows Prometheus' conventions (promtool accepts it) and
+    carries every status, failures by type, step histograms by template, and the
+    oldest checkpoint of a running task; more tasks and map items add no series."""
+    with model_server(Scripted(["ok"])) as server:
+        tasks = mixed_tasks(any_app, clock, server.base_url)
+        run_mixed(any_app, tasks, BATCH, 3)
+        any_app.store.create_task(NewTask("slow/1", "slow", "{}", "json"), clock.now())
+        lease = clock.now() + timedelta(hours=1)
+        assert any_app.store.claim_task("slow/1", 0, "elsewhere/1/0/n", lease, clock.now())
+        clock.advance(42)
+        first = scrape_text(served)
+        run_mixed(any_app, tasks, "etl-2026-05-25", 30)
+        second = scrape_text(served)
+    promtool_check(second)
+    assert series(first) == series(second)
     samples = scrape(served)
-    assert samples[("cairn_tasks", (("status", "completed"),))] == 2
-    assert samples[("cairn_tasks", (("status", "failed"),))] == 1
-    assert samples[("cairn_tasks", (("status", "running"),))] == 1
-    assert samples[("cairn_failed_tasks", (("error_type", "builtins.KeyError"),))] == 1
-    assert samples[("cairn_interrupted_tasks", ())] == 0
-    p99 = ("cairn_step_duration_seconds", (("quantile", "0.99"), ("step", "extract")))
-    assert samples[p99] == 3.0  # n = 2 took 1 + 2 seconds
-    since = ("cairn_seconds_since_last_checkpoint", (("batch", ""), ("task", "slow/1")))
-    assert samples[since] == 42.0
-    assert ("cairn_batch_wall_clock_seconds", (("batch", BATCH), ("family", "etl"))) in samples
+    for status, count in [("completed", 4), ("failed", 2), ("running", 1), ("waiting", 2)]:
+        assert samples[("cairn_tasks", (("status", status),))] == count
+    assert samples[("cairn_tasks", (("status", "cancelled"),))] == 0
+    assert samples[("cairn_failed_tasks", (("error_type", "builtins.KeyError"),))] == 2
+    fetch = (("kind", "step"), ("step", "fetch-*"))
+    assert samples[("cairn_step_duration_seconds_count", fetch)] == 4
+    assert samples[("cairn_step_duration_seconds_sum", fetch)] == 2.0
+    assert samples[("cairn_step_retries_total", fetch)] == 4
+    score = (("kind", "step"), ("step", "score[*]"))
+    assert samples[("cairn_step_duration_seconds_count", score)] == 2 * 3 + 2 * 30
+    llm = (("kind", "llm"), ("step", "llm"))
+    assert samples[("cairn_step_duration_seconds_count", llm)] == 4
+    assert samples[("cairn_running_oldest_checkpoint_age_seconds", ())] >= 42.0
+    assert samples[("cairn_batches", (("state", "finished"),))] == 2
+    assert ("cairn_batch_family_wall_clock_seconds", (("family", "etl"),)) in samples
+    assert not any("task" in dict(labels) or "batch" in dict(labels) for _, labels in samples)
 
 
 def test_otel_spans_from_the_record(any_app: Cairn, clock: FakeClock) -> None:
