@@ -39,6 +39,12 @@ def watch_command(
         float, typer.Option("--interval", min=0.01, help="Seconds between checks.")
     ] = 60.0,
     once: Annotated[bool, typer.Option("--once", help="Check once and exit.")] = False,
+    dashboard: Annotated[
+        str | None,
+        typer.Option(
+            "--dashboard", metavar="URL", help="Link alerts to this `cairn ui` (its base URL)."
+        ),
+    ] = None,
     store: StoreOption = DEFAULT_URL,
 ) -> None:
     """Watch running tasks; raise an alert once per stall (logged, and posted to each
@@ -53,7 +59,10 @@ def watch_command(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     with Cairn(store) as app:
         watcher = StallWatcher(
-            app, notifiers_for(slack=slack, webhook=webhook), stall_after=threshold
+            app,
+            notifiers_for(slack=slack, webhook=webhook),
+            stall_after=threshold,
+            dashboard=dashboard,
         )
         if once:
             result = watcher.check()

@@ -67,7 +67,7 @@ class DailyReporter:
 
     def _post(self, ctx: Context, day: str) -> str:
         text: str = ctx.step("compose", day_report, self.app.store, date.fromisoformat(day))
-        message = Message("report", text, {"day": day})
+        message = Message("report", text, {"day": day}, f"cairn daily report {day}")
         for notifier in self.notifiers:
             notifier.send(ctx, op_key("daily-report", day, notifier.name), message)
         return text

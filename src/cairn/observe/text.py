@@ -18,6 +18,19 @@ def secs(value: float | None) -> str:
     return f"{minutes}m{seconds:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
 
 
+def in_words(seconds: float) -> str:
+    """A duration for people: ``45 seconds``, ``17 minutes``, ``2 hours 5 minutes``,
+    ``3 days 4 hours`` (two units at most, rounded down)."""
+    whole = max(int(seconds), 0)
+    units = [("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1)]
+    parts = []
+    for unit, size in units:
+        count, whole = divmod(whole, size)
+        if count:
+            parts.append(f"{count} {unit}{'' if count == 1 else 's'}")
+    return " ".join(parts[:2]) or "0 seconds"
+
+
 def metrics_lines(m: Metrics) -> list[str]:
     """Every metric, one fact per line."""
     r, o, t = m.restarts, m.redundancy, m.retries

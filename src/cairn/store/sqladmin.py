@@ -225,12 +225,12 @@ class SQLAdmin(SQLCore):
 
     def running_checkpoints(self) -> list[RunningTask]:
         found = []
-        for tid, batch, name, owner, started, updated, last_step in self._exec(
+        for tid, batch, name, owner, started, updated, last_finish, last_step in self._exec(
             sqlmetrics.RUNNING
         ).rows:
             moments = [sql.time_of(updated)]
-            moments += [sql.time_of(m) for m in (started, last_step) if m is not None]
-            found.append(RunningTask(tid, batch, name, owner, max(moments)))
+            moments += [sql.time_of(m) for m in (started, last_finish) if m is not None]
+            found.append(RunningTask(tid, batch, name, owner, max(moments), last_step))
         return found
 
     def open_alerts(self, alert_task: str, raised: str, cleared: str) -> list[str]:

@@ -122,10 +122,11 @@ OP_TOTALS = (
 # -- running tasks and their last checkpoint -----------------------------------------
 # The last checkpoint is the latest of: a step finishing, the task being
 # claimed (start or take-over; updated_at moves then), a task attempt starting.
-# One probe of the steps primary key per running task.
+# Two probes of the steps primary key per running task.
 RUNNING = (
     "SELECT t.id, t.batch, t.name, t.owner, t.started_at, t.updated_at, "
-    "(SELECT MAX(s.finished_at) FROM steps s WHERE s.task_id = t.id) "
+    "(SELECT MAX(s.finished_at) FROM steps s WHERE s.task_id = t.id), "
+    "(SELECT s.name FROM steps s WHERE s.task_id = t.id ORDER BY s.seq DESC LIMIT 1) "
     f"FROM tasks t WHERE t.status = 'running' AND {_PUBLIC} ORDER BY t.pos"
 )
 # Alert tasks that completed with no cleared twin yet. Parameters: the prefix's
