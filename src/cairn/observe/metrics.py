@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
+from cairn.observe.templates import step_template
 from cairn.store.admin import admin
 from cairn.store.protocol import Store
 from cairn.store.reports import BatchSpan, Window
@@ -170,9 +171,11 @@ def batch_times(spans: list[BatchSpan]) -> list[BatchTime]:
 
 
 def step_times(rows: Iterable[tuple[str, datetime, datetime]]) -> list[StepTime]:
+    """Duration percentiles per step-name template (``fetch-*``, ``score[*]``), so
+    a report has one line per step of the code, not per numbered step or item."""
     durations: dict[str, list[float]] = defaultdict(list)
     for name, started, finished in rows:
-        durations[name].append((finished - started).total_seconds())
+        durations[step_template(name)].append((finished - started).total_seconds())
     times = []
     for name in sorted(durations):
         values = sorted(durations[name])

@@ -19,6 +19,7 @@ from cairn.errors import ConfigurationError
 from cairn.store.admin import admin
 from cairn.store.protocol import Store
 from cairn.store.records import StepRecord, TaskRecord
+from cairn.store.sqlmetrics import INTERNAL_PREFIX
 
 
 def _ns(moment: datetime) -> int:
@@ -81,16 +82,20 @@ def export_spans(
     *,
     batch: str | None = None,
     since: datetime | None = None,
+    include_internal: bool = False,
 ) -> int:
     """Emit spans for every finished task (of ``batch``, finished at or after
     ``since``) through ``tracer_provider`` (default: the global one). Returns
-    how many tasks were exported."""
+    how many tasks were exported. cairn's own tasks (names starting ``cairn.``:
+    alerts, reports) are left out unless ``include_internal``."""
     tracer = _trace().get_tracer("cairn", tracer_provider=tracer_provider)
     listing = admin(store, "the OpenTelemetry export")
     exported = 0
     for status in ("completed", "failed", "cancelled"):
         for task in listing.list_tasks(batch=batch, status=status):
             if since is not None and (task.finished_at is None or task.finished_at < since):
+                continue
+            if task.name.startswith(INTERNAL_PREFIX) and not include_internal:
                 continue
             exported += export_task(tracer, task, store.load_history(task.id).values())
     return exported

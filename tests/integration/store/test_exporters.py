@@ -20,8 +20,10 @@ from cairn import Cairn, Context, Retry, TaskDef
 from cairn.agent import user
 from cairn.clock import FakeClock
 from cairn.errors import TaskWaiting
+from cairn.observe.notifiers import notifiers_for
 from cairn.observe.otel import export_spans
 from cairn.observe.prometheus import registry_for, start_server
+from cairn.observe.stalls import StallWatcher
 from cairn.store.records import NewTask
 from cairn.store.reports import Window
 from tests.agent_server import Scripted, model_server
@@ -188,4 +190,17 @@ def test_otel_spans_from_the_record(any_app: Cairn, clock: FakeClock) -> None:
             (recorded.finished_at - recorded.started_at).total_seconds() * 1e9
         )
     assert not tasks[f"{BATCH}/n=1"].status.is_ok
+    provider.shutdown()
+
+
+def test_otel_leaves_out_cairns_own_tasks(any_app: Cairn, clock: FakeClock) -> None:
+    """A stall alert is a task cairn runs for itself: not exported unless asked."""
+    any_app.store.create_task(NewTask("slow/2", "slow", "{}", "json"), clock.now())
+    lease = clock.now() + timedelta(days=1)
+    assert any_app.store.claim_task("slow/2", 0, "elsewhere/1/0/n", lease, clock.now())
+    clock.advance(3600)
+    assert StallWatcher(any_app, notifiers_for(), stall_after=60).check().raised == ["slow/2"]
+    provider = TracerProvider()
+    assert export_spans(any_app.store, provider) == 0
+    assert export_spans(any_app.store, provider, include_internal=True) == 1
     provider.shutdown()
