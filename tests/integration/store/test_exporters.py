@@ -181,7 +181,7 @@ def test_otel_spans_from_the_record(any_app: Cairn, clock: FakeClock) -> None:
         assert step.parent is not None
         assert step.parent.span_id == parent.context.span_id
         assert attrs[id(step)]["cairn.step"] == "extract"
-        assert attrs[id(step)]["cairn.attempt"] == 1
+        assert attrs[id(step)]["cairn.call"] == 1
         history = any_app.store.load_history(str(attrs[id(step)]["cairn.task"]))
         recorded = next(h for h in history.values() if h.name == "extract")
         assert step.end_time is not None
