@@ -9,8 +9,11 @@ import typer
 
 from cairn.app import Cairn
 from cairn.observe._time import parse_duration
-from cairn.observe.notifiers import notifiers_for
+from cairn.observe.logs import configure_logging
+from cairn.observe.notifiers import Notifier, notifiers_for
 from cairn.observe.stalls import StallWatcher
+from cairn.observe.text import in_words
+from cairn.store.postgres import redacted
 
 from ._consoles import fail
 from ._store_option import DEFAULT_URL, StoreOption, opened_store
@@ -45,6 +48,12 @@ def watch_command(
             "--dashboard", metavar="URL", help="Link alerts to this `cairn ui` (its base URL)."
         ),
     ] = None,
+    log_format: Annotated[
+        str,
+        typer.Option(
+            "--log-format", metavar="text|json", help="Log lines as text or one JSON object a line."
+        ),
+    ] = "text",
     store: StoreOption = DEFAULT_URL,
 ) -> None:
     """Watch running tasks; raise an alert once per stall (logged, and posted to each
@@ -56,7 +65,10 @@ def watch_command(
         fail(str(exc))
     with opened_store(store):
         pass  # refuse a store that does not exist, before writing anything
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    try:
+        configure_logging(log_format)
+    except ValueError as exc:
+        fail(str(exc))
     with Cairn(store) as app:
         watcher = StallWatcher(
             app,
@@ -64,6 +76,7 @@ def watch_command(
             stall_after=threshold,
             dashboard=dashboard,
         )
+        _start_line(store, threshold, interval, once, watcher.notifiers)
         if once:
             result = watcher.check()
             typer.echo(
@@ -75,3 +88,19 @@ def watch_command(
             watcher.run_forever(interval)
         except KeyboardInterrupt:
             watcher.stop()
+
+
+def _start_line(
+    store: str, threshold: float, interval: float, once: bool, notifiers: list[Notifier]
+) -> None:
+    """What is watched, the threshold and where alerts go, before the first check."""
+    every = "once" if once else f"every {in_words(interval)}"
+    sent_to = ", ".join(n.name for n in notifiers)
+    logging.getLogger("cairn.observe").info(
+        "cairn watch: running tasks of %s; a task with no checkpoint for %s is stalled; "
+        "checking %s; alerts to %s",
+        redacted(store),
+        in_words(threshold),
+        every,
+        sent_to,
+    )

@@ -14,6 +14,7 @@ import typer
 from cairn.app import Cairn
 from cairn.errors import CairnError
 from cairn.observe._time import parse_duration
+from cairn.observe.logs import configure_logging
 from cairn.observe.notifiers import notifiers_for
 from cairn.observe.stalls import StallWatcher
 from cairn.store import open_store
@@ -72,6 +73,12 @@ SlackOption = Annotated[
     list[str] | None,
     typer.Option("--slack", metavar="URL", help="With --watch: chat webhook for alerts."),
 ]
+LogFormatOption = Annotated[
+    str,
+    typer.Option(
+        "--log-format", metavar="text|json", help="Log lines as text or one JSON object a line."
+    ),
+]
 WebhookOption = Annotated[
     list[str] | None,
     typer.Option("--webhook", metavar="URL", help="With --watch: JSON webhook for alerts."),
@@ -88,13 +95,17 @@ def worker_command(
     stall_after: StallAfterOption = "15m",
     slack: SlackOption = None,
     webhook: WebhookOption = None,
+    log_format: LogFormatOption = "text",
 ) -> None:
     """Claim and run tasks of any batch whose function MODULE:APP registers.
 
     SIGTERM or Ctrl-C: stop claiming and let running tasks finish; a second one
     hands them back at once. Run as many workers, on as many machines, as you like.
     """
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        configure_logging(log_format)
+    except ValueError as exc:
+        fail(str(exc))
     app = load_app(target)
     if store is not None:
         app.use_store(store)
