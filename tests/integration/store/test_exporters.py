@@ -3,10 +3,13 @@ own parser and checked with promtool; OpenTelemetry spans built from the recorde
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -29,6 +32,7 @@ from cairn.store.reports import Window
 from tests.agent_server import Scripted, model_server
 
 BATCH = "etl-2026-05-24"
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def run_batch(app: Cairn, clock: FakeClock) -> None:
@@ -160,6 +164,30 @@ def test_prometheus_scrape(any_app: Cairn, clock: FakeClock, served: str) -> Non
     assert samples[("cairn_batches", (("state", "finished"),))] == 2
     assert ("cairn_batch_family_wall_clock_seconds", (("family", "etl"),)) in samples
     assert not any("task" in dict(labels) or "batch" in dict(labels) for _, labels in samples)
+    assert dashboard_metrics() <= exposed_names(second)
+
+
+def dashboard_metrics() -> set[str]:
+    """The metric names the Grafana dashboard under docs/ queries."""
+    dashboard = json.loads((ROOT / "docs" / "grafana" / "cairn-dashboard.json").read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    found = {name for expr in exprs for name in re.findall(r"cairn_[a-z_]+", expr)}
+    assert found
+    return found
+
+
+def exposed_names(text: str) -> set[str]:
+    """Every name a scrape can carry: the families, and a histogram's series."""
+    names = set()
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split()
+            names.add(name)
+            if kind == "histogram":
+                names |= {f"{name}_bucket", f"{name}_count", f"{name}_sum"}
+        elif line and not line.startswith("#"):
+            names.add(re.split(r"[{ ]", line, maxsplit=1)[0])
+    return names
 
 
 def test_otel_spans_from_the_record(any_app: Cairn, clock: FakeClock) -> None:
