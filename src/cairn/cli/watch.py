@@ -18,42 +18,46 @@ from cairn.store.postgres import redacted
 from ._consoles import fail
 from ._store_option import DEFAULT_URL, StoreOption, opened_store
 
-UrlsOption = Annotated[list[str] | None, typer.Option(metavar="URL")]
+StallAfterOption = Annotated[
+    str,
+    typer.Option(
+        "--stall-after", metavar="DURATION", help="No checkpoint for this long is a stall."
+    ),
+]
+WebhookOption = Annotated[
+    list[str] | None,
+    typer.Option("--webhook", metavar="URL", help="POST alerts as JSON here (repeatable)."),
+]
+SlackOption = Annotated[
+    list[str] | None,
+    typer.Option("--slack", metavar="URL", help="Post alerts to this chat webhook (repeatable)."),
+]
+IntervalOption = Annotated[
+    float, typer.Option("--interval", min=0.01, help="Seconds between checks.")
+]
+OnceOption = Annotated[bool, typer.Option("--once", help="Check once and exit.")]
+DashboardOption = Annotated[
+    str | None,
+    typer.Option(
+        "--dashboard", metavar="URL", help="Link alerts to this `cairn ui` (its base URL)."
+    ),
+]
+LogFormatOption = Annotated[
+    str,
+    typer.Option(
+        "--log-format", metavar="text|json", help="Log lines as text or one JSON object a line."
+    ),
+]
 
 
 def watch_command(
-    stall_after: Annotated[
-        str,
-        typer.Option(
-            "--stall-after", metavar="DURATION", help="No checkpoint for this long is a stall."
-        ),
-    ] = "15m",
-    webhook: Annotated[
-        list[str] | None,
-        typer.Option("--webhook", metavar="URL", help="POST alerts as JSON here (repeatable)."),
-    ] = None,
-    slack: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--slack", metavar="URL", help="Post alerts to this chat webhook (repeatable)."
-        ),
-    ] = None,
-    interval: Annotated[
-        float, typer.Option("--interval", min=0.01, help="Seconds between checks.")
-    ] = 60.0,
-    once: Annotated[bool, typer.Option("--once", help="Check once and exit.")] = False,
-    dashboard: Annotated[
-        str | None,
-        typer.Option(
-            "--dashboard", metavar="URL", help="Link alerts to this `cairn ui` (its base URL)."
-        ),
-    ] = None,
-    log_format: Annotated[
-        str,
-        typer.Option(
-            "--log-format", metavar="text|json", help="Log lines as text or one JSON object a line."
-        ),
-    ] = "text",
+    stall_after: StallAfterOption = "15m",
+    webhook: WebhookOption = None,
+    slack: SlackOption = None,
+    interval: IntervalOption = 60.0,
+    once: OnceOption = False,
+    dashboard: DashboardOption = None,
+    log_format: LogFormatOption = "text",
     store: StoreOption = DEFAULT_URL,
 ) -> None:
     """Watch running tasks; raise an alert once per stall (logged, and posted to each
@@ -77,17 +81,22 @@ def watch_command(
             dashboard=dashboard,
         )
         _start_line(store, threshold, interval, once, watcher.notifiers)
-        if once:
-            result = watcher.check()
-            typer.echo(
-                f"{len(result.stalls)} stalled, {len(result.raised)} alerted, "
-                f"{len(result.cleared)} cleared"
-            )
-            raise typer.Exit(1 if result.errors else 0)
-        try:
-            watcher.run_forever(interval)
-        except KeyboardInterrupt:
-            watcher.stop()
+        _watch(watcher, interval, once)
+
+
+def _watch(watcher: StallWatcher, interval: float, once: bool) -> None:
+    """Check once (exit 1 if an alert could not be sent), or until interrupted."""
+    if once:
+        result = watcher.check()
+        typer.echo(
+            f"{len(result.stalls)} stalled, {len(result.raised)} alerted, "
+            f"{len(result.cleared)} cleared"
+        )
+        raise typer.Exit(1 if result.errors else 0)
+    try:
+        watcher.run_forever(interval)
+    except KeyboardInterrupt:
+        watcher.stop()
 
 
 def _start_line(
