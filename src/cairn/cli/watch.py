@@ -9,13 +9,13 @@ import typer
 
 from cairn.app import Cairn
 from cairn.observe._time import parse_duration
-from cairn.observe.logs import configure_logging
 from cairn.observe.notifiers import Notifier, notifiers_for
 from cairn.observe.stalls import StallWatcher
 from cairn.observe.text import in_words
 from cairn.store.postgres import redacted
 
 from ._consoles import fail
+from ._log_option import LogFormatOption, set_up_logging
 from ._store_option import DEFAULT_URL, StoreOption, opened_store
 
 StallAfterOption = Annotated[
@@ -42,12 +42,6 @@ DashboardOption = Annotated[
         "--dashboard", metavar="URL", help="Link alerts to this `cairn ui` (its base URL)."
     ),
 ]
-LogFormatOption = Annotated[
-    str,
-    typer.Option(
-        "--log-format", metavar="text|json", help="Log lines as text or one JSON object a line."
-    ),
-]
 
 
 def watch_command(
@@ -69,10 +63,7 @@ def watch_command(
         fail(str(exc))
     with opened_store(store):
         pass  # refuse a store that does not exist, before writing anything
-    try:
-        configure_logging(log_format)
-    except ValueError as exc:
-        fail(str(exc))
+    set_up_logging(log_format)
     with Cairn(store) as app:
         watcher = StallWatcher(
             app,

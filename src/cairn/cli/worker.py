@@ -14,13 +14,13 @@ import typer
 from cairn.app import Cairn
 from cairn.errors import CairnError
 from cairn.observe._time import parse_duration
-from cairn.observe.logs import configure_logging
 from cairn.observe.notifiers import notifiers_for
 from cairn.observe.stalls import StallWatcher
 from cairn.store import open_store
 from cairn.worker import Worker
 
 from ._consoles import fail
+from ._log_option import LogFormatOption, set_up_logging
 
 
 def load_app(target: str) -> Cairn:
@@ -73,12 +73,6 @@ SlackOption = Annotated[
     list[str] | None,
     typer.Option("--slack", metavar="URL", help="With --watch: chat webhook for alerts."),
 ]
-LogFormatOption = Annotated[
-    str,
-    typer.Option(
-        "--log-format", metavar="text|json", help="Log lines as text or one JSON object a line."
-    ),
-]
 WebhookOption = Annotated[
     list[str] | None,
     typer.Option("--webhook", metavar="URL", help="With --watch: JSON webhook for alerts."),
@@ -102,10 +96,7 @@ def worker_command(
     SIGTERM or Ctrl-C: stop claiming and let running tasks finish; a second one
     hands them back at once. Run as many workers, on as many machines, as you like.
     """
-    try:
-        configure_logging(log_format)
-    except ValueError as exc:
-        fail(str(exc))
+    set_up_logging(log_format)
     app = load_app(target)
     if store is not None:
         app.use_store(store)
