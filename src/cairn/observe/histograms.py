@@ -1,12 +1,13 @@
 """Step and model-call durations as cumulative histograms, read a little at a time.
 
-The exporter keeps one ``StepHistograms`` for its life. The first scrape reads
-every completed step and model call of the window; each later scrape reads
-only the rows finished since the latest one it saw (less ``OVERLAP``, so a row
-written by a worker whose clock is a little behind, or committed a little late,
-is still seen), skipping the rows it counted already. So a scrape of a store
-with 100,000 finished tasks reads a few rows, and the histograms only grow:
-Prometheus counters, as ``rate()`` expects, however many old tasks are pruned.
+The exporter keeps one ``StepHistograms`` for its life, counting from when it
+started, as a Prometheus client library's histograms do: each scrape reads only
+the rows finished since the latest one it saw (at first: since it started),
+less ``OVERLAP``, so a row written by a worker whose clock is a little behind,
+or committed a little late, is still seen; rows counted already are skipped. So
+a scrape of a store with 100,000 finished tasks reads a few rows, and the
+histograms only grow: counters, as ``rate()`` and ``histogram_quantile()``
+expect, however many old tasks are pruned.
 
 A row is grouped by its kind (``step`` or ``llm``) and its name's template
 (``cairn.observe.templates``), so the series depend on the code, not on the
@@ -59,9 +60,11 @@ class Histogram:
 
 @dataclass
 class StepHistograms:
-    """The durations of the completed steps and model calls of ``window``."""
+    """The durations of the completed steps and model calls of ``window``,
+    finished from ``since`` on (None: all of them)."""
 
     window: Window
+    since: datetime | None = None
     groups: dict[tuple[str, str], Histogram] = field(default_factory=dict)
     _latest: datetime | None = None
     _seen: dict[RowKey, datetime] = field(default_factory=dict)
@@ -70,7 +73,8 @@ class StepHistograms:
     def refresh(self, store: AdminStore) -> dict[tuple[str, str], Histogram]:
         """Count the rows finished since the last refresh; a copy of the groups."""
         with self._lock:
-            since = None if self._latest is None else self._latest - OVERLAP
+            latest = self._latest or self.since
+            since = None if latest is None else latest - OVERLAP
             for task_id, seq, kind, name, attempts, began, ended in store.finished_steps(
                 self.window, since
             ):

@@ -197,7 +197,7 @@ class StoreCollector:
         self.store = store
         self.window = window
         self.now = now
-        self.steps = StepHistograms(window)
+        self.steps = StepHistograms(window, since=now())
 
     def read(self) -> Scrape:
         db = admin(self.store, "metrics")
