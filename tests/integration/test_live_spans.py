@@ -17,9 +17,12 @@ from cairn.agent import user
 from cairn.clock import FakeClock
 from cairn.engine.observer import Event
 from cairn.observe.live import trace_live
+from cairn.observe.notifiers import notifiers_for
 from cairn.observe.otel import export_spans, provider_for
 from cairn.observe.spanids import batch_span, task_span
+from cairn.observe.stalls import StallWatcher
 from tests.agent_server import Scripted, model_server
+from tests.integration.store.test_watch import start_running
 from tests.otlp_receiver import OtlpReceiver, Received
 
 BATCH = "etl-2026-05-24"
@@ -158,3 +161,19 @@ def test_export_after_the_fact_gives_the_live_ids(
     }
     assert len(later) == 11
     assert later == live
+
+
+@pytest.mark.parametrize("include_internal", [False, True])
+def test_cairns_own_tasks_make_no_live_spans(
+    app: Cairn, clock: FakeClock, include_internal: bool
+) -> None:
+    """A stall alert runs as a task of the traced app: no span unless asked for."""
+    start_running(app, clock, "crawl/1")
+    clock.advance(3600)
+    exporter = InMemorySpanExporter()
+    provider = trace_live(app, exporter=exporter, include_internal=include_internal)
+    assert StallWatcher(app, notifiers_for(), stall_after=60).check().raised == ["crawl/1"]
+    provider.shutdown()
+    names = {span.name for span in exporter.get_finished_spans()}
+    assert ("task cairn.observe.alert" in names) is include_internal
+    assert bool(names) is include_internal

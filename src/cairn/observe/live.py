@@ -31,6 +31,7 @@ from cairn.engine.observer import Event
 from cairn.errors import ConfigurationError
 from cairn.observe.metrics import family_of
 from cairn.observe.templates import step_template
+from cairn.store.sqlmetrics import INTERNAL_PREFIX
 
 try:
     from cairn.observe.spanids import DerivedIds, batch_span, call_span, parent_context, task_span
@@ -53,8 +54,11 @@ def trace_live(
     exporter: Any = None,
     endpoint: str | None = None,
     service: str | None = None,
+    include_internal: bool = False,
 ) -> Any:
-    """Send ``app``'s spans live; returns the tracer provider (shut it down at exit)."""
+    """Send ``app``'s spans live; returns the tracer provider (shut it down at exit).
+    cairn's own tasks (names starting ``cairn.``: alerts, reports) make no spans
+    unless ``include_internal``."""
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -67,14 +71,16 @@ def trace_live(
     ids = DerivedIds()
     provider = TracerProvider(resource=Resource.create({"service.name": name}), id_generator=ids)
     provider.add_span_processor(BatchSpanProcessor(exporter))
-    app.observer = LiveSpans(provider, ids, app)
+    app.observer = LiveSpans(provider, ids, app, include_internal=include_internal)
     return provider
 
 
 class LiveSpans:
     """An engine observer that opens a span at each start and ends it at each end."""
 
-    def __init__(self, provider: Any, ids: DerivedIds, app: Cairn) -> None:
+    def __init__(
+        self, provider: Any, ids: DerivedIds, app: Cairn, *, include_internal: bool = False
+    ) -> None:
         from opentelemetry import trace
 
         self._trace = trace
@@ -84,12 +90,31 @@ class LiveSpans:
         self.open: dict[tuple[Any, ...], Any] = {}
         # Each running task's (trace id, span id), for its calls' spans.
         self.tasks: dict[str, tuple[int, int]] = {}
+        self.include_internal = include_internal
+        # cairn's own tasks running now, left out.
+        self.internal: set[str] = set()
         self._lock = threading.Lock()
 
     def __call__(self, event: Event) -> None:
+        if self._left_out(event):
+            return
         handler = getattr(self, f"_{event.point}", None)
         if handler is not None:
             handler(event)
+
+    def _left_out(self, event: Event) -> bool:
+        """Whether ``event`` is of one of cairn's own tasks, not traced."""
+        if self.include_internal or event.task_id is None:
+            return False
+        with self._lock:
+            if event.point == "task_started" and (event.task_name or "").startswith(
+                INTERNAL_PREFIX
+            ):
+                self.internal.add(event.task_id)
+            left_out = event.task_id in self.internal
+            if event.point == "task_ended":
+                self.internal.discard(event.task_id)
+        return left_out
 
     # -- opening and closing -----------------------------------------------------------
     def _start(

@@ -28,7 +28,7 @@ from cairn.context import Context
 from cairn.errors import CairnError
 from cairn.keys import op_key
 from cairn.observe.notifiers import Message, Notifier
-from cairn.observe.text import in_words
+from cairn.observe.text import in_words, moment
 from cairn.store.admin import AdminStore, admin
 from cairn.store.reports import RunningTask
 
@@ -84,7 +84,7 @@ def _stall_text(stall: Stall, checkpoint: str, stall_after: float) -> str:
     step = f", after step {task.last_step}" if task.last_step else ""
     return (
         f"cairn: task {task.task_id}{where} ({task.name}) has made no progress for "
-        f"{in_words(stall.seconds)} (last checkpoint {checkpoint}{step}; threshold "
+        f"{in_words(stall.seconds)} (last checkpoint {moment(checkpoint)}{step}; threshold "
         f"{in_words(stall_after)}); owner {task.owner or '-'}"
     )
 
@@ -172,10 +172,13 @@ class StallWatcher:
         status = record.status if record is not None else "removed"
         finished = status not in ("running", "pending", "waiting")
         if finished:
-            text = f"cairn: task {task_id} finished ({status}) after a stall since {checkpoint}"
+            text = (
+                f"cairn: task {task_id} finished ({status}) after a stall since "
+                f"{moment(checkpoint)}"
+            )
             title = f"Finished after a stall: {task_id}"
         else:
-            text = f"cairn: task {task_id} is moving again after a stall since {checkpoint}"
+            text = f"cairn: task {task_id} is moving again after a stall since {moment(checkpoint)}"
             title = f"Moving again: {task_id}"
         fields = {
             "task_name": record.name if record is not None else None,
