@@ -203,12 +203,13 @@ class StoreCollector:
         db = admin(self.store, "metrics")
         moment = self.now()
         ages = [(moment - t.checkpoint).total_seconds() for t in db.running_checkpoints()]
+        tasks, spans = db.task_summary(self.window)
         return Scrape(
-            tasks=db.task_totals(self.window),
+            tasks=tasks,
             ops=db.op_totals(self.window),
             suspects=db.suspect_reruns(self.window),
             failures=_top(Counter(map(error_type, db.failed_task_errors(self.window)))),
-            batches=batch_times(db.batch_spans(self.window)),
+            batches=batch_times(spans),
             oldest_checkpoint_seconds=max([0.0, *ages]),
             steps=self.steps.refresh(db),
         )

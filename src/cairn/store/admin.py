@@ -127,6 +127,10 @@ class AdminStore(Store, Protocol):
         """(name, started_at, finished_at) of every completed step in the window."""
         ...
 
+    def task_summary(self, window: Window) -> tuple[TaskTotals, list[BatchSpan]]:
+        """``task_totals`` and ``batch_spans`` of the window, read in one scan."""
+        ...
+
     def finished_steps(
         self, window: Window, since: datetime | None
     ) -> Iterator[tuple[str, int, str, str, int, datetime, datetime]]:

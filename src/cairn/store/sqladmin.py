@@ -196,6 +196,27 @@ class SQLAdmin(SQLCore):
         for name, started, finished in self._report(sqlmetrics.STEP_DURATIONS, window):
             yield str(name), sql.time_of(started), sql.time_of(finished)
 
+    def task_summary(self, window: Window) -> tuple[TaskTotals, list[BatchSpan]]:
+        by_status: dict[str, int] = {}
+        totals = [0, 0, 0, 0]  # interrupted, of them completed, interruptions, retries
+        batches: dict[str, list[Any]] = {}  # tasks, unfinished, first start, last finish
+        for batch, status, n, hit, interruptions, retries, first, last in self._report(
+            sqlmetrics.TASK_SUMMARY, window
+        ):
+            by_status[status] = by_status.get(status, 0) + int(n)
+            totals[0] += int(hit)
+            totals[1] += int(hit) if status == "completed" else 0
+            totals[2] += int(interruptions)
+            totals[3] += int(retries)
+            if batch is not None:
+                span = batches.setdefault(batch, [0, 0, None, None])
+                span[0] += int(n)
+                span[1] += int(n) if status in ("pending", "running", "waiting") else 0
+                span[2] = _earliest(span[2], sql.opt_time(first))
+                span[3] = _latest(span[3], sql.opt_time(last))
+        spans = [BatchSpan(name, *batches[name]) for name in sorted(batches)]
+        return TaskTotals(by_status, *totals), spans
+
     def finished_steps(
         self, window: Window, since: datetime | None
     ) -> Iterator[tuple[str, int, str, str, int, datetime, datetime]]:
@@ -244,3 +265,11 @@ class SQLAdmin(SQLCore):
         statement, params = sqlmetrics.task_page(status, batch, before)
         rows = self._exec(statement, [*params, size]).rows
         return [(int(r[0]), sql.task_record(r[1:])) for r in rows]
+
+
+def _earliest(a: datetime | None, b: datetime | None) -> datetime | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _latest(a: datetime | None, b: datetime | None) -> datetime | None:
+    return b if a is None else a if b is None else max(a, b)

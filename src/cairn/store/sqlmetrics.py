@@ -54,6 +54,15 @@ TASK_TOTALS = (
     "COALESCE(SUM(CASE WHEN t.attempts > 1 THEN t.attempts - 1 ELSE 0 END), 0) "
     "FROM tasks t WHERE {where}"
 )
+# Both of the above and the batch spans in one scan, for the exporter: a row per
+# (batch, status) with its counts, the first start and the last finish.
+TASK_SUMMARY = (
+    "SELECT t.batch, t.status, COUNT(*), "
+    "COALESCE(SUM(CASE WHEN t.interruptions > 0 THEN 1 ELSE 0 END), 0), "
+    "COALESCE(SUM(t.interruptions), 0), "
+    "COALESCE(SUM(CASE WHEN t.attempts > 1 THEN t.attempts - 1 ELSE 0 END), 0), "
+    "MIN(t.started_at), MAX(t.finished_at) FROM tasks t WHERE {where} GROUP BY t.batch, t.status"
+)
 FAILED_TASK_ERRORS = "SELECT t.error FROM tasks t WHERE {where} AND t.status = 'failed'"
 BATCH_SPANS = (
     "SELECT t.batch, COUNT(*), "

@@ -27,6 +27,7 @@ from cairn.observe.notifiers import notifiers_for
 from cairn.observe.otel import export_spans
 from cairn.observe.prometheus import registry_for, start_server
 from cairn.observe.stalls import StallWatcher
+from cairn.store.admin import admin
 from cairn.store.records import NewTask
 from cairn.store.reports import Window
 from tests.agent_server import Scripted, model_server
@@ -232,3 +233,14 @@ def test_otel_leaves_out_cairns_own_tasks(any_app: Cairn, clock: FakeClock) -> N
     assert export_spans(any_app.store, provider) == 0
     assert export_spans(any_app.store, provider, include_internal=True) == 1
     provider.shutdown()
+
+
+def test_task_summary_is_the_totals_and_spans_in_one_scan(any_app: Cairn, clock: FakeClock) -> None:
+    """The exporter's one-scan summary equals task_totals and batch_spans."""
+    with model_server(Scripted(["ok"])) as server:
+        tasks = mixed_tasks(any_app, clock, server.base_url)
+        run_mixed(any_app, tasks, BATCH, 2)
+        run_mixed(any_app, tasks, "etl-2026-05-25", 1)
+    db = admin(any_app.store, "test")
+    for window in (Window(), Window(batch=BATCH)):
+        assert db.task_summary(window) == (db.task_totals(window), db.batch_spans(window))
