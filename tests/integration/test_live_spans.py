@@ -6,14 +6,17 @@ hook itself: an observer that raises changes nothing."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from typer.testing import CliRunner
 
 from cairn import Cairn, Context
 from cairn.agent import user
+from cairn.cli import app as cli_app
 from cairn.clock import FakeClock
 from cairn.engine.observer import Event
 from cairn.observe.live import trace_live
@@ -23,6 +26,7 @@ from cairn.observe.spanids import batch_span, task_span
 from cairn.observe.stalls import StallWatcher
 from tests.agent_server import Scripted, model_server
 from tests.integration.store.test_watch import start_running
+from tests.integration.test_watch import restored_logging  # noqa: F401 - the fixture
 from tests.otlp_receiver import OtlpReceiver, Received
 
 BATCH = "etl-2026-05-24"
@@ -177,3 +181,38 @@ def test_cairns_own_tasks_make_no_live_spans(
     names = {span.name for span in exporter.get_finished_spans()}
     assert ("task cairn.observe.alert" in names) is include_internal
     assert bool(names) is include_internal
+
+
+WORKER_APP = """
+from cairn import Cairn, Context
+
+app = Cairn()
+
+
+@app.task
+def tidy(ctx: Context, n: int) -> int:
+    return ctx.step(f"tidy-{n}", lambda: n)
+"""
+
+
+@pytest.mark.usefixtures("restored_logging")
+def test_worker_sends_live_spans(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`cairn worker --otlp URL --service NAME --burst` traces the tasks it runs:
+    each task's span and its step's, under the service name, sent before it exits."""
+    store = f"sqlite:///{tmp_path / 'cairn.db'}"
+    (tmp_path / "traced_worker_app.py").write_text(WORKER_APP)
+    monkeypatch.chdir(tmp_path)
+    with Cairn(store) as owner:
+
+        @owner.task(name="tidy")
+        def tidy(ctx: Context, n: int) -> int:
+            return n
+
+        owner.enqueue("tidy-1", tidy, [{"n": n} for n in range(3)])
+    with OtlpReceiver() as otlp:
+        args = ["worker", "traced_worker_app:app", "--burst", "--store", store]
+        result = CliRunner().invoke(cli_app, [*args, "--otlp", otlp.url, "--service", "tidier"])
+        assert result.exit_code == 0, result.output
+        spans = otlp.spans
+    assert sorted(s.name for s in spans) == ["step tidy-*"] * 3 + ["task tidy"] * 3
+    assert {s.service for s in spans} == {"tidier"}

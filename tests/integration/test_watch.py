@@ -109,7 +109,7 @@ def tidy(ctx: Context, n: int) -> int:
 
 
 def test_worker_with_watch_alerts_a_stall_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restored_logging: None
 ) -> None:
     """`cairn worker --watch` runs the stall watcher beside the worker: a task of
     another app that has made no progress for an hour is alerted once, and a
