@@ -14,7 +14,7 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from typer.testing import CliRunner
 
-from cairn import Cairn, Context
+from cairn import Cairn, Context, Retry
 from cairn.agent import user
 from cairn.cli import app as cli_app
 from cairn.clock import FakeClock
@@ -184,7 +184,7 @@ def test_cairns_own_tasks_make_no_live_spans(
 
 
 WORKER_APP = """
-from cairn import Cairn, Context
+from cairn import Cairn, Context, Retry
 
 app = Cairn()
 
@@ -216,3 +216,32 @@ def test_worker_sends_live_spans(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         spans = otlp.spans
     assert sorted(s.name for s in spans) == ["step tidy-*"] * 3 + ["task tidy"] * 3
     assert {s.service for s in spans} == {"tidier"}
+
+
+def test_async_tasks_reach_the_observer(app: Cairn, clock: FakeClock) -> None:
+    """An async batch tells the observer the same boundaries, a failing call's
+    retry included (call numbers 1 then 2)."""
+    seen: list[Event] = []
+    tries: list[int] = []
+
+    async def flaky() -> int:
+        tries.append(1)
+        if len(tries) == 1:
+            raise OSError("once")
+        return 7
+
+    @app.task(name="later")
+    async def later(ctx: Context, n: int) -> int:
+        return int(await ctx.step("flaky", flaky, retry=Retry(attempts=2, initial_delay=0.0)))
+
+    app.observer = seen.append
+    assert app.run_batch("later-1", later, [{"n": 1}], progress=False).ok
+    calls = [(e.point, e.call, e.status) for e in seen if e.point.startswith("call_")]
+    assert calls == [
+        ("call_started", 1, None), ("call_failed", 1, "retrying"),
+        ("call_started", 2, None), ("call_returned", 2, None),
+    ]  # fmt: skip
+    assert [e.point for e in seen if not e.point.startswith("call_")] == [
+        "batch_started", "task_started", "task_ended", "batch_ended",
+    ]  # fmt: skip
+    assert next(e for e in seen if e.point == "task_ended").status == "completed"
