@@ -22,7 +22,6 @@ name (``service=``; default the ``OTEL_SERVICE_NAME`` or ``cairn``).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from cairn.engine.observer import Event
 from cairn.errors import ConfigurationError
 from cairn.observe.metrics import family_of
+from cairn.observe.otel import provider_for
 from cairn.observe.templates import step_template
 from cairn.store.sqlmetrics import INTERNAL_PREFIX
 
@@ -59,18 +59,12 @@ def trace_live(
     """Send ``app``'s spans live; returns the tracer provider (shut it down at exit).
     cairn's own tasks (names starting ``cairn.``: alerts, reports) make no spans
     unless ``include_internal``."""
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
     if exporter is None:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         exporter = OTLPSpanExporter(endpoint=endpoint)
-    name = service or os.environ.get("OTEL_SERVICE_NAME") or "cairn"
-    ids = DerivedIds()
-    provider = TracerProvider(resource=Resource.create({"service.name": name}), id_generator=ids)
-    provider.add_span_processor(BatchSpanProcessor(exporter))
+    provider = provider_for(exporter, service)
+    ids = provider.id_generator
     app.observer = LiveSpans(provider, ids, app, include_internal=include_internal)
     return provider
 
