@@ -28,6 +28,7 @@ from cairn.engine.claim import claim_task
 from cairn.engine.config import EngineConfig, codec_named, task_named
 from cairn.engine.execute import Outcome, aexecute, execute
 from cairn.engine.leases import LeaseKeeper
+from cairn.engine.observer import Observer, no_observer
 from cairn.engine.owners import DEFAULT_LEASE_SECONDS, current_owner, takeover_grace
 from cairn.engine.run import FaultHook, TaskRun, no_fault
 from cairn.errors import (
@@ -94,6 +95,9 @@ class Cairn:
         self._tasks: dict[str, TaskDef[..., Any]] = {}
         self._schedules: dict[str, Schedule] = {}
         self.fault_hook: FaultHook = no_fault
+        # Told of every batch, task run and call (cairn.engine.observer); live
+        # tracing sets it (cairn.observe.live.trace_live).
+        self.observer: Observer = no_observer
         self._blobs_arg = blobs
         self._inline_limit = inline_limit
         self._offloader: Offloader | None = None
@@ -234,6 +238,7 @@ class Cairn:
             limits=self.limit_book(),
             fault_hook=self.fault_hook,
             make_context=self._context_for,
+            observer=self.observer,
         )
 
     def _context_for(self, run: TaskRun) -> Context:

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from cairn import Cairn
 from cairn.cli import app as cli_app
-from cairn.clock import FakeClock
+from cairn.clock import FakeClock, SystemClock
 from tests.integration.store.test_report import DAY, run_day
 from tests.servers import WebhookServer
 
@@ -32,3 +32,17 @@ def test_cli_report_and_post(app: Cairn, clock: FakeClock) -> None:
             assert result.exit_code == 0, result.output
         assert len(chat.delivered) == 1
     assert runner.invoke(cli_app, ["report", "--store", url, "--post"]).exit_code == 2
+
+
+def test_cli_report_refuses_a_day_not_over(app: Cairn) -> None:
+    """`cairn report --day TODAY` is refused with what to do; with --partial it prints."""
+    today = SystemClock().now().date().isoformat()
+    runner = CliRunner()
+    refused = runner.invoke(cli_app, ["report", "--store", app.store.url, "--day", today])
+    assert refused.exit_code != 0
+    assert "is not over yet" in refused.output
+    assert "--partial" in refused.output
+    shown = runner.invoke(
+        cli_app, ["report", "--store", app.store.url, "--day", today, "--partial"]
+    )
+    assert shown.exit_code == 0, shown.output

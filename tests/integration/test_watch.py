@@ -7,6 +7,9 @@ The tests on every backend are in ``store/test_watch.py``.
 from __future__ import annotations
 
 import json
+import logging
+import re
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -48,8 +51,19 @@ def test_watchers_own_tasks_are_never_stalls(app: Cairn, clock: FakeClock) -> No
     assert [s.task.task_id for s in find_stalls(app, STALL_AFTER)] == ["crawl/4"]
 
 
-def test_cli_watch_once(app: Cairn, clock: FakeClock) -> None:
-    """`cairn watch --once` checks once with the real clock and posts to --slack."""
+@pytest.fixture
+def restored_logging() -> Iterator[None]:
+    """The CLI sets up the root logger (cairn.observe.logs); put it back after."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def test_cli_watch_once(app: Cairn, clock: FakeClock, restored_logging: None) -> None:
+    """`cairn watch --once` says what it watches, checks once with the real clock
+    and posts to --slack; httpx's request lines stay out of its log."""
     start_running(app, clock, "crawl/5")  # created at the fake clock's time, long ago
     with WebhookServer() as chat:
         args = ["watch", "--store", app.store.url, "--once", "--slack", chat.url]
@@ -57,6 +71,29 @@ def test_cli_watch_once(app: Cairn, clock: FakeClock) -> None:
         assert result.exit_code == 0, result.output
         assert "1 stalled, 1 alerted" in result.stdout
         assert len(chat.delivered) == 1
+    assert "cairn watch: running tasks of sqlite:///" in result.stderr
+    assert "no checkpoint for 15 minutes is stalled; checking once; alerts to log, slack0" in (
+        result.stderr
+    )
+    assert "HTTP Request" not in result.stderr
+    first = result.stderr.splitlines()[0]
+    assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ INFO cairn.observe: ", first), first
+
+
+def test_cli_watch_json_logs(app: Cairn, clock: FakeClock, restored_logging: None) -> None:
+    """`--log-format json`: every stderr line is a JSON object with ts, level,
+    logger and message; a bad format is refused with the choices."""
+    start_running(app, clock, "crawl/6")
+    args = ["watch", "--store", app.store.url, "--once", "--log-format", "json"]
+    result = CliRunner().invoke(cli_app, args)
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in result.stderr.splitlines()]
+    assert {"ts", "level", "logger", "message"} <= set(records[0])
+    assert records[0]["ts"].endswith("Z")
+    assert any("crawl/6" in r["message"] and r["level"] == "warning" for r in records)
+    bad = CliRunner().invoke(cli_app, [*args[:-1], "yaml"])
+    assert bad.exit_code != 0
+    assert "choose text or json" in bad.output
 
 
 WORKER_APP = """
@@ -72,7 +109,7 @@ def tidy(ctx: Context, n: int) -> int:
 
 
 def test_worker_with_watch_alerts_a_stall_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restored_logging: None
 ) -> None:
     """`cairn worker --watch` runs the stall watcher beside the worker: a task of
     another app that has made no progress for an hour is alerted once, and a

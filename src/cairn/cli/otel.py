@@ -9,31 +9,26 @@ import typer
 from cairn.clock import SystemClock
 from cairn.errors import CairnError
 from cairn.observe._time import parse_moment
-from cairn.observe.otel import export_spans
+from cairn.observe.otel import export_spans, provider_for
 
 from ._consoles import fail
 from ._store_option import DEFAULT_URL, StoreOption, opened_store
 
 
-def _provider(endpoint: str | None) -> Any:
-    """A tracer provider printing spans as JSON, or sending them over OTLP/HTTP."""
+def _provider(endpoint: str | None, service: str | None) -> Any:
+    """A tracer provider printing spans as JSON, or sending them over OTLP/HTTP in
+    batches (many spans a request), with the ids the live spans have."""
     try:
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
     except ImportError:
         fail("cairn otel-export needs OpenTelemetry: pip install 'cairn[otel]'")
-    provider = TracerProvider()
     if endpoint is None:
-        provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter()))
-        return provider
+        return provider_for(ConsoleSpanExporter(), service)
     try:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found]
-            OTLPSpanExporter,
-        )
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     except ImportError:
-        fail("--otlp needs pip install opentelemetry-exporter-otlp-proto-http")
-    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
-    return provider
+        fail("--otlp needs pip install 'cairn[otel]' (opentelemetry-exporter-otlp-proto-http)")
+    return provider_for(OTLPSpanExporter(endpoint=endpoint), service)
 
 
 def otel_command(
@@ -46,6 +41,12 @@ def otel_command(
         str | None,
         typer.Option("--otlp", metavar="URL", help="OTLP/HTTP traces endpoint (default: print)."),
     ] = None,
+    service: Annotated[
+        str | None,
+        typer.Option(
+            "--service", metavar="NAME", help="service.name (default: OTEL_SERVICE_NAME or cairn)."
+        ),
+    ] = None,
     store: StoreOption = DEFAULT_URL,
 ) -> None:
     """Emit one span per finished task and one child span per step, with the recorded
@@ -54,7 +55,7 @@ def otel_command(
         start = None if since is None else parse_moment(since, SystemClock().now())
     except ValueError as exc:
         fail(str(exc))
-    provider = _provider(otlp)
+    provider = _provider(otlp, service)
     with opened_store(store) as opened:
         try:
             count = export_spans(opened, provider, batch=batch, since=start)

@@ -47,6 +47,9 @@ def report_command(
         list[str] | None,
         typer.Option("--webhook", metavar="URL", help="With --post: a chat webhook (repeatable)."),
     ] = None,
+    partial: Annotated[
+        bool, typer.Option("--partial", help="Allow a --day that is not over yet (UTC).")
+    ] = False,
     store: StoreOption = DEFAULT_URL,
 ) -> None:
     """Batches, completed and failed tasks, and the durability metrics of a window.
@@ -55,8 +58,11 @@ def report_command(
         fail("--since reports any window but cannot be posted; use --day with --post")
     if post and not webhook:
         fail("--post needs at least one --webhook URL")
-    if post:
-        _post(store, _day(day), webhook or [])
+    chosen = _day(day) if since is None else None
+    if chosen is not None and not partial and day_bounds(chosen)[1] > SystemClock().now():
+        fail(f"{chosen} is not over yet (UTC); report a finished day, or pass --partial")
+    if post and chosen is not None:
+        _post(store, chosen, webhook or [], partial)
         return
     with opened_store(store) as opened:
         if since is not None:
@@ -66,17 +72,17 @@ def report_command(
                 fail(str(exc))
             typer.echo(report_for(opened, start, None))
         else:
-            typer.echo(day_report(opened, _day(day)))
+            typer.echo(day_report(opened, chosen or _day(day)))
 
 
-def _post(store: str, day: date, urls: list[str]) -> None:
+def _post(store: str, day: date, urls: list[str], partial: bool) -> None:
     with opened_store(store):
         pass  # refuse a store that does not exist, before writing anything
     with Cairn(store) as app:
         reporter = DailyReporter(app, notifiers_for(slack=urls, log_too=False))
         try:
-            text = reporter.post(day)
-        except CairnError as exc:
+            text = reporter.post(day, partial=partial)
+        except (CairnError, ValueError) as exc:
             fail(f"the report of {day} was not posted: {exc}")
     start, _ = day_bounds(day)
     typer.echo(text)

@@ -9,36 +9,49 @@ import typer
 
 from cairn.app import Cairn
 from cairn.observe._time import parse_duration
-from cairn.observe.notifiers import notifiers_for
+from cairn.observe.notifiers import Notifier, notifiers_for
 from cairn.observe.stalls import StallWatcher
+from cairn.observe.text import in_words
+from cairn.store.postgres import redacted
 
 from ._consoles import fail
+from ._log_option import LogFormatOption, set_up_logging
 from ._store_option import DEFAULT_URL, StoreOption, opened_store
 
-UrlsOption = Annotated[list[str] | None, typer.Option(metavar="URL")]
+StallAfterOption = Annotated[
+    str,
+    typer.Option(
+        "--stall-after", metavar="DURATION", help="No checkpoint for this long is a stall."
+    ),
+]
+WebhookOption = Annotated[
+    list[str] | None,
+    typer.Option("--webhook", metavar="URL", help="POST alerts as JSON here (repeatable)."),
+]
+SlackOption = Annotated[
+    list[str] | None,
+    typer.Option("--slack", metavar="URL", help="Post alerts to this chat webhook (repeatable)."),
+]
+IntervalOption = Annotated[
+    float, typer.Option("--interval", min=0.01, help="Seconds between checks.")
+]
+OnceOption = Annotated[bool, typer.Option("--once", help="Check once and exit.")]
+DashboardOption = Annotated[
+    str | None,
+    typer.Option(
+        "--dashboard", metavar="URL", help="Link alerts to this `cairn ui` (its base URL)."
+    ),
+]
 
 
 def watch_command(
-    stall_after: Annotated[
-        str,
-        typer.Option(
-            "--stall-after", metavar="DURATION", help="No checkpoint for this long is a stall."
-        ),
-    ] = "15m",
-    webhook: Annotated[
-        list[str] | None,
-        typer.Option("--webhook", metavar="URL", help="POST alerts as JSON here (repeatable)."),
-    ] = None,
-    slack: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--slack", metavar="URL", help="Post alerts to this chat webhook (repeatable)."
-        ),
-    ] = None,
-    interval: Annotated[
-        float, typer.Option("--interval", min=0.01, help="Seconds between checks.")
-    ] = 60.0,
-    once: Annotated[bool, typer.Option("--once", help="Check once and exit.")] = False,
+    stall_after: StallAfterOption = "15m",
+    webhook: WebhookOption = None,
+    slack: SlackOption = None,
+    interval: IntervalOption = 60.0,
+    once: OnceOption = False,
+    dashboard: DashboardOption = None,
+    log_format: LogFormatOption = "text",
     store: StoreOption = DEFAULT_URL,
 ) -> None:
     """Watch running tasks; raise an alert once per stall (logged, and posted to each
@@ -50,19 +63,44 @@ def watch_command(
         fail(str(exc))
     with opened_store(store):
         pass  # refuse a store that does not exist, before writing anything
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    set_up_logging(log_format)
     with Cairn(store) as app:
         watcher = StallWatcher(
-            app, notifiers_for(slack=slack, webhook=webhook), stall_after=threshold
+            app,
+            notifiers_for(slack=slack, webhook=webhook),
+            stall_after=threshold,
+            dashboard=dashboard,
         )
-        if once:
-            result = watcher.check()
-            typer.echo(
-                f"{len(result.stalls)} stalled, {len(result.raised)} alerted, "
-                f"{len(result.cleared)} cleared"
-            )
-            raise typer.Exit(1 if result.errors else 0)
-        try:
-            watcher.run_forever(interval)
-        except KeyboardInterrupt:
-            watcher.stop()
+        _start_line(store, threshold, interval, once, watcher.notifiers)
+        _watch(watcher, interval, once)
+
+
+def _watch(watcher: StallWatcher, interval: float, once: bool) -> None:
+    """Check once (exit 1 if an alert could not be sent), or until interrupted."""
+    if once:
+        result = watcher.check()
+        typer.echo(
+            f"{len(result.stalls)} stalled, {len(result.raised)} alerted, "
+            f"{len(result.cleared)} cleared"
+        )
+        raise typer.Exit(1 if result.errors else 0)
+    try:
+        watcher.run_forever(interval)
+    except KeyboardInterrupt:
+        watcher.stop()
+
+
+def _start_line(
+    store: str, threshold: float, interval: float, once: bool, notifiers: list[Notifier]
+) -> None:
+    """What is watched, the threshold and where alerts go, before the first check."""
+    every = "once" if once else f"every {in_words(interval)}"
+    sent_to = ", ".join(n.name for n in notifiers)
+    logging.getLogger("cairn.observe").info(
+        "cairn watch: running tasks of %s; a task with no checkpoint for %s is stalled; "
+        "checking %s; alerts to %s",
+        redacted(store),
+        in_words(threshold),
+        every,
+        sent_to,
+    )

@@ -7,12 +7,12 @@ import logging
 import sys
 import threading
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from cairn.app import Cairn
-from cairn.errors import CairnError
+from cairn.errors import CairnError, ConfigurationError
 from cairn.observe._time import parse_duration
 from cairn.observe.notifiers import notifiers_for
 from cairn.observe.stalls import StallWatcher
@@ -20,6 +20,7 @@ from cairn.store import open_store
 from cairn.worker import Worker
 
 from ._consoles import fail
+from ._log_option import LogFormatOption, set_up_logging
 
 
 def load_app(target: str) -> Cairn:
@@ -78,6 +79,20 @@ WebhookOption = Annotated[
 ]
 
 
+OtlpOption = Annotated[
+    str | None,
+    typer.Option(
+        "--otlp",
+        metavar="URL",
+        help="Send live OpenTelemetry spans to this OTLP/HTTP traces URL (cairn[otel]).",
+    ),
+]
+ServiceOption = Annotated[
+    str | None,
+    typer.Option("--service", metavar="NAME", help="With --otlp: service.name (default: cairn)."),
+]
+
+
 def worker_command(
     target: Annotated[str, typer.Argument(metavar="MODULE:APP", help="Where the app is.")],
     concurrency: ConcurrencyOption = 4,
@@ -88,17 +103,21 @@ def worker_command(
     stall_after: StallAfterOption = "15m",
     slack: SlackOption = None,
     webhook: WebhookOption = None,
+    log_format: LogFormatOption = "text",
+    otlp: OtlpOption = None,
+    service: ServiceOption = None,
 ) -> None:
     """Claim and run tasks of any batch whose function MODULE:APP registers.
 
     SIGTERM or Ctrl-C: stop claiming and let running tasks finish; a second one
     hands them back at once. Run as many workers, on as many machines, as you like.
     """
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    set_up_logging(log_format)
     app = load_app(target)
     if store is not None:
         app.use_store(store)
     watcher = _start_watcher(app, stall_after, slack, webhook) if watch else None
+    tracing = _start_tracing(app, otlp, service) if otlp else None
     try:
         worker = Worker(app, concurrency=concurrency, idle_wait=idle_wait, burst=burst)
         worker.install_signal_handlers()
@@ -108,6 +127,8 @@ def worker_command(
     finally:
         if watcher is not None:
             watcher.stop()
+        if tracing is not None:
+            tracing.shutdown()  # sends the spans still queued
         app.close()
     logging.getLogger("cairn").info(
         "cairn worker: ran %d task(s): %d completed, %d failed, %d lost, %d handed back",
@@ -158,3 +179,13 @@ def migrate_command(
         fail(str(exc))
     opened.close()
     typer.echo(f"{store}: schema is current")
+
+
+def _start_tracing(app: Cairn, endpoint: str, service: str | None) -> Any:
+    """Live spans of the worker's tasks to ``endpoint``; the tracer provider."""
+    try:
+        from cairn.observe.live import trace_live
+
+        return trace_live(app, endpoint=endpoint, service=service)
+    except (ConfigurationError, ImportError) as exc:
+        fail(f"--otlp needs OpenTelemetry: pip install 'cairn[otel]' ({exc})")

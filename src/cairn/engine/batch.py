@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from cairn.engine.claim import WAIT, Claimer
 from cairn.engine.execute import Outcome, aexecute, execute
+from cairn.engine.observer import tell
 from cairn.progress import Progress
 from cairn.store.records import FINISHED_STATUSES, TaskRecord
 
@@ -166,6 +167,7 @@ def _begin(
     total = sum(counts.values())
     skipped = sum(n for status, n in counts.items() if status in FINISHED_STATUSES)
     progress.start(batch, total=total, finished=skipped)
+    tell(engine.observer, "batch_started", engine.clock.now, batch=batch)
     report = BatchReport(batch=batch, total=total, skipped=skipped)
     report.elapsed_seconds = time.monotonic()
     return report, _Tally(progress), Claimer(engine, batch)
@@ -179,5 +181,6 @@ def _end(
     report.resumed = tally.resumed
     report.failures = tally.failures
     report.counts = dict(Counter(engine.store.batch_counts(report.batch)))
+    tell(engine.observer, "batch_ended", engine.clock.now, batch=report.batch)
     progress.close(report.counts)
     return report

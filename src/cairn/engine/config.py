@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from cairn.blobs import BlobCodec, Offloader
 from cairn.codec import Codec, codec_for
+from cairn.engine.observer import Observer, no_observer
 from cairn.errors import CodecError, TaskNotRegistered
 from cairn.limits import LimitBook
 from cairn.retry import Retry
@@ -56,6 +57,8 @@ class EngineConfig:
     limits: LimitBook
     fault_hook: FaultHook
     make_context: MakeContext
+    # Told of every batch, task run and call as it happens (cairn.engine.observer).
+    observer: Observer = no_observer
 
     def registered(self, name: str, *, task_id: str | None = None) -> TaskDef[..., Any]:
         """The task function registered as ``name``, or a clear error."""

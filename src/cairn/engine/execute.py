@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from cairn.engine.claim import release
+from cairn.engine.observer import tell
 from cairn.engine.run import Call, Machine, TaskRun, Wait, adrive, current, describe_error, drive
 from cairn.errors import (
     CairnControl,
@@ -186,8 +187,42 @@ def hand_back(engine: EngineConfig, record: TaskRecord) -> None:
         )
 
 
+def _task_event(
+    engine: EngineConfig, point: str, record: TaskRecord, outcome: Outcome | None = None
+) -> None:
+    tell(
+        engine.observer, point, engine.clock.now, batch=record.batch, task_id=record.id,
+        task_name=record.name, parent_id=record.parent_id, fence=record.fence,
+        status=None if outcome is None else outcome.status,
+        error=None if outcome is None else outcome.error,
+    )  # fmt: skip
+
+
 def execute(engine: EngineConfig, record: TaskRecord) -> Outcome:
     """Run a claimed sync task in this thread (claimed and marked active)."""
+    _task_event(engine, "task_started", record)
+    try:
+        outcome = _execute(engine, record)
+    except BaseException as exc:
+        _task_event(engine, "task_ended", record, Outcome(record.id, "lost", error=exc))
+        raise
+    _task_event(engine, "task_ended", record, outcome)
+    return outcome
+
+
+async def aexecute(engine: EngineConfig, record: TaskRecord) -> Outcome:
+    """Run a claimed async task in the running event loop (claimed and marked active)."""
+    _task_event(engine, "task_started", record)
+    try:
+        outcome = await _aexecute(engine, record)
+    except BaseException as exc:
+        _task_event(engine, "task_ended", record, Outcome(record.id, "lost", error=exc))
+        raise
+    _task_event(engine, "task_ended", record, outcome)
+    return outcome
+
+
+def _execute(engine: EngineConfig, record: TaskRecord) -> Outcome:
     prepared = _prepare_or_settle(engine, record)
     if isinstance(prepared, Outcome):
         return prepared
@@ -208,8 +243,7 @@ def execute(engine: EngineConfig, record: TaskRecord) -> Outcome:
     return Outcome(record.id, "completed", result=result, resumed=prepared.resumed)
 
 
-async def aexecute(engine: EngineConfig, record: TaskRecord) -> Outcome:
-    """Run a claimed async task in the running event loop (claimed and marked active)."""
+async def _aexecute(engine: EngineConfig, record: TaskRecord) -> Outcome:
     prepared = _prepare_or_settle(engine, record)
     if isinstance(prepared, Outcome):
         return prepared

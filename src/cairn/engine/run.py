@@ -38,6 +38,7 @@ from cairn.blobs.offload import WARN_ABOVE, BlobCodec, Offloader, warn_if_large
 from cairn.clock import Clock
 from cairn.codec import Codec, JsonCodec, storable_text
 from cairn.engine.leases import LeaseKeeper
+from cairn.engine.observer import Event, no_observer, notify
 from cairn.errors import (
     BlobError,
     CairnError,
@@ -443,3 +444,15 @@ class TaskRun:
 
     def now(self) -> datetime:
         return self.clock.now()
+
+    def observe(self, point: str, seq: int, kind: str, name: str, **details: Any) -> None:
+        """Tell the app's observer about a call of the entry at ``seq`` (nothing
+        is built when there is none)."""
+        engine = self.engine
+        if engine is None or engine.observer is no_observer:
+            return
+        event = Event(
+            point, self.now(), self.batch, self.task_id, fence=self.fence, seq=seq, kind=kind,
+            name=name, **details,
+        )  # fmt: skip
+        notify(engine.observer, event)

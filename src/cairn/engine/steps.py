@@ -120,6 +120,7 @@ def step_machine(
     while True:
         started = run.now()
         run.hook(f"before_{kind}", run.task_id, seq, name)
+        run.observe("call_started", seq, kind, name, call=spent.total + 1)
         work = Call(fn, args, kwargs, (run, what))
         try:
             if limit is None:
@@ -173,11 +174,21 @@ def _failed_call(
         spent.used += 1
         if not retry.should_retry(exc, spent.used):
             run.write(_attempt_entry(run, what, "failed", spent, started, error=exc))
+            _call_failed(run, what, spent, "failed", exc)
             return None
         pause = retry.delay(spent.used)
     retry_at = run.now() + timedelta(seconds=pause)
     run.write(_attempt_entry(run, what, "retrying", spent, started, error=exc, retry_at=retry_at))
+    _call_failed(run, what, spent, "retrying", exc)
     return pause
+
+
+def _call_failed(
+    run: TaskRun, what: EntryLabel, spent: _Spent, status: str, exc: Exception
+) -> None:
+    run.observe(
+        "call_failed", what.seq, what.kind, what.name, call=spent.total, status=status, error=exc
+    )
 
 
 def _completed(run: TaskRun, what: EntryLabel, value: Any, spent: _Spent, started: datetime) -> Any:
@@ -191,6 +202,7 @@ def _completed(run: TaskRun, what: EntryLabel, value: Any, spent: _Spent, starte
     spent.used += 1
     run.write(_attempt_entry(run, what, "completed", spent, started, output=output))
     run.hook(f"after_{kind}", run.task_id, seq, name)
+    run.observe("call_returned", seq, kind, name, call=spent.total, value=value)
     # Hand back the decoded value, so the first run sees exactly what a replay
     # would: the two can never behave differently. Immutable plain scalars
     # decode to themselves, so they skip the round trip.

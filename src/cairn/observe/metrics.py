@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
+from cairn.observe.templates import step_template
 from cairn.store.admin import admin
 from cairn.store.protocol import Store
 from cairn.store.reports import BatchSpan, Window
@@ -145,7 +146,7 @@ class Metrics:
         return data
 
 
-def _batch_times(spans: list[BatchSpan]) -> list[BatchTime]:
+def batch_times(spans: list[BatchSpan]) -> list[BatchTime]:
     walls: dict[str, float | None] = {}
     for span in spans:
         done = span.unfinished == 0 and span.first_started_at and span.last_finished_at
@@ -170,9 +171,11 @@ def _batch_times(spans: list[BatchSpan]) -> list[BatchTime]:
 
 
 def step_times(rows: Iterable[tuple[str, datetime, datetime]]) -> list[StepTime]:
+    """Duration percentiles per step-name template (``fetch-*``, ``score[*]``), so
+    a report has one line per step of the code, not per numbered step or item."""
     durations: dict[str, list[float]] = defaultdict(list)
     for name, started, finished in rows:
-        durations[name].append((finished - started).total_seconds())
+        durations[step_template(name)].append((finished - started).total_seconds())
     times = []
     for name in sorted(durations):
         values = sorted(durations[name])
@@ -225,7 +228,7 @@ def compute(store: Store, window: Window | None = None) -> Metrics:
         redundancy=Redundancy(
             ops.keys, ops.redundant_keys, _rate(ops.redundant_keys, ops.keys), ops.calls
         ),
-        batches=_batch_times(db.batch_spans(window)),
+        batches=batch_times(db.batch_spans(window)),
         steps=step_times(db.step_durations(window)),
         retries=Retries(tasks.task_retries, steps.retries, steps.calls, steps.failed),
         failures_by_type=dict(Counter(map(error_type, db.failed_task_errors(window)))),

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from cairn.context import Context
+from cairn.observe.slack import payload
 from cairn.webhook import post_once
 
 log = logging.getLogger("cairn.observe")
@@ -20,11 +21,19 @@ log = logging.getLogger("cairn.observe")
 @dataclass(frozen=True)
 class Message:
     """One alert: ``kind`` is "stall", "recovered" or "report"; ``text`` is for
-    people, ``fields`` for machines."""
+    people (``title`` its headline), ``fields`` for machines (the generic
+    webhook's JSON, documented in docs/observability.md)."""
 
     kind: str
     text: str
     fields: dict[str, Any]
+    title: str = "cairn"
+
+    @property
+    def link(self) -> str | None:
+        """The dashboard page of the message's subject, when a dashboard is configured."""
+        url = self.fields.get("dashboard_url")
+        return str(url) if url else None
 
 
 class Notifier(Protocol):
@@ -40,18 +49,20 @@ class Notifier(Protocol):
 
 @dataclass(frozen=True)
 class SlackNotifier:
-    """A chat webhook that takes ``{"text": ...}`` (Slack, Mattermost, Rocket.Chat)."""
+    """A Slack incoming webhook: escaped ``text`` and Block Kit ``blocks``
+    (``cairn.observe.slack``). Mattermost and Rocket.Chat read the ``text``."""
 
     url: str
     name: str = "slack"
 
     def send(self, ctx: Context, key: str, message: Message) -> None:
-        post_once(ctx, key, self.url, message.text)
+        post_once(ctx, key, self.url, payload=payload(message.title, message.text, message.link))
 
 
 @dataclass(frozen=True)
 class WebhookNotifier:
-    """Any HTTP endpoint: POSTs ``{"kind", "text", **fields}`` as JSON."""
+    """Any HTTP endpoint: POSTs ``{"kind", "text", **fields}`` as JSON (the
+    fields of each kind are listed in docs/observability.md)."""
 
     url: str
     name: str = "webhook"

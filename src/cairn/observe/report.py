@@ -67,14 +67,29 @@ class DailyReporter:
 
     def _post(self, ctx: Context, day: str) -> str:
         text: str = ctx.step("compose", day_report, self.app.store, date.fromisoformat(day))
-        message = Message("report", text, {"day": day})
+        part = ctx.task_id.removeprefix(f"daily-report/{day}").strip("/")
+        title = f"cairn daily report {day}" + (" (so far)" if part else "")
+        message = Message("report", text, {"day": day, "partial": bool(part)}, title)
         for notifier in self.notifiers:
-            notifier.send(ctx, op_key("daily-report", day, notifier.name), message)
+            key = op_key("daily-report", day, part, notifier.name) if part else None
+            notifier.send(ctx, key or op_key("daily-report", day, notifier.name), message)
         return text
 
-    def post(self, day: date) -> str:
-        """The day's report, posted now unless it was posted before."""
+    def post(self, day: date, *, partial: bool = False) -> str:
+        """The day's report, posted now unless it was posted before.
+
+        A day that is not over yet is refused (its report would be posted once
+        and never again) unless ``partial``: then it is posted under a key of
+        its own, naming the minute, and the whole day can still be posted later."""
+        now = self.app.clock.now()
+        if day_bounds(day)[1] > now and not partial:
+            raise ValueError(
+                f"{day} is not over yet (UTC): its report would be incomplete and the day "
+                "locked; post a finished day, or pass --partial to post what is there so far"
+            )
         task_id = f"daily-report/{day.isoformat()}"
+        if day_bounds(day)[1] > now:
+            task_id += f"/partial-{now.strftime('%H%M')}"
         record = self.app.store.get_task(task_id)
         if record is not None and record.status == "failed":
             admin(self.app.store, "the daily report").retry_task(

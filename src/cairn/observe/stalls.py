@@ -20,13 +20,15 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 from cairn.clock import to_iso
 from cairn.context import Context
 from cairn.errors import CairnError
 from cairn.keys import op_key
 from cairn.observe.notifiers import Message, Notifier
+from cairn.observe.text import in_words, moment
 from cairn.store.admin import AdminStore, admin
 from cairn.store.reports import RunningTask
 
@@ -76,12 +78,38 @@ def stalls_in(store: AdminStore, now: datetime, stall_after: float) -> list[Stal
     return found
 
 
-def _stall_text(task: RunningTask, checkpoint: str, stall_after: float) -> str:
+def _stall_text(stall: Stall, checkpoint: str, stall_after: float) -> str:
+    task = stall.task
     where = f" of batch {task.batch}" if task.batch else ""
+    step = f", after step {task.last_step}" if task.last_step else ""
     return (
-        f"cairn: task {task.task_id}{where} ({task.name}) has made no progress since "
-        f"{checkpoint} (stall threshold {stall_after:g}s); owner {task.owner or '-'}"
+        f"cairn: task {task.task_id}{where} ({task.name}) has made no progress for "
+        f"{in_words(stall.seconds)} (last checkpoint {moment(checkpoint)}{step}; threshold "
+        f"{in_words(stall_after)}); owner {task.owner or '-'}"
     )
+
+
+def task_link(dashboard: str | None, task_id: str) -> str | None:
+    """The dashboard's page of ``task_id``, if a dashboard URL is configured."""
+    if not dashboard:
+        return None
+    return f"{dashboard.rstrip('/')}/task?{urlencode({'id': task_id})}"
+
+
+def stall_fields(
+    stall: Stall, checkpoint: str, stall_after: float, dashboard: str | None
+) -> dict[str, Any]:
+    """The generic webhook's fields of a stall (docs/observability.md)."""
+    task = stall.task
+    return {
+        "task_name": task.name,
+        "batch": task.batch,
+        "step": task.last_step,
+        "stalled_for_seconds": round(stall.seconds, 3),
+        "stall_after_seconds": stall_after,
+        "owner": task.owner,
+        "dashboard_url": task_link(dashboard, task.task_id),
+    }
 
 
 class StallWatcher:
@@ -93,16 +121,29 @@ class StallWatcher:
         notifiers: Sequence[Notifier],
         *,
         stall_after: float = DEFAULT_STALL_AFTER,
+        dashboard: str | None = None,
     ) -> None:
         self.app = app
         self.notifiers = list(notifiers)
         self.stall_after = stall_after
+        self.dashboard = dashboard
         self._alert: TaskDef[..., None] = app.task(name=ALERT_TASK)(self._send)
         self._stop = threading.Event()
 
-    def _send(self, ctx: Context, kind: str, subject: str, checkpoint: str, text: str) -> None:
+    def _send(
+        self,
+        ctx: Context,
+        kind: str,
+        subject: str,
+        checkpoint: str,
+        text: str,
+        fields: dict[str, Any] | None = None,
+        title: str = "cairn",
+    ) -> None:
         # subject, not task_id: app.run takes task_id= for the alert task itself.
-        message = Message(kind, text, {"task_id": subject, "checkpoint": checkpoint})
+        message = Message(
+            kind, text, {"task_id": subject, "checkpoint": checkpoint, **(fields or {})}, title
+        )
         for notifier in self.notifiers:
             notifier.send(ctx, op_key(kind, subject, checkpoint, notifier.name), message)
 
@@ -113,22 +154,50 @@ class StallWatcher:
         stalled = {s.task.task_id: to_iso(s.task.checkpoint) for s in result.stalls}
         for stall in result.stalls:
             checkpoint = stalled[stall.task.task_id]
-            text = _stall_text(stall.task, checkpoint, self.stall_after)
-            self._deliver(result, "stall", stall.task.task_id, checkpoint, text)
+            text = _stall_text(stall, checkpoint, self.stall_after)
+            fields = stall_fields(stall, checkpoint, self.stall_after, self.dashboard)
+            title = f"Stalled: {stall.task.task_id}"
+            self._deliver(result, "stall", stall.task.task_id, checkpoint, text, fields, title)
         alerts = admin(self.app.store, "stall checks").open_alerts(ALERT_TASK, RAISED, CLEARED)
         for opened in alerts:
             task_id, checkpoint = opened.rsplit("/", 1)
             if stalled.get(task_id) == checkpoint:
                 continue  # the same stall, still there
-            text = (
-                f"cairn: task {task_id} is moving again (or finished) after a stall "
-                f"since {checkpoint}"
-            )
-            self._deliver(result, "recovered", task_id, checkpoint, text)
+            self._recovered(result, task_id, checkpoint)
         return result
 
+    def _recovered(self, result: CheckResult, task_id: str, checkpoint: str) -> None:
+        """Announce that ``task_id`` finished, or is moving again, after its stall."""
+        record = self.app.store.get_task(task_id)
+        status = record.status if record is not None else "removed"
+        finished = status not in ("running", "pending", "waiting")
+        if finished:
+            text = (
+                f"cairn: task {task_id} finished ({status}) after a stall since "
+                f"{moment(checkpoint)}"
+            )
+            title = f"Finished after a stall: {task_id}"
+        else:
+            text = f"cairn: task {task_id} is moving again after a stall since {moment(checkpoint)}"
+            title = f"Moving again: {task_id}"
+        fields = {
+            "task_name": record.name if record is not None else None,
+            "batch": record.batch if record is not None else None,
+            "status": status,
+            "finished": finished,
+            "dashboard_url": task_link(self.dashboard, task_id),
+        }
+        self._deliver(result, "recovered", task_id, checkpoint, text, fields, title)
+
     def _deliver(
-        self, result: CheckResult, kind: str, task_id: str, checkpoint: str, text: str
+        self,
+        result: CheckResult,
+        kind: str,
+        task_id: str,
+        checkpoint: str,
+        text: str,
+        fields: dict[str, Any],
+        title: str,
     ) -> None:
         prefix = RAISED if kind == "stall" else CLEARED
         alert_id = f"{prefix}{task_id}/{checkpoint}"
@@ -146,6 +215,8 @@ class StallWatcher:
                 subject=task_id,
                 checkpoint=checkpoint,
                 text=text,
+                fields=fields,
+                title=title,
             )
         except CairnError as exc:
             log.warning("could not send %s alert for %s: %s", kind, task_id, exc)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from cairn.observe.metrics import BatchTime, Metrics
 
 
@@ -16,6 +18,28 @@ def secs(value: float | None) -> str:
         return f"{value:.2f}s"
     minutes, seconds = divmod(int(value), 60)
     return f"{minutes}m{seconds:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def moment(iso: str) -> str:
+    """A recorded ISO time for people: ``2026-05-24 06:00:07 UTC`` (to the second)."""
+    try:
+        parsed = datetime.fromisoformat(iso).astimezone(UTC)
+    except ValueError:
+        return iso
+    return parsed.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def in_words(seconds: float) -> str:
+    """A duration for people: ``45 seconds``, ``17 minutes``, ``2 hours 5 minutes``,
+    ``3 days 4 hours`` (two units at most, rounded down)."""
+    whole = max(int(seconds), 0)
+    units = [("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1)]
+    parts = []
+    for unit, size in units:
+        count, whole = divmod(whole, size)
+        if count:
+            parts.append(f"{count} {unit}{'' if count == 1 else 's'}")
+    return " ".join(parts[:2]) or "0 seconds"
 
 
 def metrics_lines(m: Metrics) -> list[str]:

@@ -167,6 +167,23 @@ class AdminStore(Store, Protocol):
         """(name, started_at, finished_at) of every completed step in the window."""
         ...
 
+    def task_summary(self, window: Window) -> tuple[TaskTotals, list[BatchSpan]]:
+        """``task_totals`` and ``batch_spans`` of the window, read in one scan."""
+        ...
+
+    def finished_steps(
+        self, window: Window, since: datetime | None
+    ) -> Iterator[tuple[str, int, str, str, int, datetime, datetime]]:
+        """(task_id, seq, kind, name, attempts, started_at, finished_at) of every
+        completed ``step`` or ``llm`` row in the window finished at or after
+        ``since`` (all of them when None)."""
+        ...
+
+    def suspect_reruns(self, window: Window) -> tuple[int, int]:
+        """(completed steps of interrupted tasks with attempts > 1, their tasks),
+        read through the interrupted tasks only."""
+        ...
+
     def step_errors(self, window: Window) -> Iterator[str | None]:
         """The last recorded error of every failed or retrying step row in the window."""
         ...

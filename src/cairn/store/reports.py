@@ -76,6 +76,7 @@ class RunningTask:
     name: str
     owner: str | None
     checkpoint: datetime
+    last_step: str | None = None  # the name of its latest history entry, if any
 
 
 @dataclass(frozen=True)

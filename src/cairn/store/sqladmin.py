@@ -267,6 +267,45 @@ class SQLAdmin(SQLCore):
         for name, started, finished in self._report(sqlmetrics.STEP_DURATIONS, window):
             yield str(name), sql.time_of(started), sql.time_of(finished)
 
+    def task_summary(self, window: Window) -> tuple[TaskTotals, list[BatchSpan]]:
+        by_status: dict[str, int] = {}
+        totals = [0, 0, 0, 0]  # interrupted, of them completed, interruptions, retries
+        batches: dict[str, list[Any]] = {}  # tasks, unfinished, first start, last finish
+        for batch, status, n, hit, interruptions, retries, first, last in self._report(
+            sqlmetrics.TASK_SUMMARY, window
+        ):
+            by_status[status] = by_status.get(status, 0) + int(n)
+            totals[0] += int(hit)
+            totals[1] += int(hit) if status == "completed" else 0
+            totals[2] += int(interruptions)
+            totals[3] += int(retries)
+            if batch is not None:
+                span = batches.setdefault(batch, [0, 0, None, None])
+                span[0] += int(n)
+                span[1] += int(n) if status in ("pending", "running", "waiting") else 0
+                span[2] = _earliest(span[2], sql.opt_time(first))
+                span[3] = _latest(span[3], sql.opt_time(last))
+        spans = [BatchSpan(name, *batches[name]) for name in sorted(batches)]
+        return TaskTotals(by_status, *totals), spans
+
+    def finished_steps(
+        self, window: Window, since: datetime | None
+    ) -> Iterator[tuple[str, int, str, str, int, datetime, datetime]]:
+        where, params = sqlmetrics.window_filter(window, self._ts)
+        statement = sqlmetrics.FINISHED_STEPS.format(where=where)
+        if since is not None:
+            statement += " AND s.finished_at >= ?"
+            params.append(self._ts(since))
+        for tid, seq, kind, name, attempts, started, finished in self._exec(statement, params).rows:
+            yield (
+                str(tid), int(seq), str(kind), str(name), int(attempts),
+                sql.time_of(started), sql.time_of(finished),
+            )  # fmt: skip
+
+    def suspect_reruns(self, window: Window) -> tuple[int, int]:
+        row = self._report(sqlmetrics.SUSPECT_RERUNS, window)[0]
+        return int(row[0]), int(row[1])
+
     def step_errors(self, window: Window) -> Iterator[str | None]:
         for (error,) in self._report(sqlmetrics.STEP_ERRORS, window):
             yield error
@@ -278,12 +317,12 @@ class SQLAdmin(SQLCore):
 
     def running_checkpoints(self) -> list[RunningTask]:
         found = []
-        for tid, batch, name, owner, started, updated, last_step in self._exec(
+        for tid, batch, name, owner, started, updated, last_finish, last_step in self._exec(
             sqlmetrics.RUNNING
         ).rows:
             moments = [sql.time_of(updated)]
-            moments += [sql.time_of(m) for m in (started, last_step) if m is not None]
-            found.append(RunningTask(tid, batch, name, owner, max(moments)))
+            moments += [sql.time_of(m) for m in (started, last_finish) if m is not None]
+            found.append(RunningTask(tid, batch, name, owner, max(moments), last_step))
         return found
 
     def open_alerts(self, alert_task: str, raised: str, cleared: str) -> list[str]:
@@ -296,3 +335,11 @@ class SQLAdmin(SQLCore):
     ) -> list[tuple[int, TaskRecord]]:
         query = TaskQuery(status=status, batch=batch, include_internal=True)
         return self.find_tasks(query, below=before, size=size)
+
+
+def _earliest(a: datetime | None, b: datetime | None) -> datetime | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _latest(a: datetime | None, b: datetime | None) -> datetime | None:
+    return b if a is None else a if b is None else max(a, b)

@@ -22,6 +22,9 @@ from cairn.store.reports import Window
 # Names of the tasks cairn runs for itself (cairn.observe); never counted.
 INTERNAL_PREFIX = "cairn."
 _PUBLIC = f"substr(t.name, 1, {len(INTERNAL_PREFIX)}) <> '{INTERNAL_PREFIX}'"
+# Operations of cairn's own tasks (an alert's webhook retried) are not counted
+# either: they would show as redundant execution of the user's work.
+_PUBLIC_OPS = f"task_id NOT IN (SELECT t.id FROM tasks t WHERE NOT ({_PUBLIC}))"
 
 
 def window_filter(window: Window, ts: Callable[[datetime], Any]) -> tuple[str, list[Any]]:
@@ -50,6 +53,15 @@ TASK_TOTALS = (
     "COALESCE(SUM(CASE WHEN t.attempts > 1 THEN t.attempts - 1 ELSE 0 END), 0) "
     "FROM tasks t WHERE {where}"
 )
+# Both of the above and the batch spans in one scan, for the exporter: a row per
+# (batch, status) with its counts, the first start and the last finish.
+TASK_SUMMARY = (
+    "SELECT t.batch, t.status, COUNT(*), "
+    "COALESCE(SUM(CASE WHEN t.interruptions > 0 THEN 1 ELSE 0 END), 0), "
+    "COALESCE(SUM(t.interruptions), 0), "
+    "COALESCE(SUM(CASE WHEN t.attempts > 1 THEN t.attempts - 1 ELSE 0 END), 0), "
+    "MIN(t.started_at), MAX(t.finished_at) FROM tasks t WHERE {where} GROUP BY t.batch, t.status"
+)
 FAILED_TASK_ERRORS = "SELECT t.error FROM tasks t WHERE {where} AND t.status = 'failed'"
 BATCH_SPANS = (
     "SELECT t.batch, COUNT(*), "
@@ -74,6 +86,19 @@ STEP_DURATIONS = (
     "JOIN tasks t ON t.id = s.task_id WHERE {where} "
     "AND s.kind = 'step' AND s.status = 'completed'"
 )
+# Completed steps and model calls, for the exporter's histograms: it reads only
+# the rows finished since its last scrape (the caller appends that clause).
+FINISHED_STEPS = (
+    "SELECT s.task_id, s.seq, s.kind, s.name, s.attempts, s.started_at, s.finished_at "
+    "FROM steps s JOIN tasks t ON t.id = s.task_id WHERE {where} "
+    "AND (s.kind = 'step' OR s.kind = 'llm') AND s.status = 'completed'"
+)
+# The suspect re-runs alone, reached through the interrupted tasks.
+SUSPECT_RERUNS = (
+    "SELECT COUNT(*), COUNT(DISTINCT t.id) FROM tasks t JOIN steps s ON s.task_id = t.id "
+    "WHERE {where} AND t.interruptions > 0 AND s.kind = 'step' AND s.status = 'completed' "
+    "AND s.attempts > 1"
+)
 STEP_ERRORS = (
     "SELECT s.error FROM steps s JOIN tasks t ON t.id = s.task_id WHERE {where} "
     "AND (s.status = 'failed' OR s.status = 'retrying')"
@@ -84,7 +109,7 @@ STEP_ERRORS = (
 def op_filter(window: Window, ts: Callable[[datetime], Any]) -> tuple[str, list[Any]]:
     """The WHERE clause over operations first claimed in the window (of its
     batch's tasks, if it names one), and its parameters."""
-    clauses, params = ["1 = 1"], []
+    clauses, params = [_PUBLIC_OPS], []
     if window.since is not None:
         clauses.append("first_claimed_at >= ?")
         params.append(ts(window.since))
@@ -105,10 +130,11 @@ OP_TOTALS = (
 # -- running tasks and their last checkpoint -----------------------------------------
 # The last checkpoint is the latest of: a step finishing, the task being
 # claimed (start or take-over; updated_at moves then), a task attempt starting.
-# One probe of the steps primary key per running task.
+# Two probes of the steps primary key per running task.
 RUNNING = (
     "SELECT t.id, t.batch, t.name, t.owner, t.started_at, t.updated_at, "
-    "(SELECT MAX(s.finished_at) FROM steps s WHERE s.task_id = t.id) "
+    "(SELECT MAX(s.finished_at) FROM steps s WHERE s.task_id = t.id), "
+    "(SELECT s.name FROM steps s WHERE s.task_id = t.id ORDER BY s.seq DESC LIMIT 1) "
     f"FROM tasks t WHERE t.status = 'running' AND {_PUBLIC} ORDER BY t.pos"
 )
 # Alert tasks that completed with no cleared twin yet. Parameters: the prefix's

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from datetime import date
 
+import pytest
+
 from cairn import Cairn, Context
 from cairn.clock import FakeClock
 from cairn.observe.notifiers import SlackNotifier
@@ -42,6 +44,7 @@ def test_posted_once_per_day(any_app: Cairn, clock: FakeClock) -> None:
     """Posting the same day's report again, and again from another app on the
     same store (a new process), posts nothing more; another day posts its own."""
     run_day(any_app)
+    clock.advance(2 * 86400)  # both days are over
     with WebhookServer() as chat:
         reporter = DailyReporter(any_app, [SlackNotifier(chat.url)])
         reporter.post(DAY)
@@ -55,3 +58,18 @@ def test_posted_once_per_day(any_app: Cairn, clock: FakeClock) -> None:
             other.close()
         assert next(post.json()["text"] for post in chat.delivered) == text
         assert len(chat.delivered) == 2
+
+
+def test_a_day_not_over_is_refused_unless_partial(any_app: Cairn, clock: FakeClock) -> None:
+    """Today's report is refused (it would lock the day); --partial posts what is
+    there under a key of its own, and the whole day is still posted once it is over."""
+    run_day(any_app)
+    with WebhookServer() as chat:
+        reporter = DailyReporter(any_app, [SlackNotifier(chat.url)])
+        with pytest.raises(ValueError, match="not over yet"):
+            reporter.post(DAY)
+        reporter.post(DAY, partial=True)
+        clock.advance(86400)
+        reporter.post(DAY)
+        titles = [post.json()["blocks"][0]["text"]["text"] for post in chat.delivered]
+    assert titles == [f"cairn daily report {DAY} (so far)", f"cairn daily report {DAY}"]
