@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from cairn.admin.batches import pace
+from cairn.admin.listing import BadCursor, _decode, _encode, _task_edge
 from cairn.admin.views import error_view, value_view
 from cairn.blobs.ref import BlobRef
 from cairn.observe.step_names import step_groups
@@ -100,3 +101,19 @@ def test_a_finished_batch_has_its_rate_to_its_last_finish_and_no_time_left() -> 
 def test_no_rate_before_anything_finished() -> None:
     """Nothing done yet: neither a rate nor an ETA."""
     assert pace(_summary({"pending": 4}, None), 0, T0 + timedelta(minutes=1)) == (None, None)
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [_encode("task", 1, 2), _encode("task", "7"), _encode("task", True), _encode("batch", 3), "!!"],
+)
+def test_a_damaged_task_cursor_is_a_bad_cursor(cursor: str) -> None:
+    """Two positions, a text position, a batch cursor or no base64 at all: BadCursor."""
+    with pytest.raises(BadCursor, match="start again from the first page"):
+        _task_edge(cursor)
+
+
+def test_a_task_cursor_round_trips() -> None:
+    """A page's cursor gives back its position."""
+    assert _task_edge(_encode("task", 123456)) == 123456
+    assert _decode("task", _encode("task", 5)) == [5]

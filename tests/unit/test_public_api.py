@@ -9,6 +9,7 @@ from types import ModuleType
 import pytest
 
 import cairn
+import cairn.admin
 import cairn.testing
 
 
@@ -20,7 +21,7 @@ def test_all_is_sorted_and_unique(module: ModuleType) -> None:
     assert len(names) == len(set(names))
 
 
-@pytest.mark.parametrize("module", [cairn, cairn.testing], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [cairn, cairn.admin, cairn.testing], ids=lambda m: m.__name__)
 def test_every_listed_name_is_importable(module: ModuleType) -> None:
     """Every name in __all__ can be imported from the package."""
     fresh = importlib.import_module(module.__name__)

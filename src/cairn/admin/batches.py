@@ -19,7 +19,7 @@ from cairn.store import AdminStore
 from cairn.store.records import FINISHED_STATUSES, TASK_STATUSES, BatchSummary, TaskRecord
 from cairn.store.reports import Window
 
-__all__ = ["BatchView", "FailureGroup", "SlowStep", "batch_view"]
+__all__ = ["BatchView", "FailureGroup", "SlowStep", "batch_view", "status_counts"]
 
 # A batch view lists this many kinds of step, slowest first.
 SLOWEST = 10
@@ -51,6 +51,11 @@ class BatchView:
     slowest_steps: list[SlowStep]
     # The batch's row as listed: its task function, when made, first start, last finish.
     summary: BatchSummary
+
+
+def status_counts(summary: BatchSummary) -> dict[str, int]:
+    """The batch's tasks by status, every status present (0 included), in order."""
+    return {status: summary.counts.get(status, 0) for status in TASK_STATUSES}
 
 
 def _failures(failed: Iterable[TaskRecord]) -> list[FailureGroup]:
@@ -87,7 +92,7 @@ def batch_view(store: AdminStore, name: str, now: datetime) -> BatchView | None:
     if not found:
         return None
     summary = found[0]
-    counts: dict[str, int] = {s: summary.counts.get(s, 0) for s in TASK_STATUSES}
+    counts = status_counts(summary)
     done = sum(n for status, n in counts.items() if status in FINISHED_STATUSES)
     rate, eta = pace(summary, done, now)
     steps = step_groups(store.step_durations(Window(batch=name)))

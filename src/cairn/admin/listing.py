@@ -3,7 +3,7 @@
 A page is read by position, never by OFFSET: the newest page, the page older
 than a cursor, or the page newer than one, each one indexed read however many
 tasks the store holds, plus a COUNT for the total. A cursor is an opaque text
-for a URL or a ``--older`` option; it names where a page ended.
+for a URL or ``cairn tasks --older-than``; it names where a page ended.
 """
 
 from __future__ import annotations
@@ -85,8 +85,9 @@ def _decode(kind: str, cursor: Cursor) -> list[Any]:
 
 
 def _task_edge(cursor: Cursor) -> int:
-    (pos,) = _decode("task", cursor) or [None]
-    if not isinstance(pos, int):
+    parts = _decode("task", cursor)
+    pos = parts[0] if len(parts) == 1 else None
+    if not isinstance(pos, int) or isinstance(pos, bool):
         raise BadCursor(
             f"{cursor!r} is a damaged task page cursor; start again from the first page"
         )

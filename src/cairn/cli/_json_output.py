@@ -11,8 +11,9 @@ from typing import Annotated, Any
 
 import typer
 
+from cairn.admin.batches import status_counts
 from cairn.admin.views import StepView, parse_error, value_view
-from cairn.store.records import TASK_STATUSES, BatchSummary, TaskRecord
+from cairn.store.records import BatchSummary, TaskRecord
 
 from ._field_text import iso_time, seconds_between
 
@@ -27,7 +28,7 @@ def batch_dict(summary: BatchSummary) -> dict[str, Any]:
         "name": summary.name,
         "task_name": summary.task_name,
         "created_at": iso_time(summary.created_at),
-        "counts": {status: summary.counts.get(status, 0) for status in TASK_STATUSES},
+        "counts": status_counts(summary),
         "total": summary.total,
         "first_started_at": iso_time(summary.first_started_at),
         "last_finished_at": iso_time(summary.last_finished_at),

@@ -10,6 +10,7 @@ import typer
 from rich.text import Text
 
 from cairn.admin import BatchView, batch_view
+from cairn.admin.batches import status_counts
 from cairn.clock import SystemClock
 from cairn.store.records import TASK_STATUSES, BatchSummary
 
@@ -64,7 +65,7 @@ def _count_cell(status: str, count: int) -> Text:
 def _print_batches(summaries: list[BatchSummary]) -> None:
     table = RowTable(stdout_console(), _COLUMNS, right=(*TASK_STATUSES, "total"))
     for summary in summaries:
-        counts = [_count_cell(s, summary.counts.get(s, 0)) for s in TASK_STATUSES]
+        counts = [_count_cell(s, n) for s, n in status_counts(summary).items()]
         table.add_row(
             summary.name,
             summary.task_name,
