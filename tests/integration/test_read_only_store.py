@@ -31,7 +31,7 @@ from cairn.clock import FakeClock
 from cairn.portable import export_batch
 from cairn.store import admin
 from cairn.store.migrate import latest_version
-from cairn.store.reports import Window
+from cairn.store.reports import TaskQuery, Window
 from cairn.store.sqlite import SQLiteStore
 from tests.agent_server import DocReader, model_server, openai_client, reader_task
 from tests.filesystems import immutable, read_only_mount
@@ -125,7 +125,7 @@ def _everything(store: SQLiteStore) -> dict[str, Any]:
         "step errors": list(store.step_errors(window)),
         "op totals": store.op_totals(window),
         "running now": store.running_checkpoints(),
-        "page": store.task_page(status=None, batch=None, before=None, size=3),
+        "page": store.find_tasks(TaskQuery(include_internal=True), size=3),
         "open alerts": store.open_alerts("cairn.observe.alert", "stall/", "recovered/"),
         "rows": store.export_rows("reviews"),
         "batch names": store.batch_names(),

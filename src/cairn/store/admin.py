@@ -202,14 +202,6 @@ class AdminStore(Store, Protocol):
         recovered."""
         ...
 
-    def task_page(
-        self, *, status: str | None, batch: str | None, before: int | None, size: int
-    ) -> list[tuple[int, TaskRecord]]:
-        """Up to ``size`` tasks, newest first, with positions below ``before``,
-        each with its position (the dashboard's first pages; ``find_tasks`` with
-        a ``TaskQuery`` does this and more, and is what ``cairn.admin`` uses)."""
-        ...
-
     # -- moving a batch, pruning, blob references --------------------------------------
     def export_rows(self, batch: str) -> list[tuple[str, dict[str, Any]]]:
         """Every row of ``batch`` as (table, {column: value}), parents before

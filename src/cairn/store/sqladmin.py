@@ -330,12 +330,6 @@ class SQLAdmin(SQLCore):
         params = [size + 1, alert_task, size, raised, cleared, size + 1]
         return [str(r[0]) for r in self._exec(sqlmetrics.OPEN_ALERTS, params).rows]
 
-    def task_page(
-        self, *, status: str | None, batch: str | None, before: int | None, size: int
-    ) -> list[tuple[int, TaskRecord]]:
-        query = TaskQuery(status=status, batch=batch, include_internal=True)
-        return self.find_tasks(query, below=before, size=size)
-
 
 def _earliest(a: datetime | None, b: datetime | None) -> datetime | None:
     return b if a is None else a if b is None else min(a, b)
