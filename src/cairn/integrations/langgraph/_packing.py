@@ -19,8 +19,10 @@ from uuid import UUID
 from cairn.errors import InvalidName, SchemaTooNew
 from cairn.names import check_name
 
-# LangGraph checkpoint formats this checkpointer was written for (Checkpoint["v"]).
-KNOWN_FORMATS = (1, 2)
+# LangGraph checkpoint formats this checkpointer was written for (Checkpoint["v"]:
+# langgraph 1.2 writes 4). The saver stores the checkpoint dict whole, but a
+# newer format may carry values it must treat differently, so it refuses one.
+KNOWN_FORMATS = (1, 2, 3, 4)
 _Z1 = "z1+"  # a zlib stream compressed with ZDICT_1
 _SMALL = 48  # below this, compression cannot pay for its own framing
 

@@ -30,21 +30,27 @@ _SQLITE_DDL = (
     " thread_id TEXT NOT NULL, checkpoint_ns TEXT NOT NULL, checkpoint_id TEXT NOT NULL,"
     " parent_id TEXT, type TEXT NOT NULL, checkpoint BLOB NOT NULL,"
     " metadata_type TEXT NOT NULL, metadata BLOB NOT NULL,"
-    " PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id))",
+    " PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS cairn_lg_blobs ("
     " thread_id TEXT NOT NULL, checkpoint_ns TEXT NOT NULL, channel TEXT NOT NULL,"
     " version TEXT NOT NULL, kind TEXT NOT NULL, base TEXT, type TEXT, data BLOB,"
-    " PRIMARY KEY (thread_id, checkpoint_ns, channel, version))",
+    " PRIMARY KEY (thread_id, checkpoint_ns, channel, version)) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS cairn_lg_writes ("
     " thread_id TEXT NOT NULL, checkpoint_ns TEXT NOT NULL, checkpoint_id TEXT NOT NULL,"
     " task_id TEXT NOT NULL, idx INTEGER NOT NULL, channel TEXT NOT NULL,"
     " type TEXT NOT NULL, data BLOB NOT NULL, task_path TEXT NOT NULL,"
-    " PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx))",
+    " PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)) WITHOUT ROWID",
 )
 
 DDL = {
+    # WITHOUT ROWID: the rows live in their primary key's b-tree, so the key
+    # columns (a thread id, a 36-character checkpoint id) are stored once, not
+    # again in a separate index.
     "sqlite": _SQLITE_DDL,
-    "postgres": tuple(statement.replace(" BLOB", " BYTEA") for statement in _SQLITE_DDL),
+    "postgres": tuple(
+        statement.replace(" BLOB", " BYTEA").replace(" WITHOUT ROWID", "")
+        for statement in _SQLITE_DDL
+    ),
 }
 # One creator at a time across processes: concurrent CREATE TABLE IF NOT
 # EXISTS can still collide on PostgreSQL's catalog. ("cairnlg" as an integer.)

@@ -216,8 +216,7 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
             version = str(raw_version)
             where = (thread, ns, channel, version)
             if channel not in values:
-                blobs.append(_Blob(where, "empty", None, (None, None), None))
-                continue
+                continue  # a channel with a version and no row reads as empty
             value = values[channel]
             if not isinstance(value, list):
                 blobs.append(_Blob(where, "value", None, self._dump(value), None))
