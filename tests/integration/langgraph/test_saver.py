@@ -5,6 +5,7 @@ removed by id, interrupts resumed, the async API."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import HumanMessage, RemoveMessage
@@ -12,6 +13,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.types import Command, interrupt
 
 from cairn.integrations.langgraph import CairnSaver
+from cairn.store.sqlite import SQLiteStore
 from tests.integration.langgraph.graphs import echo_graph, say, texts, thread
 
 
@@ -142,3 +144,21 @@ def test_threads_and_delete(store_url: str) -> None:
         assert texts(graph.get_state(thread("a"))) == []
         assert texts(graph.get_state(thread("b"))) == ["for b", "heard for b (1)"]
         assert say(graph, thread("a"), "again") == ["again", "heard again (1)"]
+
+
+def test_a_long_thread_on_sqlite_keeps_one_connection(tmp_path: Path) -> None:
+    """LangGraph calls the saver from a new executor thread every run; the saver
+    runs its statements on one thread of its own, so thirty turns open one
+    connection (beside the opening thread's), not one per run, and closing the
+    saver releases it."""
+    store = SQLiteStore(tmp_path / "lg.db")
+    try:
+        saver = CairnSaver(store)
+        graph = echo_graph(saver)
+        for i in range(30):
+            say(graph, thread("t"), f"q{i}")
+        assert len(store._all) == 2
+        saver.close()
+        assert len(store._all) == 1
+    finally:
+        store.close()

@@ -14,6 +14,7 @@ with its messages, not with its messages times its turns.
 
 from __future__ import annotations
 
+import builtins
 import random
 from collections.abc import Iterator, Mapping, Sequence
 from functools import partial
@@ -46,6 +47,7 @@ from cairn.integrations.langgraph._packing import (
     unknown_tag,
     unpack,
 )
+from cairn.integrations.langgraph._pinned import Pinned
 from cairn.store import open_store
 from cairn.store.postgres import PostgresStore
 from cairn.store.sqlbase import SQLStore
@@ -68,6 +70,9 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
         self.store, self._owned = _open(store)
         self._backend = "postgres" if isinstance(self.store, PostgresStore) else "sqlite"
         self._lists = ListCache()
+        self._pinned = Pinned(
+            pin=isinstance(self.store, SQLiteStore), on_close=self.store.close_thread
+        )
         try:
             self.setup()
         except BaseException:
@@ -77,6 +82,9 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
     # -- lifecycle -------------------------------------------------------------------
     def setup(self) -> None:
         """Create the checkpointer's tables if they are missing (idempotent)."""
+        self._pinned.call(self._setup)
+
+    def _setup(self) -> None:
         backend = self._backend
 
         def create(tx: Tx) -> None:
@@ -98,7 +106,8 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
         self._write(create)
 
     def close(self) -> None:
-        """Close the store, if this saver opened it."""
+        """Release the saver's connection; close the store if the saver opened it."""
+        self._pinned.close()
         if self._owned:
             self.store.close()
 
@@ -129,11 +138,52 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Store ``checkpoint``: the changed channels' new versions, then its row."""
+        return self._pinned.call(self._put, config, checkpoint, metadata, new_versions)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's writes against the checkpoint ``config`` names."""
+        self._pinned.call(self._put_writes, config, writes, task_id, task_path)
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete every checkpoint, value and write of ``thread_id``."""
+        self._pinned.call(self._delete_thread, thread_id)
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint ``config`` names, or the thread's latest; None if none."""
+        return self._pinned.call(self._get_tuple, config)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,  # noqa: A002 - LangGraph's name for it
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first: of a thread (and namespace) if ``config`` names
+        one, older than ``before``, whose metadata has every ``filter`` item."""
+        yield from self._pinned.call(self._list, config, filter, before, limit)
+
+    def _put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
         thread, ns, parent_id = _where(config)
         check_format(checkpoint, f"checkpoint {checkpoint.get('id')!r}")
         checkpoint_id = check_text("LangGraph checkpoint id", checkpoint["id"])
         blobs, lists = self._blob_rows(thread, ns, parent_id, checkpoint, new_versions)
-        kind, data = pack(self.serde.dumps_typed({**checkpoint, "channel_values": {}}))
+        # Stored without its values (they are the blob rows) and its id (the key).
+        body = {k: v for k, v in checkpoint.items() if k not in ("channel_values", "id")}
+        kind, data = pack(self.serde.dumps_typed(body))
         meta = get_serializable_checkpoint_metadata(config, metadata)
         meta_kind, meta_data = pack(self.serde.dumps_typed(meta))
         row = (thread, ns, checkpoint_id, parent_id, kind, data, meta_kind, meta_data)
@@ -153,14 +203,13 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
             }
         }
 
-    def put_writes(
+    def _put_writes(
         self,
         config: RunnableConfig,
         writes: Sequence[tuple[str, Any]],
         task_id: str,
-        task_path: str = "",
+        task_path: str,
     ) -> None:
-        """Store a task's writes against the checkpoint ``config`` names."""
         thread, ns, checkpoint_id = _where(config)
         if checkpoint_id is None:
             raise ValueError(
@@ -184,8 +233,7 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
         ]
         self._write(lambda tx: tx.exec_many(statement, rows))
 
-    def delete_thread(self, thread_id: str) -> None:
-        """Delete every checkpoint, value and write of ``thread_id``."""
+    def _delete_thread(self, thread_id: str) -> None:
         thread, _ = check_ids(thread_id, "")
 
         def delete(tx: Tx) -> None:
@@ -206,11 +254,11 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
         parent_id: str | None,
         checkpoint: Checkpoint,
         new_versions: ChannelVersions,
-    ) -> tuple[list[_Blob], list[tuple[Key, str, list[Any]]]]:
+    ) -> tuple[builtins.list[_Blob], builtins.list[tuple[Key, str, builtins.list[Any]]]]:
         """The rows for the channels that changed, and the list values to remember."""
         values = checkpoint["channel_values"]
-        blobs: list[_Blob] = []
-        lists: list[tuple[Key, str, list[Any]]] = []
+        blobs: builtins.list[_Blob] = []
+        lists: builtins.list[tuple[Key, str, builtins.list[Any]]] = []
         for channel, raw_version in new_versions.items():
             check_text("LangGraph channel name", channel)
             version = str(raw_version)
@@ -259,8 +307,7 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
         return Known(str(version), tuple(value)) if isinstance(value, list) else None
 
     # -- reading ---------------------------------------------------------------------
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """The checkpoint ``config`` names, or the thread's latest; None if none."""
+    def _get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         thread, ns, checkpoint_id = _where(config)
         if checkpoint_id is None:
             rows = self.store._exec(t.LATEST_CHECKPOINT, (thread, ns)).rows
@@ -271,34 +318,32 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
         reader = _Reader(self, thread, ns, remember=True)
         return self._tuple(thread, ns, rows[0], self._load(rows[0][4], rows[0][5]), reader)
 
-    def list(
+    def _list(
         self,
         config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,  # noqa: A002 - LangGraph's name for it
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
-        """Checkpoints newest first: of a thread (and namespace) if ``config`` names
-        one, older than ``before``, whose metadata has every ``filter`` item."""
-        statement, params = _list_query(config, before, limit if not filter else None)
+        wanted: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> builtins.list[CheckpointTuple]:
+        statement, params = _list_query(config, before, limit if not wanted else None)
         readers: dict[tuple[str, str], _Reader] = {}
-        found = 0
+        found: builtins.list[CheckpointTuple] = []
         for thread, ns, *row in self.store._exec(statement, params).rows:
             metadata = self._load(row[4], row[5])
-            if filter and not all(metadata.get(k) == v for k, v in filter.items()):
+            if wanted and not all(metadata.get(k) == v for k, v in wanted.items()):
                 continue
             reader = readers.setdefault((thread, ns), _Reader(self, thread, ns))
-            yield self._tuple(thread, ns, tuple(row), metadata, reader)
-            found += 1
-            if limit is not None and found >= limit:
-                return
+            found.append(self._tuple(thread, ns, tuple(row), metadata, reader))
+            if limit is not None and len(found) >= limit:
+                break
+        return found
 
     def _tuple(
         self, thread: str, ns: str, row: Row, metadata: Any, reader: _Reader
     ) -> CheckpointTuple:
         checkpoint_id, parent_id, kind, data = row[:4]
-        checkpoint = self._load(kind, data)
+        checkpoint: Checkpoint = self._load(kind, data)
+        checkpoint["id"] = checkpoint_id
         check_format(checkpoint, f"stored checkpoint {checkpoint_id!r} of thread {thread!r}")
         checkpoint["channel_values"] = reader.values(checkpoint["channel_versions"])
         writes = self.store._exec(t.PENDING_WRITES, (thread, ns, checkpoint_id)).rows
