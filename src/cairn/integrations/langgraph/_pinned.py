@@ -38,8 +38,10 @@ class Pinned:
         return self._executor.submit(work, *args).result()
 
     def close(self) -> None:
-        """Release the pinned thread's connection (``on_close`` on it) and the thread."""
-        if self._executor is not None:
+        """Release the pinned thread's connection (``on_close`` on it) and the thread
+        (once: a second close does nothing)."""
+        executor, self._executor = self._executor, None
+        if executor is not None:
             if self._thread is not None:
-                self._executor.submit(self._on_close).result()
-            self._executor.shutdown()
+                executor.submit(self._on_close).result()
+            executor.shutdown()
