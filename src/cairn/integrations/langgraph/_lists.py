@@ -78,9 +78,15 @@ class ListCache:
                 del self._known[key]
 
 
-def rebuild(version: str, rows: Mapping[str, Stored], memo: dict[str, list[Any]]) -> list[Any]:
-    """The full value of ``version`` from a channel's stored rows (``memo`` keeps
-    every version rebuilt on the way, for the next call on the same rows)."""
+def rebuild(
+    version: str, rows: Mapping[str, Stored], memo: dict[str, tuple[list[Any], int]]
+) -> list[Any]:
+    """The full value of ``version`` from a channel's stored rows.
+
+    ``memo`` keeps every version rebuilt on the way, for the next call on the
+    same rows, as (list, length): along a chain of appends each version's value
+    is a prefix of the last one's, so one list serves them all and a walk costs
+    one pass over the items, however many versions it crosses."""
     chain: list[str] = []
     cursor: str | None = version
     while cursor is not None and cursor not in memo:
@@ -91,12 +97,19 @@ def rebuild(version: str, rows: Mapping[str, Stored], memo: dict[str, list[Any]]
         cursor = row.base if row.kind == "append" else None
         if cursor in chain:
             raise LookupError(f"version {cursor} of a list channel is its own base")
-    value: list[Any] = list(memo[cursor]) if cursor is not None else []
+    value: list[Any] = []
+    if cursor is not None:
+        source, length = memo[cursor]
+        value = source[:length]
     for step in reversed(chain):
         row = rows[step]
-        value = [*value, *row.items] if row.kind == "append" else list(row.items)
-        memo[step] = value
-    return list(memo[version])
+        if row.kind == "append":
+            value.extend(row.items)
+        else:
+            value = list(row.items)
+        memo[step] = (value, len(value))
+    source, length = memo[version]
+    return source[:length]
 
 
 def base_for(

@@ -386,7 +386,7 @@ class _Reader:
     def __init__(self, saver: CairnSaver, thread: str, ns: str, *, remember: bool = False) -> None:
         self._saver, self._thread, self._ns, self._remember = saver, thread, ns, remember
         self._channels: dict[str, dict[str, Stored]] = {}
-        self._built: dict[str, dict[str, list[Any]]] = {}
+        self._built: dict[str, dict[str, tuple[list[Any], int]]] = {}
 
     def values(self, versions: Mapping[str, Any]) -> dict[str, Any]:
         found: dict[str, Any] = {}
