@@ -7,6 +7,8 @@ Sections (``--only`` picks some):
                 against the raw commit floor measured in the same rounds
   conversation  a conversation's growth: cairn vs LangGraph (SqliteSaver) vs the
                 OpenAI Agents SDK (SQLiteSession): bytes, time per turn, load time
+  langgraph     one LangGraph thread on cairn's checkpointer (CairnSaver) vs
+                SqliteSaver: bytes over the text, time per turn, first vs last 10%
   resume        resume latency with many finished tasks, and of a crashed task
                 (cairn only)
   workers       multi-worker throughput on PostgreSQL (cairn only)
@@ -33,7 +35,7 @@ from pathlib import Path
 from bench import _peers
 from bench._stats import filesystem_of
 
-SECTIONS = ("step", "conversation", "resume", "workers")
+SECTIONS = ("step", "conversation", "langgraph", "resume", "workers")
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
@@ -51,6 +53,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=None, help="steps per task (2000)")
     parser.add_argument(
         "--turns", type=int, nargs="+", default=None, help="conversation sizes (200 1000)"
+    )
+    parser.add_argument(
+        "--lg-turns", type=int, nargs="+", default=None, help="LangGraph thread sizes (1000)"
     )
     parser.add_argument(
         "--finished", type=int, default=None, help="finished tasks for resume (10000)"
@@ -71,6 +76,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.runs = args.runs or (1 if quick else 5)
     args.steps = args.steps or (200 if quick else 2000)
     args.turns = args.turns or ([20, 50] if quick else [200, 1000])
+    args.lg_turns = args.lg_turns or ([50] if quick else [1000])
     args.finished = args.finished or (300 if quick else 10_000)
     args.tasks = args.tasks or (20 if quick else 400)
     if args.no_postgres:
@@ -108,6 +114,10 @@ def run_section(section: str, args: argparse.Namespace, workdir: Path) -> str:
         from bench import side_conversation
 
         return side_conversation.main(workdir, args.runs, args.turns)
+    if section == "langgraph":
+        from bench import side_langgraph
+
+        return side_langgraph.main(workdir, args.runs, args.lg_turns)
     from bench import side_resume
 
     if section == "resume":

@@ -127,11 +127,35 @@ def cairn_runner(synchronous: Synchronous, compact: bool) -> Runner:
 
 
 # -- LangGraph ------------------------------------------------------------------------------
-def langgraph_runner(path: Path, turns: int) -> Growth:
-    from langgraph.checkpoint.sqlite import SqliteSaver
-    from langgraph.graph import START, MessagesState, StateGraph
-
+def graph_growth(
+    checkpointer: Any, turns: int, fresh: Callable[[], Any] | None = None
+) -> tuple[list[float], float, int]:
+    """``turns`` turns of the one-node messages graph on ``checkpointer``: each
+    turn's µs, then the load of the latest state (ms, and messages loaded), each
+    load through a new checkpointer from ``fresh`` if given (a cold read)."""
+    config: Any = {"configurable": {"thread_id": TASK_ID}}
     replies: dict[str, Any] = {}  # the reply the node returns on this turn
+    graph = messages_graph(checkpointer, replies)
+    timings: list[float] = []
+    for i in range(turns):
+        question, answer = message_pair(i)
+        replies["next"] = answer
+        start = time.perf_counter()
+        turn: Any = {"messages": [question]}  # add_messages takes OpenAI-shaped dicts
+        graph.invoke(turn, config)
+        timings.append(time.perf_counter() - start)
+
+    def load() -> int:
+        loading = graph if fresh is None else messages_graph(fresh(), replies)
+        return len(loading.get_state(config).values["messages"])
+
+    load_ms, loaded = timed_loads(load)
+    return [t * 1e6 for t in timings], load_ms, loaded
+
+
+def messages_graph(checkpointer: Any, replies: dict[str, Any]) -> Any:
+    """A one-node ``StateGraph(MessagesState)`` whose node returns ``replies["next"]``."""
+    from langgraph.graph import START, MessagesState, StateGraph
 
     def reply(state: MessagesState) -> dict[str, Any]:
         return {"messages": [replies["next"]]}
@@ -139,26 +163,18 @@ def langgraph_runner(path: Path, turns: int) -> Growth:
     builder = StateGraph(MessagesState)
     builder.add_node("reply", reply)
     builder.add_edge(START, "reply")
+    return builder.compile(checkpointer=checkpointer)
+
+
+def langgraph_runner(path: Path, turns: int) -> Growth:
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
     conn = sqlite3.connect(path, check_same_thread=False)  # as the saver's docs show
-    timings: list[float] = []
     try:
-        graph = builder.compile(checkpointer=SqliteSaver(conn))
-        config: Any = {"configurable": {"thread_id": TASK_ID}}
-        for i in range(turns):
-            question, answer = message_pair(i)
-            replies["next"] = answer
-            start = time.perf_counter()
-            turn: Any = {"messages": [question]}  # add_messages takes OpenAI-shaped dicts
-            graph.invoke(turn, config)
-            timings.append(time.perf_counter() - start)
-
-        def load() -> int:
-            return len(graph.get_state(config).values["messages"])
-
-        load_ms, loaded = timed_loads(load)
+        timings, load_ms, loaded = graph_growth(SqliteSaver(conn), turns)
     finally:
         conn.close()
-    return Growth(file_bytes(path), [t * 1e6 for t in timings], load_ms, loaded)
+    return Growth(file_bytes(path), timings, load_ms, loaded)
 
 
 # -- OpenAI Agents SDK -----------------------------------------------------------------------
@@ -226,7 +242,16 @@ def run_rounds(found: Sequence[Contender], workdir: Path, runs: int, sizes: Sequ
                     stale.unlink()
 
 
-def report(found: Sequence[Contender], runs: int, sizes: Sequence[int]) -> str:
+def report(
+    found: Sequence[Contender],
+    runs: int,
+    sizes: Sequence[int],
+    *,
+    title: str = "(2) conversation growth: one user + one assistant message a turn",
+    baseline: str = CAIRN_FULL,
+) -> str:
+    """The table, then each peer against ``baseline`` (contenders whose label
+    starts with "cairn" are cairn's)."""
     by_label = {c.label: c for c in found}
     headers = [
         "contender",
@@ -261,16 +286,16 @@ def report(found: Sequence[Contender], runs: int, sizes: Sequence[int]) -> str:
                 ]
             )
     lines = [
-        f"(2) conversation growth: one user + one assistant message a turn, {runs} "
-        "interleaved round(s) (medians); x text = bytes on disk / UTF-8 message text",
+        f"{title}, {runs} interleaved round(s) (medians); x text = bytes on disk / "
+        "UTF-8 message text",
         table(headers, rows),
     ]
     for turns in sizes:
         for c in found:
             if not c.label.startswith("cairn"):
-                ours = by_label[CAIRN_FULL]
+                ours = by_label[baseline]
                 lines.append(
-                    f"{turns} turns, {c.label} / {CAIRN_FULL}: " + peer_ratios(c, ours, turns)
+                    f"{turns} turns, {c.label} / {baseline}: " + peer_ratios(c, ours, turns)
                 )
     return "\n".join(lines) + "\n"
 

@@ -10,10 +10,13 @@ import pytest
 
 import cairn
 import cairn.admin
+import cairn.integrations.langgraph
 import cairn.testing
 
 
-@pytest.mark.parametrize("module", [cairn, cairn.testing], ids=lambda m: m.__name__)
+@pytest.mark.parametrize(
+    "module", [cairn, cairn.testing, cairn.integrations.langgraph], ids=lambda m: m.__name__
+)
 def test_all_is_sorted_and_unique(module: ModuleType) -> None:
     """__all__ is in sorted order with no name listed twice."""
     names = list(module.__all__)
@@ -21,7 +24,11 @@ def test_all_is_sorted_and_unique(module: ModuleType) -> None:
     assert len(names) == len(set(names))
 
 
-@pytest.mark.parametrize("module", [cairn, cairn.admin, cairn.testing], ids=lambda m: m.__name__)
+@pytest.mark.parametrize(
+    "module",
+    [cairn, cairn.admin, cairn.testing, cairn.integrations.langgraph],
+    ids=lambda m: m.__name__,
+)
 def test_every_listed_name_is_importable(module: ModuleType) -> None:
     """Every name in __all__ can be imported from the package."""
     fresh = importlib.import_module(module.__name__)

@@ -1,0 +1,1 @@
+"""cairn's integrations with other agent frameworks, each behind its own extra."""

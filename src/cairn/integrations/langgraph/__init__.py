@@ -1,0 +1,23 @@
+"""A LangGraph checkpointer on cairn's stores: ``pip install 'cairn[langgraph]'``.
+
+``CairnSaver(store)`` is a ``BaseCheckpointSaver`` (sync and async) on a cairn
+SQLite file or PostgreSQL schema, beside the store's own tables. A list channel
+(a graph's messages) is kept as appends, so a thread's storage and the time of
+a turn stay proportional to what the turn adds. See docs/langgraph.md.
+"""
+
+from __future__ import annotations
+
+try:
+    import langgraph.checkpoint.base  # noqa: F401 - only to name the extra if it is missing
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    from cairn.errors import ConfigurationError
+
+    raise ConfigurationError(
+        "cairn.integrations.langgraph needs LangGraph: pip install 'cairn[langgraph]'"
+    ) from exc
+
+from cairn.integrations.langgraph._packing import CheckpointFormatError
+from cairn.integrations.langgraph.saver import CairnSaver
+
+__all__ = ["CairnSaver", "CheckpointFormatError"]
