@@ -1,6 +1,6 @@
-"""The metrics summary the dashboard shows: ``cairn.observe.metrics`` with the
-steps grouped by name template (one line for ``fetch-1`` … ``fetch-900``),
-and the stalled tasks."""
+"""The metrics summary the dashboard shows: ``cairn.observe.metrics`` (whose
+steps are already grouped by name template: one line for ``fetch-1`` …
+``fetch-900``) and the stalled tasks."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from datetime import datetime
 
 from cairn.observe.metrics import Metrics, compute
 from cairn.observe.stalls import DEFAULT_STALL_AFTER, Stall, stalls_in
-from cairn.observe.step_names import StepGroup, step_groups
 from cairn.store import AdminStore
 from cairn.store.reports import Window
 
@@ -18,11 +17,9 @@ __all__ = ["MetricsSummary", "metrics_summary"]
 
 @dataclass(frozen=True, slots=True)
 class MetricsSummary:
-    """The metrics of a window, its steps grouped by template (slowest first),
-    and the running tasks that have stalled."""
+    """The metrics of a window and the running tasks that have stalled."""
 
     metrics: Metrics
-    steps: list[StepGroup]
     stalls: list[Stall]
 
 
@@ -37,6 +34,5 @@ def metrics_summary(
     window = window or Window()
     return MetricsSummary(
         compute(store, window),
-        step_groups(store.step_durations(window)),
         stalls_in(store, now, stall_after),
     )

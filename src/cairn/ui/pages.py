@@ -187,7 +187,7 @@ def metrics(config: UIConfig, query: Query) -> Page:
     lines = metrics_lines(replace(summary.metrics, steps=[]))
     context = {
         "lines": lines,
-        "steps": summary.steps,
+        "steps": summary.metrics.steps,
         "stalls": summary.stalls,
         "since": query.get("since", ""),
         "batch": query.get("batch", ""),

@@ -302,7 +302,7 @@ def test_batch_view_counts_rates_failures_and_slowest_steps(
 def test_metrics_summary_groups_numbered_steps(listed: Listed, clock: FakeClock) -> None:
     """24 steps fetch-1 … fetch-12 are one line, not twelve."""
     summary = metrics_summary(listed.store, now=clock.now())
-    assert [(g.name, g.count) for g in summary.steps] == [("fetch-*", 24)]
+    assert [(g.name, g.count) for g in summary.metrics.steps] == [("fetch-*", 24)]
     assert summary.metrics.tasks_by_status["failed"] == 6
 
 
