@@ -1,0 +1,1 @@
+"""Integrations of cairn with agent frameworks, each behind an extra of its own."""

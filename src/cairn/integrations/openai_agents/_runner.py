@@ -1,0 +1,107 @@
+"""``run()``: an Agents SDK ``Runner.run`` inside a cairn task, every model call
+and tool call a recorded entry.
+
+The agents are cloned with their models wrapped in ``RecordedModel`` (and the
+run's model provider wrapped too, for agents that name their model by a
+string) and their function tools wrapped as steps (``_tools``). Killed mid-run
+and run again, the task replays: the recorded responses come back without a
+request, the recorded tool outputs without a call, and the run goes on live
+from where the record ends. The first entry records the agent definition's
+fingerprint (``_fingerprint``), so a resume with another definition stops with
+a clear error instead of replaying into the wrong agent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from agents import Agent, FunctionTool, Handoff, Model, RunConfig, Runner, RunResult
+from agents.models.multi_provider import MultiProvider
+
+from cairn.agent.pricing import DEFAULT_PRICES, PriceTable
+from cairn.context import Context
+from cairn.errors import AgentDefinitionChanged
+from cairn.integrations.openai_agents._fingerprint import changes, fingerprint
+from cairn.integrations.openai_agents._model import RecordedModel, RecordedProvider
+from cairn.integrations.openai_agents._state import RunState
+from cairn.integrations.openai_agents._tools import recorded_tool
+from cairn.retry import Retry
+
+
+async def run(
+    ctx: Context,
+    agent: Agent[Any],
+    input: str | list[Any],  # noqa: A002 - the name Runner.run gives it
+    *,
+    run_config: RunConfig | None = None,
+    prices: PriceTable | None = None,
+    retry: Retry | None = None,
+    **kwargs: Any,
+) -> RunResult:
+    """``Runner.run(agent, input, ...)`` as a durable part of the task ``ctx`` runs.
+
+    Every other keyword (``session``, ``context``, ``max_turns``, ``hooks``...)
+    goes to ``Runner.run`` as it is. ``prices`` prices the recorded calls for
+    ``cairn cost``; ``retry`` is the model calls' step retry policy (default:
+    the app's step policy). Raises ``AgentDefinitionChanged`` if the task
+    started this run with another agent definition."""
+    if not isinstance(ctx, Context):
+        raise TypeError(
+            f"run() takes the task's ctx first, not {ctx!r}: call it inside a cairn task"
+        )
+    _check_definition(ctx, agent)
+    state = RunState(ctx, retry or ctx._default_step_retry, prices or DEFAULT_PRICES)
+    config = run_config or RunConfig()
+    provider = RecordedProvider(config.model_provider or MultiProvider(), state)
+    model = config.model
+    if isinstance(model, Model):
+        model = RecordedModel(model, state)
+    config = dataclasses.replace(config, model_provider=provider, model=model)
+    return await Runner.run(recorded_agent(agent, state), input, run_config=config, **kwargs)
+
+
+def _check_definition(ctx: Context, agent: Agent[Any]) -> None:
+    """Record the definition's fingerprint, or compare it with the recorded one."""
+    current = fingerprint(agent)
+    position = ctx._run.seq + 1
+    recorded = ctx.record(f"agents-sdk agent {agent.name}", lambda: current)
+    if recorded != current:
+        found = changes(recorded, current) or ["the fingerprint differs"]
+        raise AgentDefinitionChanged(task_id=ctx.task_id, seq=position, changes=found)
+
+
+def recorded_agent(agent: Agent[Any], state: RunState) -> Agent[Any]:
+    """A clone of ``agent`` (and of the agents it hands off to) whose model and
+    function tools are recorded."""
+    clones: dict[int, Agent[Any]] = {}
+    return _clone(agent, state, clones)
+
+
+def _clone(agent: Agent[Any], state: RunState, clones: dict[int, Agent[Any]]) -> Agent[Any]:
+    if id(agent) in clones:
+        return clones[id(agent)]
+    changed: dict[str, Any] = {}
+    if isinstance(agent.model, Model) and not isinstance(agent.model, RecordedModel):
+        changed["model"] = RecordedModel(agent.model, state)
+    changed["tools"] = [
+        recorded_tool(tool, state) if isinstance(tool, FunctionTool) else tool
+        for tool in agent.tools
+    ]
+    clone = agent.clone(**changed)
+    clones[id(agent)] = clone  # before the handoffs: agents may hand back to each other
+    clone.handoffs = [_handoff(h, state, clones) for h in agent.handoffs]
+    return clone
+
+
+def _handoff(
+    handoff: Agent[Any] | Handoff[Any, Any], state: RunState, clones: dict[int, Agent[Any]]
+) -> Agent[Any] | Handoff[Any, Any]:
+    if isinstance(handoff, Agent):
+        return _clone(handoff, state, clones)
+    invoke = handoff.on_invoke_handoff
+
+    async def on_invoke_handoff(*args: Any, **kwargs: Any) -> Agent[Any]:
+        return _clone(await invoke(*args, **kwargs), state, clones)
+
+    return dataclasses.replace(handoff, on_invoke_handoff=on_invoke_handoff)
