@@ -21,6 +21,7 @@ from agents.models.multi_provider import MultiProvider
 
 from cairn.agent.pricing import DEFAULT_PRICES, PriceTable
 from cairn.context import Context
+from cairn.engine.steps import EntryLabel, record_completed
 from cairn.errors import AgentDefinitionChanged
 from cairn.integrations.openai_agents._fingerprint import changes, fingerprint
 from cairn.integrations.openai_agents._model import RecordedModel, RecordedProvider
@@ -37,6 +38,7 @@ async def run(
     run_config: RunConfig | None = None,
     prices: PriceTable | None = None,
     retry: Retry | None = None,
+    parallel_tools: bool = False,
     **kwargs: Any,
 ) -> RunResult:
     """``Runner.run(agent, input, ...)`` as a durable part of the task ``ctx`` runs.
@@ -44,14 +46,18 @@ async def run(
     Every other keyword (``session``, ``context``, ``max_turns``, ``hooks``...)
     goes to ``Runner.run`` as it is. ``prices`` prices the recorded calls for
     ``cairn cost``; ``retry`` is the model calls' step retry policy (default:
-    the app's step policy). Raises ``AgentDefinitionChanged`` if the task
+    the app's step policy). The function tools of one response run one after
+    the other, in the order the response lists them, unless ``parallel_tools``
+    (then side by side; a crash may run again every one in flight). Raises ``AgentDefinitionChanged`` if the task
     started this run with another agent definition."""
     if not isinstance(ctx, Context):
         raise TypeError(
             f"run() takes the task's ctx first, not {ctx!r}: call it inside a cairn task"
         )
     _check_definition(ctx, agent)
-    state = RunState(ctx, retry or ctx._default_step_retry, prices or DEFAULT_PRICES)
+    state = RunState(
+        ctx, retry or ctx._default_step_retry, prices or DEFAULT_PRICES, parallel_tools
+    )
     config = run_config or RunConfig()
     provider = RecordedProvider(config.model_provider or MultiProvider(), state)
     model = config.model
@@ -62,13 +68,21 @@ async def run(
 
 
 def _check_definition(ctx: Context, agent: Agent[Any]) -> None:
-    """Record the definition's fingerprint, or compare it with the recorded one."""
+    """Record the definition's fingerprint (a recorded input, written as it is:
+    there is no function to call), or compare it with the recorded one."""
     current = fingerprint(agent)
-    position = ctx._run.seq + 1
-    recorded = ctx.record(f"agents-sdk agent {agent.name}", lambda: current)
+    run = ctx._run
+    seq = run.next_seq()
+    name = f"agents-sdk agent {agent.name}"
+    what = EntryLabel("input", name, seq)
+    entry = run.replayed(seq, "input", name)
+    if entry is None:
+        record_completed(run, seq, "input", name, run.encode(current, what), run.now())
+        return
+    recorded = run.decode(entry.output or "null", what)
     if recorded != current:
         found = changes(recorded, current) or ["the fingerprint differs"]
-        raise AgentDefinitionChanged(task_id=ctx.task_id, seq=position, changes=found)
+        raise AgentDefinitionChanged(task_id=ctx.task_id, seq=seq, changes=found)
 
 
 def recorded_agent(agent: Agent[Any], state: RunState) -> Agent[Any]:

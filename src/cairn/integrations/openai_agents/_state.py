@@ -54,6 +54,7 @@ class RunState:
     ctx: Context
     retry: Retry
     prices: PriceTable
+    parallel_tools: bool = False
     turn: int = 0  # model responses so far in this run
     turnstile: Turnstile = field(default_factory=lambda: Turnstile([]))
 

@@ -72,7 +72,8 @@ def recorded_tool(tool: FunctionTool, state: RunState) -> FunctionTool:
         await turnstile.wait_for(call_id)
 
         async def call(*key: str) -> Any:
-            turnstile.started(call_id)  # our position is taken: the next may start
+            if state.parallel_tools:
+                turnstile.started(call_id)  # our position is taken: the next may start
             token = _KEY.set(key[0] if key else None)
             try:
                 return await invoke(tool_ctx, tool_input)
@@ -82,7 +83,7 @@ def recorded_tool(tool: FunctionTool, state: RunState) -> FunctionTool:
         try:
             return await _recorded_call(state, tool.name, call_id, call, policy)
         finally:
-            turnstile.started(call_id)  # replayed, or failed before the call
+            turnstile.started(call_id)  # done, replayed, or failed before the call
 
     return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
 
