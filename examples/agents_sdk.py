@@ -98,9 +98,9 @@ def filed(key: str) -> str | None:
 def _file_report(report: str) -> str:
     """File the final report."""
     entries = LEDGER.read_text().splitlines() if LEDGER.exists() else []
+    entry = {"key": operation_key(), "report": report, "number": len(entries)}
     with LEDGER.open("a") as ledger:
-        ledger.write(json.dumps({"key": operation_key(), "report": report, "number": len(entries)}))
-        ledger.write("\n")
+        ledger.write(json.dumps(entry) + "\n")  # one write: a kill leaves no half line
     return f"filed report {len(entries)}"
 
 
