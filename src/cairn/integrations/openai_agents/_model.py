@@ -20,7 +20,7 @@ from pydantic import TypeAdapter
 from cairn.agent.pricing import Usage as CairnUsage
 from cairn.engine.run import adrive
 from cairn.engine.steps import step_machine
-from cairn.errors import ConfigurationError
+from cairn.errors import CairnError, ConfigurationError
 
 if TYPE_CHECKING:
     from cairn.integrations.openai_agents._state import RunState
@@ -102,7 +102,11 @@ class RecordedModel(Model):
         machine = step_machine(
             run, "llm", f"agents-sdk model {name}", send, (), {}, state.retry
         )
-        recorded = await adrive(machine, run.clock)
+        try:
+            recorded = await adrive(machine, run.clock)
+        except CairnError as exc:
+            state.failure = exc  # raised by run() as it is, whatever the SDK makes of it
+            raise
         response = decode_response(recorded)
         state.model_returned(response)
         return response

@@ -64,7 +64,12 @@ async def run(
     if isinstance(model, Model):
         model = RecordedModel(model, state)
     config = dataclasses.replace(config, model_provider=provider, model=model)
-    return await Runner.run(recorded_agent(agent, state), input, run_config=config, **kwargs)
+    try:
+        return await Runner.run(recorded_agent(agent, state), input, run_config=config, **kwargs)
+    except Exception as exc:
+        if state.failure is not None and state.failure is not exc:
+            raise state.failure from exc  # cairn's own error, not the SDK's wrapping of it
+        raise
 
 
 def _check_definition(ctx: Context, agent: Agent[Any]) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from agents import ModelResponse
 
 from cairn.agent.pricing import PriceTable
+from cairn.errors import CairnError
 from cairn.retry import Retry
 
 if TYPE_CHECKING:
@@ -56,6 +57,9 @@ class RunState:
     prices: PriceTable
     parallel_tools: bool = False
     turn: int = 0  # model responses so far in this run
+    # A cairn error a tool's entry raised (in doubt, non-determinism, the store):
+    # the SDK turns what a tool raises into its own UserError, so run() raises this.
+    failure: CairnError | None = None
     turnstile: Turnstile = field(default_factory=lambda: Turnstile([]))
 
     @property

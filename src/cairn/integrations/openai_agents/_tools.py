@@ -22,6 +22,7 @@ from agents import FunctionTool
 from agents.tool_context import ToolContext
 
 from cairn.engine.once import OnDoubt, Reconcile
+from cairn.errors import CairnError
 from cairn.integrations.openai_agents._state import RunState
 
 
@@ -82,6 +83,9 @@ def recorded_tool(tool: FunctionTool, state: RunState) -> FunctionTool:
 
         try:
             return await _recorded_call(state, tool.name, call_id, call, policy)
+        except CairnError as exc:
+            state.failure = exc  # the SDK wraps what a tool raises; run() raises this
+            raise
         finally:
             turnstile.started(call_id)  # done, replayed, or failed before the call
 
