@@ -17,7 +17,7 @@ set_tracing_disabled(True)
 MODEL = "gpt-4o-mini"
 
 # One of each kind of item the SDK saves in a session, as it saves them.
-ITEMS: list[dict[str, Any]] = [
+ITEMS: list[Any] = [
     {"role": "user", "content": "Read doc-01 and doc-02."},
     {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "plan"}]},
     {"type": "function_call", "call_id": "c1", "name": "read", "arguments": '{"n": 1}'},

@@ -139,6 +139,10 @@ def researcher() -> Callable[[dict[str, Any]], dict[str, Any]]:
     return respond
 
 
+def seen(server: SimulatedModelServer, count: int) -> Callable[[], bool]:
+    return lambda: server.requests >= count
+
+
 def check_done(files: Files, stdout: str) -> None:
     """The uninterrupted answer; every document read once; one report filed; the
     store holds one model entry per request of a clean run."""
@@ -186,7 +190,7 @@ def test_killed_from_outside_at_random_moments_it_repeats_at_most_what_was_in_fl
     with SimulatedModelServer(researcher()) as server:
         for target in (2, 4, 6):
             process = start(files, server)
-            reached = wait_until(lambda n=target: server.requests >= n, TIMEOUT)
+            reached = wait_until(seen(server, target), TIMEOUT)
             os.kill(process.pid, signal.SIGKILL)
             code, _, stderr = finish(process)
             assert reached, stderr

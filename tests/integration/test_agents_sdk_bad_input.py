@@ -21,7 +21,7 @@ from agents import Agent, SQLiteSession, function_tool
 from cairn import Cairn, Context, TaskDef, TaskFailed
 from cairn.agent.simulate import SimulatedModelServer
 from cairn.clock import FakeClock
-from cairn.errors import AgentDefinitionChanged, ConfigurationError, NotACairnStore
+from cairn.errors import ConfigurationError, NotACairnStore
 from cairn.integrations.openai_agents import CairnSession, run
 from cairn.integrations.openai_agents._fingerprint import changes, fingerprint
 from cairn.store import admin
@@ -116,7 +116,7 @@ def agent_of(base_model: Any, **changed: Any) -> Agent[Any]:
     return Agent(**{**options, **changed})
 
 
-def task_of(app: Cairn, agent: list[Agent[Any]]) -> TaskDef[..., str]:
+def task_of(app: Cairn, agent: list[Agent[Any]]) -> TaskDef[..., Any]:
     """The task, running whichever agent ``agent`` holds when it runs."""
 
     @app.task(name="agent")

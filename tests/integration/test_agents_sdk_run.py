@@ -51,7 +51,7 @@ class Notes:
         self.tool = note
 
 
-def task_of(app: Cairn, agent: Callable[[], Agent[Any]]) -> TaskDef[..., str]:
+def task_of(app: Cairn, agent: Callable[[], Agent[Any]]) -> TaskDef[..., Any]:
     @app.task(name="agent")
     async def agent_task(ctx: Context, goal: str) -> str:
         result = await run(ctx, agent(), goal)
@@ -76,7 +76,9 @@ def test_a_resumed_run_sends_no_recorded_request_and_calls_no_recorded_tool(
             app.run(task_of(app, lambda: agent_of(model, notes)), task_id="t", goal="x")
         assert (server.requests, notes.calls) == (2, [0])
         with resume(url, clock) as other:
-            answer = other.run(task_of(other, lambda: agent_of(model, notes)), task_id="t", goal="x")
+            answer = other.run(
+                task_of(other, lambda: agent_of(model, notes)), task_id="t", goal="x"
+            )
             report = cost_report(other.store)
         assert answer == ANSWER
         assert (server.requests, server.repeats) == (4, 0)
@@ -102,7 +104,11 @@ def test_the_tool_calls_of_one_response_are_recorded_in_its_order(app: Cairn) ->
     when the previous is recorded)."""
     notes = Notes()
     calls = [
-        {"id": f"c{n}", "type": "function", "function": {"name": "note", "arguments": f'{{"n": {n}}}'}}
+        {
+            "id": f"c{n}",
+            "type": "function",
+            "function": {"name": "note", "arguments": f'{{"n": {n}}}'},
+        }
         for n in (2, 0, 1)
     ]
     reply = {"role": "assistant", "content": None, "tool_calls": calls}
@@ -178,7 +184,7 @@ def test_a_session_in_the_task_replays_without_a_row_twice(db_path: Path, clock:
     with SimulatedModelServer(Scripted(["Hello, Ada.", "You are Ada."])) as server:
         model = sdk_model(server)
 
-        def chat_task(app: Cairn) -> TaskDef[..., str]:
+        def chat_task(app: Cairn) -> TaskDef[..., Any]:
             @app.task(name="chat")
             async def chat(ctx: Context) -> str:
                 session = CairnSession("main", ctx=ctx)

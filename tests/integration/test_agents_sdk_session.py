@@ -93,7 +93,7 @@ def test_pop_and_clear_append_rows_and_lose_nothing(store_url: str) -> None:
     ]
 
 
-def _turn(n: int) -> list[dict[str, Any]]:
+def _turn(n: int) -> list[Any]:
     return [
         {"role": "user", "content": f"question {n}: " + "what about the numbers? " * 8},
         {
@@ -101,9 +101,7 @@ def _turn(n: int) -> list[dict[str, Any]]:
             "type": "message",
             "role": "assistant",
             "status": "completed",
-            "content": [
-                {"type": "output_text", "text": f"answer {n}: " + "it sold well. " * 12}
-            ],
+            "content": [{"type": "output_text", "text": f"answer {n}: " + "it sold well. " * 12}],
         },
     ]
 
@@ -113,7 +111,7 @@ def test_a_long_session_is_compacted_and_its_head_archived(store_url: str) -> No
     the summary (a user message) and the recent items only, while the archive
     keeps every item ever added."""
 
-    async def scenario() -> list[dict[str, Any]]:
+    async def scenario() -> list[Any]:
         session = CairnSession(
             "long",
             store=store_url,

@@ -99,9 +99,7 @@ class RecordedModel(Model):
             return encode_response(response, name, state)
 
         run = state.run
-        machine = step_machine(
-            run, "llm", f"agents-sdk model {name}", send, (), {}, state.retry
-        )
+        machine = step_machine(run, "llm", f"agents-sdk model {name}", send, (), {}, state.retry)
         try:
             recorded = await adrive(machine, run.clock)
         except CairnError as exc:

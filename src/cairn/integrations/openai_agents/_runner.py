@@ -17,7 +17,6 @@ import dataclasses
 from typing import Any
 
 from agents import Agent, FunctionTool, Handoff, Model, RunConfig, Runner, RunResult
-from agents.models.multi_provider import MultiProvider
 
 from cairn.agent.pricing import DEFAULT_PRICES, PriceTable
 from cairn.context import Context
@@ -48,8 +47,9 @@ async def run(
     ``cairn cost``; ``retry`` is the model calls' step retry policy (default:
     the app's step policy). The function tools of one response run one after
     the other, in the order the response lists them, unless ``parallel_tools``
-    (then side by side; a crash may run again every one in flight). Raises ``AgentDefinitionChanged`` if the task
-    started this run with another agent definition."""
+    (then side by side; a crash may run again every one in flight). Raises
+    ``AgentDefinitionChanged`` if the task started this run with another agent
+    definition."""
     if not isinstance(ctx, Context):
         raise TypeError(
             f"run() takes the task's ctx first, not {ctx!r}: call it inside a cairn task"
@@ -59,7 +59,7 @@ async def run(
         ctx, retry or ctx._default_step_retry, prices or DEFAULT_PRICES, parallel_tools
     )
     config = run_config or RunConfig()
-    provider = RecordedProvider(config.model_provider or MultiProvider(), state)
+    provider = RecordedProvider(config.model_provider, state)
     model = config.model
     if isinstance(model, Model):
         model = RecordedModel(model, state)

@@ -94,8 +94,7 @@ class CairnSession:
         """The items of the session, oldest first (the latest ``limit`` of them)."""
         with self._conversation() as conv:
             items = [item for _, _, item in _entries(conv)]
-        chosen = items if limit is None else items[max(0, len(items) - limit) :]
-        return chosen  # type: ignore[return-value]
+        return items if limit is None else items[max(0, len(items) - limit) :]  # type: ignore[return-value]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append ``items`` (one commit), then compact if over the threshold."""

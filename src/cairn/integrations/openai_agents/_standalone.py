@@ -24,7 +24,6 @@ from cairn.engine.claim import claim_task, release
 from cairn.engine.config import EngineConfig
 from cairn.engine.run import TaskRun
 from cairn.errors import ConfigurationError, TaskBusy
-from cairn.store.protocol import Store
 from cairn.store.records import NewTask, TaskRecord
 
 SESSION_TASK = "cairn.openai_agents.session"

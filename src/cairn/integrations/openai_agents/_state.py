@@ -11,6 +11,7 @@ own entry has its position; they then run side by side.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -29,7 +30,7 @@ class Turnstile:
     """Lets tool calls start in a fixed order of their call ids."""
 
     def __init__(self, ids: list[str]) -> None:
-        self._next = dict(zip(ids, ids[1:], strict=False))
+        self._next = dict(itertools.pairwise(ids))
         self._events = {call_id: asyncio.Event() for call_id in ids}
         if ids:
             self._events[ids[0]].set()
@@ -70,7 +71,7 @@ class RunState:
         """A response (live or recorded) came back: its tool calls go next."""
         self.turn += 1
         ids = [
-            str(item.call_id)
+            str(getattr(item, "call_id", ""))
             for item in response.output
             if getattr(item, "type", None) == "function_call"
         ]

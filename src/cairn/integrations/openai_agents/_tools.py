@@ -13,8 +13,8 @@ the tool is never silently called twice.
 from __future__ import annotations
 
 import dataclasses
-from contextvars import ContextVar
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
