@@ -203,3 +203,44 @@ def test_killed_from_outside_at_random_moments_it_repeats_at_most_what_was_in_fl
         reads = files.read_counts()
         assert set(reads) == {f"doc-{n:02d}" for n in range(DOCS)}
         assert sum(reads.values()) <= DOCS + kills  # a kill can catch one read in flight
+
+
+# A session of its own, SIGKILLed while it holds its task (mid-call).
+KILLED_SESSION = """
+import asyncio, os, signal, sys
+from cairn.integrations.openai_agents import CairnSession
+
+session = CairnSession("chat", store=sys.argv[1])
+
+async def main():
+    await session.add_items([{"role": "user", "content": "one"}])
+    with session._conversation():
+        os.kill(os.getpid(), signal.SIGKILL)
+
+asyncio.run(main())
+"""
+
+
+def test_a_session_killed_mid_call_is_taken_over_by_the_next_call(tmp_path: Path) -> None:
+    """A standalone session whose process was SIGKILLed while it held the
+    session's task: the next call, in another process, takes the task over (its
+    owner is gone) and goes on from the rows that were committed."""
+    url = f"sqlite:///{tmp_path / 'sessions.db'}"
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_SESSION, url], capture_output=True, text=True, check=False
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    code = (
+        "import asyncio, sys\n"
+        "from cairn.integrations.openai_agents import CairnSession\n"
+        "session = CairnSession('chat', store=sys.argv[1])\n"
+        "async def main():\n"
+        "    await session.add_items([{'role': 'user', 'content': 'two'}])\n"
+        "    print([item['content'] for item in await session.get_items()])\n"
+        "asyncio.run(main())\n"
+    )
+    after = subprocess.run(
+        [sys.executable, "-c", code, url], capture_output=True, text=True, check=False
+    )
+    assert after.returncode == 0, after.stderr
+    assert after.stdout.strip() == "['one', 'two']"
