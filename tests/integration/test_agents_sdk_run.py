@@ -210,3 +210,41 @@ def test_a_session_in_the_task_replays_without_a_row_twice(db_path: Path, clock:
     assert "Hello, Ada." in texts[1]
     assert texts[2] == "Who am I?"
     assert "You are Ada." in texts[3]
+
+
+def test_a_handoff_beside_a_tool_call_in_one_response_neither_blocks_nor_repeats(
+    db_path: Path, clock: FakeClock
+) -> None:
+    """A response that calls a tool and hands off in one go: the handoff's call
+    never reaches a tool, and the tool does not wait for it; the helper agent
+    (cloned with its own calls recorded) answers, and after a crash at the
+    helper's answer the resumed run replays the lot with nothing sent twice."""
+    notes = Notes()
+    both = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "h1",
+                "type": "function",
+                "function": {"name": "transfer_to_helper", "arguments": "{}"},
+            },
+            {"id": "n1", "type": "function", "function": {"name": "note", "arguments": '{"n": 7}'}},
+        ],
+    }
+    url = f"sqlite:///{db_path}"
+    with SimulatedModelServer(Scripted([both, "Helped."])) as server:
+        model = sdk_model(server)
+
+        def lead() -> Agent[Any]:
+            helper = Agent(name="helper", instructions="Help.", model=model)
+            return agent_of(model, notes, handoffs=[helper])
+
+        app = Cairn(url, clock=clock)
+        set_fault_hook(app, crash_at("after_llm", 2))
+        with pytest.raises(Crash), app:
+            app.run(task_of(app, lead), task_id="t", goal="x")
+        with resume(url, clock) as other:
+            assert other.run(task_of(other, lead), task_id="t", goal="x") == "Helped."
+        assert (server.requests, server.repeats) == (2, 0)
+    assert notes.calls == [7]

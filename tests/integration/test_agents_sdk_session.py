@@ -37,10 +37,10 @@ def test_items_come_back_as_added_and_outlive_the_session_object(store_url: str)
         assert await first.get_items() == ITEMS
         assert await first.get_items(limit=2) == ITEMS[-2:]
         first.close()
-        again = CairnSession("chat-1", store=store_url)
-        assert await again.get_items() == ITEMS
-        assert await CairnSession("chat-2", store=store_url).get_items() == []
-        again.close()
+        async with CairnSession("chat-1", store=store_url) as again:
+            assert await again.get_items() == ITEMS
+        with CairnSession("chat-2", store=store_url) as other:
+            assert await other.get_items() == []
 
     asyncio.run(scenario())
     store = open_store(store_url)

@@ -46,8 +46,9 @@ async def run(
     goes to ``Runner.run`` as it is. ``prices`` prices the recorded calls for
     ``cairn cost``; ``retry`` is the model calls' step retry policy (default:
     the app's step policy). The function tools of one response run one after
-    the other, in the order the response lists them, unless ``parallel_tools``
-    (then side by side; a crash may run again every one in flight). Raises
+    the other, unless ``parallel_tools`` (then side by side; a crash may run
+    again every one in flight); either way each is recorded at the position
+    its place in the response gives it. Raises
     ``AgentDefinitionChanged`` if the task started this run with another agent
     definition."""
     if not isinstance(ctx, Context):

@@ -29,7 +29,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from agents.items import TResponseInputItem
 from agents.memory import SessionSettings
@@ -125,6 +125,18 @@ class CairnSession:
         """Close the store if the session opened it (a URL or ``$CAIRN_STORE``)."""
         if self._own is not None:
             self._own.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
 
     # -- where the conversation comes from ----------------------------------------------
     @contextmanager
