@@ -12,8 +12,10 @@ Inside a cairn task::
 
 ``run`` is ``Runner.run`` with every model call and every function tool call
 a recorded entry of the task (``_runner``); ``once_tool`` marks a tool whose
-calls go through ``ctx.once``; ``CairnSession`` is the SDK's ``Session`` on a
-cairn conversation, inside a task or on its own (``_session``). See
+calls go through ``ctx.once`` (``operation_key()`` is its key, inside it);
+``CairnSession`` is the SDK's ``Session`` on a cairn conversation, inside a
+task or on its own (``_session``). A run resumed with another agent
+definition raises ``AgentDefinitionChanged`` (``_fingerprint``). See
 docs/agents-sdk.md.
 """
 
@@ -29,6 +31,7 @@ except ImportError as exc:  # pragma: no cover - the test extra installs it
         "pip install 'cairn[openai-agents]'"
     ) from exc
 
+from cairn.errors import AgentDefinitionChanged
 from cairn.integrations.openai_agents._fingerprint import fingerprint
 from cairn.integrations.openai_agents._model import RecordedModel, RecordedProvider
 from cairn.integrations.openai_agents._runner import run
@@ -38,6 +41,7 @@ from cairn.integrations.openai_agents._tools import once_tool, operation_key
 
 __all__ = [
     "SESSION_TASK",
+    "AgentDefinitionChanged",
     "CairnSession",
     "RecordedModel",
     "RecordedProvider",
