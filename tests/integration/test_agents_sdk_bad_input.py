@@ -192,3 +192,21 @@ def test_run_outside_a_task_says_to_call_it_inside_one() -> None:
     """run() given something other than a task's ctx says what it needs."""
     with pytest.raises(TypeError, match="inside a cairn task"):
         asyncio.run(run(None, Agent(name="a"), "hi"))  # type: ignore[arg-type]
+
+
+def test_a_session_whose_task_was_cancelled_says_so(app: Cairn) -> None:
+    """An operator cancelled the session's task: the next call says the session
+    takes no more writes and how to read it, and its rows stay."""
+
+    async def add(text: str) -> None:
+        await CairnSession("chat", store=app).add_items([{"role": "user", "content": text}])
+
+    with app:
+        asyncio.run(add("one"))
+        assert admin(app.store).cancel_task("chat", app.clock.now())
+        with pytest.raises(ConfigurationError) as refused:
+            asyncio.run(add("two"))
+        rows = app.store.load_messages("chat", "session", 0, 10)
+    assert "is cancelled" in str(refused.value)
+    assert "cairn conversation chat" in str(refused.value)
+    assert len(rows) == 1

@@ -83,6 +83,12 @@ class SessionTask:
                 "Agents SDK session; give the session another id (or open it inside that "
                 "task with ctx=)"
             )
+        if record.status in ("completed", "failed", "cancelled"):
+            raise ConfigurationError(
+                f"session {sid!r} is {record.status} in this store (an operator ended its "
+                "task), so it takes no more writes; its rows can still be read with "
+                f"`cairn conversation {sid}`. Give the session another id."
+            )
         claimed = claim_task(engine, record)
         if claimed is None:
             raise TaskBusy(
