@@ -22,7 +22,7 @@ from cairn.agent import iter_history
 from cairn.agent.costs import cost_report
 from cairn.agent.simulate import SimulatedModelServer
 from cairn.clock import FakeClock
-from cairn.integrations.openai_agents import CairnSession, once_tool, run
+from cairn.integrations.openai_agents import CairnSession, once_tool, run, run_sync
 from cairn.testing import set_fault_hook
 from tests.agent_server import Crash, Scripted, crash_at, resume
 from tests.agents_sdk import sdk_model, tool_call
@@ -61,13 +61,14 @@ def task_of(app: Cairn, agent: Callable[[], Agent[Any]]) -> TaskDef[..., Any]:
 
 
 def test_a_resumed_run_sends_no_recorded_request_and_calls_no_recorded_tool(
-    db_path: Path, clock: FakeClock
+    store_url: str, clock: FakeClock
 ) -> None:
     """Crashed after its second recorded response, the run resumes in a new
     app: the server gets only the requests not recorded yet (four in all, none
-    twice), the tool runs once per call, and the answer is the uninterrupted one."""
+    twice), the tool runs once per call, and the answer is the uninterrupted
+    one; on every backend."""
     notes = Notes()
-    url = f"sqlite:///{db_path}"
+    url = store_url
     with SimulatedModelServer(script()) as server:
         model = sdk_model(server)
         app = Cairn(url, clock=clock)
@@ -248,3 +249,28 @@ def test_a_handoff_beside_a_tool_call_in_one_response_neither_blocks_nor_repeats
             assert other.run(task_of(other, lead), task_id="t", goal="x") == "Helped."
         assert (server.requests, server.repeats) == (2, 0)
     assert notes.calls == [7]
+
+
+def test_run_sync_makes_a_plain_def_task_durable_too(db_path: Path, clock: FakeClock) -> None:
+    """In a plain ``def`` task, run_sync crashed mid-run and resumed sends no
+    recorded request again and calls no recorded tool again."""
+    notes = Notes()
+    url = f"sqlite:///{db_path}"
+    with SimulatedModelServer(script()) as server:
+        model = sdk_model(server)
+
+        def sync_task(app: Cairn) -> TaskDef[..., Any]:
+            @app.task(name="sync-agent")
+            def agent_task(ctx: Context) -> str:
+                return str(run_sync(ctx, agent_of(model, notes), "note 3").final_output)
+
+            return agent_task
+
+        app = Cairn(url, clock=clock)
+        set_fault_hook(app, crash_at("after_step", 2))
+        with pytest.raises(Crash), app:
+            app.run(sync_task(app), task_id="s")
+        with resume(url, clock) as other:
+            assert other.run(sync_task(other), task_id="s") == ANSWER
+        assert (server.requests, server.repeats) == (4, 0)
+    assert notes.calls == [0, 1, 2]

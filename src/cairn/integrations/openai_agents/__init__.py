@@ -34,7 +34,7 @@ except ImportError as exc:  # pragma: no cover - the test extra installs it
 from cairn.errors import AgentDefinitionChanged
 from cairn.integrations.openai_agents._fingerprint import fingerprint
 from cairn.integrations.openai_agents._model import RecordedModel, RecordedProvider
-from cairn.integrations.openai_agents._runner import run
+from cairn.integrations.openai_agents._runner import run, run_sync
 from cairn.integrations.openai_agents._session import CairnSession
 from cairn.integrations.openai_agents._standalone import SESSION_TASK
 from cairn.integrations.openai_agents._tools import once_tool, operation_key
@@ -49,4 +49,5 @@ __all__ = [
     "once_tool",
     "operation_key",
     "run",
+    "run_sync",
 ]

@@ -13,6 +13,7 @@ a clear error instead of replaying into the wrong agent.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from typing import Any
 
@@ -20,6 +21,7 @@ from agents import Agent, FunctionTool, Handoff, Model, RunConfig, Runner, RunRe
 
 from cairn.agent.pricing import DEFAULT_PRICES, PriceTable
 from cairn.context import Context
+from cairn.engine.run import in_event_loop
 from cairn.engine.steps import EntryLabel, record_completed
 from cairn.errors import AgentDefinitionChanged
 from cairn.integrations.openai_agents._fingerprint import changes, fingerprint
@@ -71,6 +73,21 @@ async def run(
         if state.failure is not None and state.failure is not exc:
             raise state.failure from exc  # cairn's own error, not the SDK's wrapping of it
         raise
+
+
+def run_sync(
+    ctx: Context,
+    agent: Agent[Any],
+    input: str | list[Any],  # noqa: A002 - the name Runner.run gives it
+    **kwargs: Any,
+) -> RunResult:
+    """``run()`` for a plain ``def`` task: on an event loop of its own, as
+    ``Runner.run_sync`` does. In an ``async def`` task, ``await run(...)``."""
+    if in_event_loop():
+        raise RuntimeError(
+            "run_sync() was called inside an event loop (an async task): use await run(...)"
+        )
+    return asyncio.run(run(ctx, agent, input, **kwargs))
 
 
 def _check_definition(ctx: Context, agent: Agent[Any]) -> None:
