@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Agent, function_tool
+from agents import Agent, Model, ModelProvider, RunConfig, function_tool
 
 from cairn import Cairn, Context, TaskDef, TaskFailed
 from cairn.agent import iter_history
@@ -274,3 +274,42 @@ def test_run_sync_makes_a_plain_def_task_durable_too(db_path: Path, clock: FakeC
             assert other.run(sync_task(other), task_id="s") == ANSWER
         assert (server.requests, server.repeats) == (4, 0)
     assert notes.calls == [0, 1, 2]
+
+
+class ServerProvider(ModelProvider):
+    """A model provider that hands out the simulated server's model by any name."""
+
+    def __init__(self, server: SimulatedModelServer) -> None:
+        self.server = server
+        self.asked: list[str | None] = []
+
+    def get_model(self, model_name: str | None) -> Model:
+        self.asked.append(model_name)
+        return sdk_model(self.server)
+
+
+def test_a_model_named_by_a_string_is_recorded_through_the_run_config_provider(
+    app: Cairn,
+) -> None:
+    """An agent naming its model by a string gets it from the run config's
+    provider, wrapped: the call is a recorded entry with its usage, and a rerun
+    of the finished task sends nothing."""
+    notes = Notes()
+    with SimulatedModelServer(Scripted([ANSWER])) as server:
+        provider = ServerProvider(server)
+
+        @app.task
+        async def named(ctx: Context) -> str:
+            agent = agent_of("gpt-4o-mini", notes)
+            result = await run(ctx, agent, "hi", run_config=RunConfig(model_provider=provider))
+            return str(result.final_output)
+
+        with app:
+            assert app.run(named, task_id="n") == ANSWER
+            assert app.run(named, task_id="n") == ANSWER
+            calls = [s for s in app.store.load_history("n").values() if s.kind == "llm"]
+        assert server.requests == 1
+    assert provider.asked == ["gpt-4o-mini"]
+    (call,) = calls
+    assert call.name == "agents-sdk model gpt-4o-mini"
+    assert json.loads(call.output or "{}")["usage"]["input_tokens"] > 0
