@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Agent, SQLiteSession, function_tool
+from agents import Agent, RunConfig, SQLiteSession, function_tool
 
 from cairn import Cairn, Context, TaskDef, TaskFailed
 from cairn.agent.simulate import SimulatedModelServer
@@ -186,6 +186,33 @@ def test_the_fingerprint_follows_handoffs_and_names_agents_gone_and_new() -> Non
     found = changes(fingerprint(lead), fingerprint(alone))
     assert "agent 'helper' is gone" in found
     assert "agent 'lead': handoffs ['helper'] -> []" in found
+
+
+def test_a_run_config_model_is_part_of_the_definition(db_path: Path, clock: FakeClock) -> None:
+    """A model forced by the run config counts: resumed with another one, the
+    run is refused naming it, before any request."""
+    url = f"sqlite:///{db_path}"
+    with SimulatedModelServer(script()) as server:
+        forced = [RunConfig(model=sdk_model(server))]
+
+        def forcing(app: Cairn) -> TaskDef[..., Any]:
+            @app.task(name="forcing")
+            async def forcing_task(ctx: Context) -> str:
+                agent = agent_of("gpt-4o-mini")
+                result = await run(ctx, agent, "note", run_config=forced[0], max_turns=1)
+                return str(result.final_output)
+
+            return forcing_task
+
+        app = Cairn(url, clock=clock)
+        set_fault_hook(app, crash_at("after_llm", 1))
+        with pytest.raises(Crash), app:
+            app.run(forcing(app), task_id="f")
+        forced[0] = RunConfig(model="gpt-4o")
+        with resume(url, clock) as other, pytest.raises(TaskFailed) as failed:
+            other.run(forcing(other), task_id="f")
+        assert server.requests == 1
+    assert "'(run config)': model 'gpt-4o-mini' -> 'gpt-4o'" in failed.value.error["message"]
 
 
 def test_run_outside_a_task_says_to_call_it_inside_one() -> None:

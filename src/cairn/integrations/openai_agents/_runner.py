@@ -25,7 +25,7 @@ from cairn.engine.run import in_event_loop
 from cairn.engine.steps import EntryLabel, record_completed
 from cairn.errors import AgentDefinitionChanged
 from cairn.integrations.openai_agents._fingerprint import changes, fingerprint
-from cairn.integrations.openai_agents._model import RecordedModel, RecordedProvider
+from cairn.integrations.openai_agents._model import RecordedModel, RecordedProvider, model_name
 from cairn.integrations.openai_agents._state import RunState
 from cairn.integrations.openai_agents._tools import recorded_tool
 from cairn.retry import Retry
@@ -57,11 +57,11 @@ async def run(
         raise TypeError(
             f"run() takes the task's ctx first, not {ctx!r}: call it inside a cairn task"
         )
-    _check_definition(ctx, agent)
+    config = run_config or RunConfig()
+    _check_definition(ctx, agent, config)
     state = RunState(
         ctx, retry or ctx._default_step_retry, prices or DEFAULT_PRICES, parallel_tools
     )
-    config = run_config or RunConfig()
     provider = RecordedProvider(config.model_provider, state)
     model = config.model
     if isinstance(model, Model):
@@ -90,10 +90,13 @@ def run_sync(
     return asyncio.run(run(ctx, agent, input, **kwargs))
 
 
-def _check_definition(ctx: Context, agent: Agent[Any]) -> None:
+def _check_definition(ctx: Context, agent: Agent[Any], config: RunConfig) -> None:
     """Record the definition's fingerprint (a recorded input, written as it is:
-    there is no function to call), or compare it with the recorded one."""
+    there is no function to call), or compare it with the recorded one. A
+    model the run config forces on every agent is part of the definition."""
     current = fingerprint(agent)
+    if config.model is not None:
+        current["(run config)"] = {"model": model_name(config.model)}
     run = ctx._run
     seq = run.next_seq()
     name = f"agents-sdk agent {agent.name}"
@@ -105,7 +108,9 @@ def _check_definition(ctx: Context, agent: Agent[Any]) -> None:
     recorded = run.decode(entry.output or "null", what)
     if recorded != current:
         found = changes(recorded, current) or ["the fingerprint differs"]
-        raise AgentDefinitionChanged(task_id=ctx.task_id, seq=seq, changes=found)
+        error = AgentDefinitionChanged(task_id=ctx.task_id, seq=seq, changes=found)
+        run.poisoned = error  # an agent's `except Exception:` cannot carry on past it
+        raise error
 
 
 def recorded_agent(agent: Agent[Any], state: RunState) -> Agent[Any]:
