@@ -24,6 +24,7 @@ The hierarchy::
     │   ├── ResultTimeout           app.result gave up waiting for the task to end
     │   └── NestedStepError         a step's function used ctx (a step inside a step)
     ├── NonDeterminismError         replay asked for something else at a position
+    │   └── AgentDefinitionChanged  an Agents SDK run resumed with another agent definition
     ├── CodecError                  a value cannot be encoded or decoded
     ├── BlobError                   a value offloaded to the blob store cannot be used
     │   ├── BlobMissing             the record points at a blob that is not there
@@ -177,6 +178,28 @@ class NonDeterminismError(CairnError):
         self.seq = seq
         self.recorded = recorded
         self.current = current
+
+
+class AgentDefinitionChanged(NonDeterminismError):
+    """An Agents SDK run (``cairn.integrations.openai_agents.run``) was resumed
+    with another agent definition than it started with. Nothing was sent and
+    nothing recorded was changed."""
+
+    def __init__(self, *, task_id: str, seq: int, changes: list[str]) -> None:
+        CairnError.__init__(
+            self,
+            f"task {task_id!r} started its Agents SDK run (position {seq}) with another "
+            f"agent definition than this one: {'; '.join(changes)}. Its record answers "
+            "the agent it started with, so resuming with this one would be wrong. Either "
+            f"restore that definition and run it again (`cairn retry {task_id}` if it "
+            "failed), or run the new agent under a new task id. Nothing recorded was "
+            "changed.",
+        )
+        self.task_id = task_id
+        self.seq = seq
+        self.recorded = "the agent definition it started with"
+        self.current = "; ".join(changes)
+        self.changes = changes
 
 
 class ChildFailed(TaskFailed):

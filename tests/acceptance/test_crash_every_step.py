@@ -54,6 +54,10 @@ def test_there_is_an_example_to_check() -> None:
     assert ROOT / "examples" / "review_apps.py" in EXAMPLES
 
 
+# Each case forks twice and the child imports the example's framework itself
+# (the Agents SDK example: ~1.5 s of imports a fork on this VM), so the
+# default 120 s is too short for the slowest example on a loaded machine.
+@pytest.mark.timeout(400)
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.stem)
 def test_every_example_survives_a_crash_at_every_boundary(
     example: Path, cairn_crash_check: CrashCheck

@@ -90,9 +90,12 @@ def once_machine(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     policy: OncePolicy,
+    seq: int | None = None,
 ) -> Machine[Any]:
-    """Run ``fn(key, *args, **kwargs)`` at most once per key, or replay its result."""
-    seq = run.next_seq()
+    """Run ``fn(key, *args, **kwargs)`` at most once per key, or replay its result,
+    as the entry at the next position (or at ``seq``, one reserved before)."""
+    if seq is None:
+        seq = run.next_seq()
     record = run.replayed(seq, "op", key)
     what = f"operation {key!r}"
     if record is not None and record.status == "completed":

@@ -1,0 +1,133 @@
+"""The Agents SDK's model calls as recorded cairn entries (kind ``llm``).
+
+``RecordedModel`` wraps the model an agent would use: each ``get_response`` is
+one history entry of the task. The first run sends the request and records the
+response (its output items, usage and estimated cost); a replay returns the
+recorded response and sends nothing. Both runs hand the SDK a response decoded
+from the record, so they see the same objects and save the same items.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from agents import Model, ModelProvider, ModelResponse, Usage
+from agents.items import TResponseOutputItem, TResponseStreamEvent
+from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
+from pydantic import TypeAdapter
+
+from cairn.agent.pricing import Usage as CairnUsage
+from cairn.engine.run import adrive
+from cairn.engine.steps import step_machine
+from cairn.errors import CairnError, ConfigurationError
+
+if TYPE_CHECKING:
+    from cairn.integrations.openai_agents._state import RunState
+
+_OUTPUT_ITEM: TypeAdapter[TResponseOutputItem] = TypeAdapter(TResponseOutputItem)
+
+
+def model_name(model: Model | str | None) -> str:
+    """The name a model goes by in the record and the price table."""
+    if model is None or isinstance(model, str):
+        return model or "default"
+    name = getattr(model, "model", None)
+    return name if isinstance(name, str) else type(model).__name__
+
+
+def encode_response(response: ModelResponse, name: str, state: RunState) -> dict[str, Any]:
+    """What the ``llm`` entry records: cairn's usage and cost fields (read by
+    ``cairn cost``), and the response in a form ``decode_response`` rebuilds."""
+    usage = response.usage
+    cached = usage.input_tokens_details.cached_tokens or 0
+    cairn_usage = CairnUsage(usage.input_tokens, usage.output_tokens, cached)
+    return {
+        "provider": "openai-agents",
+        "model": name,
+        "usage": cairn_usage.to_dict(),
+        "cost": state.prices.cost(name, cairn_usage),
+        "finish_reason": None,
+        "output": [item.model_dump(mode="json", exclude_unset=True) for item in response.output],
+        "sdk_usage": {
+            "requests": usage.requests,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "total_tokens": usage.total_tokens,
+            "input_tokens_details": usage.input_tokens_details.model_dump(mode="json"),
+            "output_tokens_details": usage.output_tokens_details.model_dump(mode="json"),
+        },
+        "response_id": response.response_id,
+        "request_id": response.request_id,
+    }
+
+
+def decode_response(recorded: dict[str, Any]) -> ModelResponse:
+    """The ``ModelResponse`` a recorded entry stands for."""
+    sdk = recorded["sdk_usage"]
+    usage = Usage(
+        requests=int(sdk["requests"]),
+        input_tokens=int(sdk["input_tokens"]),
+        input_tokens_details=InputTokensDetails.model_validate(sdk["input_tokens_details"]),
+        output_tokens=int(sdk["output_tokens"]),
+        output_tokens_details=OutputTokensDetails.model_validate(sdk["output_tokens_details"]),
+        total_tokens=int(sdk["total_tokens"]),
+    )
+    output = [_OUTPUT_ITEM.validate_python(item) for item in recorded["output"]]
+    return ModelResponse(
+        output=output,
+        usage=usage,
+        response_id=recorded.get("response_id"),
+        request_id=recorded.get("request_id"),
+    )
+
+
+class RecordedModel(Model):
+    """A model whose every ``get_response`` is a recorded entry of the task."""
+
+    def __init__(self, inner: Model, state: RunState) -> None:
+        self.inner = inner
+        self.model = model_name(inner)
+        self._state = state
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        state = self._state
+        name = self.model
+
+        async def send() -> dict[str, Any]:
+            response = await self.inner.get_response(*args, **kwargs)
+            return encode_response(response, name, state)
+
+        run = state.run
+        machine = step_machine(run, "llm", f"agents-sdk model {name}", send, (), {}, state.retry)
+        try:
+            recorded = await adrive(machine, run.clock)
+        except CairnError as exc:
+            state.failure = exc  # raised by run() as it is, whatever the SDK makes of it
+            raise
+        response = decode_response(recorded)
+        state.model_returned(response)
+        return response
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
+        raise ConfigurationError(
+            "cairn records whole model responses: Runner.run_streamed is not supported "
+            "inside cairn.integrations.openai_agents.run; use run() (Runner.run)"
+        )
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+class RecordedProvider(ModelProvider):
+    """Wraps every model another provider hands out in a ``RecordedModel``."""
+
+    def __init__(self, inner: ModelProvider, state: RunState) -> None:
+        self.inner = inner
+        self._state = state
+
+    def get_model(self, model_name: str | None) -> Model:
+        return RecordedModel(self.inner.get_model(model_name), self._state)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
