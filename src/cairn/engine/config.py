@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from cairn.blobs import BlobCodec, Offloader
 from cairn.codec import Codec, codec_for
@@ -27,6 +27,12 @@ if TYPE_CHECKING:
     from cairn.engine.leases import LeaseKeeper
     from cairn.engine.run import FaultHook, TaskRun
     from cairn.task import TaskDef
+
+ChangePolicy = Literal["fail", "rerun", "keep"]
+"""What a replay does at an entry whose code changed since it was recorded
+(docs/versions.md): stop with ``CodeChanged``, run it and every later step
+again, or replay the recorded result and mark it kept."""
+CHANGE_POLICIES: tuple[ChangePolicy, ...] = ("fail", "rerun", "keep")
 
 MakeContext = Callable[["TaskRun"], Any]
 """Builds the ``ctx`` a task function receives, for one run (the app's
@@ -56,6 +62,10 @@ class EngineConfig:
     limits: LimitBook
     fault_hook: FaultHook
     make_context: MakeContext
+    # The app's policy for a changed entry; a task's own (TaskDef.on_change) wins.
+    on_change: ChangePolicy = "fail"
+    # The app's version, recorded on each task it enqueues (None: no version).
+    version: str | None = None
 
     def registered(self, name: str, *, task_id: str | None = None) -> TaskDef[..., Any]:
         """The task function registered as ``name``, or a clear error."""

@@ -115,6 +115,7 @@ def _prepare(engine: EngineConfig, record: TaskRecord) -> _Prepared:
         limits=engine.limits,
         offloader=engine.offloader,
         engine=engine,
+        on_change=task.on_change or engine.on_change,
     )
     ctx = engine.make_context(run)
     kwargs = run.decode(record.args, "task arguments")

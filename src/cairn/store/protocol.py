@@ -202,6 +202,12 @@ class Store(Protocol):
         so a store may use a cheaper plain insert."""
         ...
 
+    def rerun_steps(self, task_id: str, from_seq: int, fence: int) -> bool:
+        """Mark the task's completed ``step`` entries at ``from_seq`` and after as
+        to be run again (``retrying``, no attempt spent in this task attempt), if
+        the fence holds; other kinds of entry are left as they are."""
+        ...
+
     def start_attempt(
         self, task_id: str, fence: int, attempts: int, error: str | None, now: datetime
     ) -> bool:

@@ -40,7 +40,7 @@ INSERT_BATCH = (
 )
 INSERT_TASK = (
     "INSERT INTO tasks (id, batch, item_key, name, args, codec, status, created_at, "
-    "updated_at, parent_id) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?) "
+    "updated_at, parent_id, version) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?) "
     "ON CONFLICT (id) DO NOTHING"
 )
 
@@ -160,7 +160,7 @@ _RUNNING_FENCE = "EXISTS (SELECT 1 FROM tasks WHERE id = ? AND fence = ? AND sta
 # written before (a retried step) pays for the upsert.
 INSERT_STEP = (
     f"INSERT INTO steps ({STEP_COLUMNS}) "
-    f"SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {_FENCE}"
+    f"SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {_FENCE}"
 )
 UPSERT_STEP = (
     f"{INSERT_STEP} ON CONFLICT (task_id, seq) DO UPDATE SET "
@@ -168,7 +168,14 @@ UPSERT_STEP = (
     "task_attempt = excluded.task_attempt, run_attempts = excluded.run_attempts, "
     "error = excluded.error, retry_at = excluded.retry_at, "
     "started_at = excluded.started_at, finished_at = excluded.finished_at, "
-    "deferred = excluded.deferred"
+    "deferred = excluded.deferred, fingerprint = excluded.fingerprint, kept = excluded.kept"
+)
+# A changed step under on_change='rerun': it and every later completed step run
+# again; the fence is checked in the same statement.
+RERUN_STEPS = (
+    "UPDATE steps SET status = 'retrying', run_attempts = 0, retry_at = NULL "
+    "WHERE task_id = ? AND seq >= ? AND kind = 'step' AND status = 'completed' "
+    f"AND {_FENCE}"
 )
 LOAD_HISTORY = f"SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?"
 # An operation a task claimed and completed is part of that task's history at

@@ -57,6 +57,7 @@ def task_row(task: NewTask, stamp: Any) -> tuple[Any, ...]:
         stamp,
         stamp,
         task.parent_id,
+        task.version,
     )
 
 
@@ -302,6 +303,8 @@ class SQLStore(SQLAdmin, SQLTransfer):
             self._ts(step.started_at),
             self._ts(step.finished_at),
             step.deferred,
+            step.fingerprint,
+            step.kept,
             step.task_id,
             fence,
         )
@@ -315,6 +318,11 @@ class SQLStore(SQLAdmin, SQLTransfer):
                 except DuplicateRow:
                     pass  # the position was written after all: fall back to the upsert
             return self._exec(sql.UPSERT_STEP, params).rowcount == 1
+
+    def rerun_steps(self, task_id: str, from_seq: int, fence: int) -> bool:
+        with self._writing():
+            rerun = self._exec(sql.RERUN_STEPS, (task_id, from_seq, task_id, fence)).rowcount
+        return rerun > 0
 
     def start_attempt(
         self, task_id: str, fence: int, attempts: int, error: str | None, now: datetime
