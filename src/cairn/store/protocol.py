@@ -76,9 +76,11 @@ class Store(Protocol):
         now: datetime,
         *,
         names: Sequence[str] | None = None,
+        versions: Sequence[str] | None = None,
     ) -> TaskRecord | None:
         """Atomically take the oldest pending task of ``batch`` (or, with None, of
-        any batch whose task is one of ``names``), or None."""
+        any batch whose task is one of ``names``), or None. With ``versions``,
+        only a task enqueued under one of them (or under no version)."""
         ...
 
     def wait_for_work(self, timeout: float) -> bool:
@@ -111,18 +113,32 @@ class Store(Protocol):
         names: Sequence[str] | None,
         lapsed_before: datetime,
         limit: int,
+        *,
+        versions: Sequence[str] | None = None,
     ) -> list[TaskRecord]:
         """Up to ``limit`` running tasks (of ``batch``, or of any batch whose task is
         one of ``names``, or of any) whose lease expired before ``lapsed_before``,
         oldest expiry first, found through an index of running rows only."""
         ...
 
-    def running_owners(self, batch: str | None, names: Sequence[str] | None) -> list[str]:
+    def running_owners(
+        self,
+        batch: str | None,
+        names: Sequence[str] | None,
+        *,
+        versions: Sequence[str] | None = None,
+    ) -> list[str]:
         """The distinct owners of running tasks (one per process holding some)."""
         ...
 
     def owned_running(
-        self, owner: str, batch: str | None, names: Sequence[str] | None, limit: int
+        self,
+        owner: str,
+        batch: str | None,
+        names: Sequence[str] | None,
+        limit: int,
+        *,
+        versions: Sequence[str] | None = None,
     ) -> list[TaskRecord]:
         """Up to ``limit`` running tasks held by ``owner``, in enqueue order."""
         ...
@@ -200,6 +216,15 @@ class Store(Protocol):
 
         ``first`` says the caller knows nothing is recorded at that position yet,
         so a store may use a cheaper plain insert."""
+        ...
+
+    def note_worker(self, owner: str, versions: str, now: datetime) -> None:
+        """Record that worker ``owner`` is alive now and claims ``versions`` (a
+        JSON list; ``["*"]`` for any): written at its start and heartbeat."""
+        ...
+
+    def forget_worker(self, owner: str) -> None:
+        """Remove worker ``owner``'s row (it stopped)."""
         ...
 
     def rerun_steps(self, task_id: str, from_seq: int, fence: int) -> bool:

@@ -45,14 +45,23 @@ INSERT_TASK = (
 )
 
 
-def candidates(batch: str | None, names: Sequence[str] | None) -> tuple[str, list[Any]]:
+def candidates(
+    batch: str | None, names: Sequence[str] | None, versions: Sequence[str] | None = None
+) -> tuple[str, list[Any]]:
     """The ``{filter}`` of a claim or an orphan query and its parameters: one
-    batch, or any batch of some task names, or every task."""
+    batch, or any batch of some task names, or every task; with ``versions``,
+    only tasks enqueued under one of them (or under none, before versions)."""
     if batch is not None:
-        return "batch = ?", [batch]
-    if names:
-        return "(" + " OR ".join("name = ?" for _ in names) + ")", list(names)
-    return "1 = 1", []
+        where, params = "batch = ?", [batch]
+    elif names:
+        where, params = "(" + " OR ".join("name = ?" for _ in names) + ")", list(names)
+    else:
+        where, params = "1 = 1", []
+    if versions is None:
+        return where, params
+    versions = list(versions)
+    ors = "".join(" OR version = ?" for _ in versions)
+    return f"{where} AND (version IS NULL{ors})", [*params, *versions]
 
 
 # Taking over a task that was still running counts as an interruption.
@@ -170,6 +179,13 @@ UPSERT_STEP = (
     "started_at = excluded.started_at, finished_at = excluded.finished_at, "
     "deferred = excluded.deferred, fingerprint = excluded.fingerprint, kept = excluded.kept"
 )
+# -- workers (schema 3): the versions each live worker claims -----------------------
+NOTE_WORKER = (
+    "INSERT INTO workers (owner, versions, seen_at) VALUES (?, ?, ?) "
+    "ON CONFLICT (owner) DO UPDATE SET versions = excluded.versions, seen_at = excluded.seen_at"
+)
+FORGET_WORKER = "DELETE FROM workers WHERE owner = ?"
+
 # A changed step under on_change='rerun': it and every later completed step run
 # again; the fence is checked in the same statement.
 RERUN_STEPS = (
