@@ -52,6 +52,7 @@ def task_dict(task: TaskRecord) -> dict[str, Any]:
         "error": parse_error(task.error),
         "wake_at": iso_time(task.wake_at),
         "parent_id": task.parent_id,
+        "version": task.version,
     }
 
 
@@ -91,6 +92,8 @@ def step_dict(step: StepRecord) -> dict[str, Any]:
         "duration_ms": None if seconds is None else round(seconds * 1000),
         "retry_at": iso_time(step.retry_at),
         "error": parse_error(step.error),
+        "fingerprint": step.fingerprint,
+        "kept": step.kept,
     }
 
 

@@ -13,8 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from cairn import Cairn, CodeChanged, Context, TaskFailed
+from cairn.cli import app as cli_app
 from cairn.clock import FakeClock
 from cairn.testing import set_fault_hook
 from tests.crashes import LEASE, PAST_LEASE, Crash, crash_before, second_process
@@ -196,6 +198,12 @@ def test_keep_replays_the_old_result_and_marks_the_entry_kept(
     assert history[2].kept is not None
     assert history[2].kept != history[2].fingerprint
     assert history[1].kept is None
+    shown = CliRunner().invoke(cli_app, ["show", "rev-1", "--store", url])
+    assert shown.exit_code == 0, shown.output
+    kept_rows = [line for line in shown.stdout.splitlines() if "(kept)" in line]
+    assert len(kept_rows) == 1
+    assert "analyze" in kept_rows[0]
+    assert "position 2: 'analyze' was kept: its code changed" in shown.stdout
 
 
 def test_entries_recorded_before_fingerprints_are_taken_as_compatible(
