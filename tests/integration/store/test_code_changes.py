@@ -16,9 +16,12 @@ import pytest
 from typer.testing import CliRunner
 
 from cairn import Cairn, CodeChanged, Context, TaskFailed
+from cairn.agent import system as system_message
+from cairn.agent import user
 from cairn.cli import app as cli_app
 from cairn.clock import FakeClock
 from cairn.testing import set_fault_hook
+from tests.agent_server import Scripted, model_server, openai_client
 from tests.crashes import LEASE, PAST_LEASE, Crash, crash_before, second_process
 from tests.crashes import url as url  # a fixture: pytest finds it by this name
 
@@ -289,3 +292,49 @@ def test_patched_is_false_for_tasks_past_it_and_true_for_the_rest(
     assert calls["parse"] == 1
     assert calls["parse-v2"] == 2
     assert (history[2].kind, history[2].name) == ("input", "patched stricter-parser")
+
+
+def asking(system: str, calls: Counter[str], client: Any) -> Callable[..., Any]:
+    """A task that asks the model with ``system`` as its system text, then
+    applies the answer in a step."""
+
+    def apply(answer: str) -> str:
+        calls["apply"] += 1
+        return answer
+
+    def task(ctx: Context) -> str:
+        reply = ctx.llm_call(
+            [system_message(system), user("Review it.")], model="tiny", client=client
+        )
+        return str(ctx.step("apply", apply, reply.content))
+
+    return task
+
+
+@pytest.mark.parametrize("policy", ["fail", "rerun"])
+def test_a_changed_system_prompt_stops_a_model_call_and_sends_nothing(
+    first: Cairn, url: str, clock: FakeClock, policy: str
+) -> None:
+    """A model call recorded under one system text, replayed under another:
+    CodeChanged says the system text changed; even on_change='rerun' does not
+    send the request again (it says so). The server sees one request in all."""
+    calls: Counter[str] = Counter()
+    with model_server(Scripted(["fine"])) as server:
+        client = openai_client(server)
+        first.task(name="ask")(asking("Be brief.", calls, client))
+        set_fault_hook(first, crash_before("apply"))
+        with pytest.raises(Crash):
+            first.run(first.registered("ask"), task_id="ask-1")
+        first.close()
+        clock.advance(PAST_LEASE)
+        with second_process(url, clock, on_change=policy) as other:
+            task = other.task(name="ask")(asking("Be thorough.", calls, client))
+            with pytest.raises(TaskFailed) as failed:
+                other.run(task, task_id="ask-1")
+        assert server.requests == 1
+    cause = failed.value.__cause__
+    assert isinstance(cause, CodeChanged)
+    assert "the system text changed" in str(cause)
+    assert cause.recorded.startswith("model:tiny system:")
+    assert ("never sends a model call again" in str(cause)) == (policy == "rerun")
+    assert calls["apply"] == 0
