@@ -133,10 +133,12 @@ def step_machine(
         seq = run.next_seq()
     record = run.replayed(seq, kind, name)
     if fingerprint is None and kind == "step":
-        fingerprint = fingerprint_of(fn)
+        # fingerprint_of's lookup, inline: a call costs more than the lookup itself.
+        fingerprint = _FINGERPRINTS.get(getattr(fn, "__code__", None)) or fingerprint_of(fn)  # type: ignore[arg-type]
     what = EntryLabel(kind, name, seq, fingerprint)
     if record is not None and record.status == "completed":
-        if fingerprint != record.fingerprint and None not in (fingerprint, record.fingerprint):
+        recorded = record.fingerprint
+        if recorded != fingerprint and recorded is not None and fingerprint is not None:
             record = changed(run, record, what)
         if record.status == "completed":
             return run.decode(record.output or "null", what)
@@ -288,15 +290,18 @@ def fingerprint_of(fn: Callable[..., Any]) -> str:
     """``code:`` and a hash of ``fn``'s source, tokens only: a change in its body
     changes it; comments, blank lines, spacing and moving it in the file do not.
     Without source (code made at run time), a hash of its bytecode."""
-    code = getattr(fn, "__code__", None)
-    if code is not None and not hasattr(fn, "__wrapped__"):
-        found = _FINGERPRINTS.get(code)
-        if found is not None:
-            return found
+    # One attribute read and one lookup: this runs once per step. A wrapper's
+    # code (functools.wraps) is kept as "" so its wrapped function is looked at.
+    found = _FINGERPRINTS.get(getattr(fn, "__code__", None))  # type: ignore[arg-type]
+    if found:
+        return found
     return _first_fingerprint(fn)
 
 
 def _first_fingerprint(fn: Callable[..., Any]) -> str:
+    outer = getattr(fn, "__code__", None)
+    if isinstance(outer, CodeType) and hasattr(fn, "__wrapped__"):
+        _FINGERPRINTS[outer] = ""  # a decorator's wrapper: never its own fingerprint
     inner: Any = inspect.unwrap(fn)
     while isinstance(inner, functools.partial):
         inner = inner.func  # the function it calls (its bound arguments are data)

@@ -14,7 +14,6 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -90,7 +89,7 @@ def modules(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
     monkeypatch.setenv("CHECK_STORE", url)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    loaded: dict[str, ModuleType] = {}
+    loaded: dict[str, Any] = {}
     with model_server(Scripted(["summary"])) as server:
         for name in ("review_v1", "review_v2"):
             loaded[name] = importlib.import_module(name)
