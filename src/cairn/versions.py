@@ -99,6 +99,12 @@ def _repeated(replay: DryReplay, record: TaskRecord) -> CostLine:
 ANY_VERSION = "*"
 
 
+def _claims(claims: list[str], version: str | None) -> bool:
+    """Whether a worker claiming ``claims`` takes a task of ``version`` (a task
+    enqueued under no version is taken by every worker)."""
+    return version is None or ANY_VERSION in claims or version in claims
+
+
 @dataclass(frozen=True, slots=True)
 class VersionLine:
     """Unfinished tasks enqueued under one version, and whether a worker takes them."""
@@ -136,9 +142,6 @@ def versions_report(store: Store, now: datetime, within: timedelta) -> list[Vers
         by_status[record.status] = by_status.get(record.status, 0) + 1
     lines = []
     for version in sorted(counts, key=lambda v: (v is None, v or "")):
-        takers = sum(
-            1 for claims in workers.values() if ANY_VERSION in claims or version is None
-            or version in claims
-        )  # fmt: skip
+        takers = sum(1 for claims in workers.values() if _claims(claims, version))
         lines.append(VersionLine(version, counts[version], takers))
     return lines

@@ -33,8 +33,10 @@ class DryReplay:
     """What replaying one task's history against the current code found.
 
     ``seq`` is the first changed or diverging position (or where the replay
-    stopped, for a compatible task); ``recorded`` and ``current`` are the two
-    fingerprints (for ``changed``) or the two names (for ``diverged``)."""
+    stopped, for a compatible task: the last position it looked at);
+    ``recorded`` and ``current`` are the two fingerprints (for ``changed``) or
+    the two names (for ``diverged``); ``what`` says what differs, or for
+    ``error`` what the task's code raised on replay."""
 
     task: TaskRecord
     verdict: Verdict
@@ -88,18 +90,24 @@ def dry_replay(engine: EngineConfig, record: TaskRecord) -> DryReplay:
         pass  # new work from here (or a write the store refused): compatible so far
     except Diverged as changed:
         return DryReplay(
-            record, "changed", history, changed.seq, changed.label,
-            changed.recorded, changed.current, changed.what,
-        )  # fmt: skip
+            record,
+            "changed",
+            history,
+            seq=changed.seq,
+            label=changed.label,
+            recorded=changed.recorded,
+            current=changed.current,
+            what=changed.what,
+        )
     except NonDeterminismError as exc:
         return _diverged(record, history, exc)
     except Exception as exc:  # noqa: BLE001 - the task's code failed on replay: reported
-        return DryReplay(record, "error", history, None, "", "", "", str(exc))
+        return DryReplay(record, "error", history, what=f"{type(exc).__name__}: {exc}")
     finally:
         current.reset(token)
     if isinstance(run.poisoned, NonDeterminismError):  # swallowed by the task's code
         return _diverged(record, history, run.poisoned)
-    return DryReplay(record, "compatible", history, run.seq + 1)
+    return DryReplay(record, "compatible", history, seq=run.seq)
 
 
 def _replay(fn: Any, ctx: Any, kwargs: dict[str, Any]) -> Machine[Any]:
@@ -110,6 +118,12 @@ def _diverged(
     record: TaskRecord, history: dict[int, StepRecord], exc: NonDeterminismError
 ) -> DryReplay:
     return DryReplay(
-        record, "diverged", history, exc.seq, f"position {exc.seq}",
-        exc.recorded, exc.current, "the code asks for another entry here",
-    )  # fmt: skip
+        record,
+        "diverged",
+        history,
+        seq=exc.seq,
+        label=f"position {exc.seq}",
+        recorded=exc.recorded,
+        current=exc.current,
+        what="the code asks for another entry here",
+    )

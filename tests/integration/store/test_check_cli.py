@@ -66,8 +66,9 @@ BEFORE = [f"b/n={n}" for n in range(8, 15)]  # stopped before analyze
 PENDING = [f"b/n={n}" for n in range(15, 20)]  # never started
 
 
-def write_module(folder: Path, name: str, body: str) -> None:
-    (folder / f"{name}.py").write_text(APP.replace("ANALYZE_BODY", body))
+def write_module(folder: Path, name: str, body: str, step: str = "analyze") -> None:
+    source = APP.replace("ANALYZE_BODY", body).replace('ctx.step("analyze"', f'ctx.step("{step}"')
+    (folder / f"{name}.py").write_text(source)
 
 
 def crash_before(step: str) -> Any:
@@ -86,12 +87,13 @@ def modules(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
     and the model server that answered them (left running for the checks)."""
     write_module(tmp_path, "review_v1", OLD_BODY)
     write_module(tmp_path, "review_v2", NEW_BODY)
+    write_module(tmp_path, "review_v3", OLD_BODY, step="assess")
     monkeypatch.setenv("CHECK_STORE", url)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     loaded: dict[str, Any] = {}
     with model_server(Scripted(["summary"])) as server:
-        for name in ("review_v1", "review_v2"):
+        for name in ("review_v1", "review_v2", "review_v3"):
             loaded[name] = importlib.import_module(name)
             loaded[name].CLIENT = openai_client(server)
         start_twenty(loaded["review_v1"])
@@ -173,3 +175,19 @@ def test_check_prints_a_table_of_the_diverging_tasks(modules: dict[str, Any]) ->
     assert sorted(row.split()[0] for row in rows) == sorted(REACHED)
     assert all("its code changed" in row for row in rows)
     assert "12 of 20 unfinished task(s) compatible" in result.stderr
+
+
+def test_check_reports_a_renamed_step_as_diverged(modules: dict[str, Any]) -> None:
+    """The step renamed at position 2: the same 8 tasks diverge, each naming the
+    recorded and the current entry; nothing is called."""
+    result = check("review_v3:app", "--json")
+    assert result.exit_code == 1, result.output
+    found = json.loads(result.stdout)["tasks"]
+    diverged = [t for t in found if t["verdict"] != "compatible"]
+    assert sorted(t["task"] for t in diverged) == sorted(REACHED)
+    for report in diverged:
+        assert report["verdict"] == "diverged"
+        assert report["position"] == 2
+        assert "analyze" in report["recorded"]
+        assert "assess" in report["current"]
+    assert modules["review_v3"].CALLS == []
