@@ -8,7 +8,7 @@ fingerprints add to a step (the lookup by code object, the comparison on
 replay, the extra column in the row). Also timed:
 ``fingerprint_of`` alone, on a function it has seen.
 
-    .venv/bin/python -m bench.fingerprint_overhead [--pairs 15] [--steps 2000]
+    .venv/bin/python -m bench.fingerprint_overhead [--pairs 15] [--steps 2000] [--dir DIR]
 
 Target (from the issue): under 2% of a step.
 """
@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench._stats import median, table
+from bench._stats import filesystem_of, median, table
 from bench.step_overhead import cairn_run, replay_run, trivial
 from cairn.engine import steps
 
@@ -51,9 +51,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=15)
     parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--dir", type=Path, default=None, help="where the SQLite files go")
     options = parser.parse_args()
     runs: dict[tuple[str, bool], list[float]] = {}
-    with tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory(dir=options.dir) as folder:
+        print(filesystem_of(Path(folder)))
         for pair in range(options.pairs):
             # Which goes first alternates: a pair's first run is not the slower by rule.
             for on in (True, False) if pair % 2 else (False, True):
