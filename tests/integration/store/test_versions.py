@@ -5,9 +5,12 @@ running worker claims. Runs on SQLite and on PostgreSQL (``url``)."""
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from cairn import Cairn, Context
@@ -101,3 +104,39 @@ def test_cairn_versions_counts_tasks_and_warns_about_an_unroutable_version(url: 
     assert "3 task(s) of version 'v2'" in text.stderr
     assert "--versions v2" in text.stderr
     assert "'v1'" not in text.stderr
+
+
+WORKER_APP = """
+import os
+
+from cairn import Cairn, Context
+
+app = Cairn(os.environ["VERSIONED_STORE"], version="v9")
+
+
+@app.task(name="review")
+def review(ctx: Context, n: int) -> str:
+    return ctx.step("reviewed", lambda: f"v9:{n}")
+"""
+
+
+def test_cairn_worker_versions_current_claims_the_apps_own_version_only(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`cairn worker MODULE:APP --versions current --burst` runs the tasks
+    enqueued under MODULE:APP's version and leaves another version's pending."""
+    (tmp_path / "versioned_app.py").write_text(WORKER_APP)
+    monkeypatch.setenv("VERSIONED_STORE", url)
+    monkeypatch.chdir(tmp_path)
+    ran: Counter[str] = Counter()
+    with versioned_app(url, "v9", ran, []) as mine, versioned_app(url, "v1", ran, []) as other:
+        mine.enqueue("mine", mine.registered("review"), [{"n": 1}])
+        other.enqueue("other", other.registered("review"), [{"n": 2}])
+    result = CliRunner().invoke(
+        cli_app, ["worker", "versioned_app:app", "--burst", "--versions", "current"]
+    )
+    assert result.exit_code == 0, result.output
+    sys.modules.pop("versioned_app", None)
+    with Cairn(url) as app:
+        statuses = {t.id: t.status for t in admin(app.store).list_tasks()}
+    assert statuses == {"mine/n=1": "completed", "other/n=2": "pending"}
