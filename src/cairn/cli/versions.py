@@ -57,8 +57,17 @@ def versions_command(
     view.print()
     for line in lines:
         if line.unroutable:
-            note(
-                f"warning: {sum(line.counts.values())} task(s) of version {line.version!r} "
-                "are unfinished and no running worker claims that version; start one "
-                f"with `cairn worker MODULE:APP --versions {line.version}`"
-            )
+            note(_warning(line.version, sum(line.counts.values())))
+
+
+def _warning(version: str | None, tasks: int) -> str:
+    if version is None:
+        return (
+            f"warning: {tasks} task(s) enqueued under no version are unfinished and no "
+            "worker is running (any worker takes them)"
+        )
+    return (
+        f"warning: {tasks} task(s) of version {version!r} are unfinished and no running "
+        "worker claims that version; start one with "
+        f"`cairn worker MODULE:APP --versions {version}`"
+    )
