@@ -79,6 +79,7 @@ class Cairn:
         inline_limit: int = DEFAULT_INLINE_LIMIT,
         limits: Mapping[str, Limit] | None = None,
         on_change: ChangePolicy = "fail",
+        rerun_models: bool = False,
         version: str | None = None,
     ) -> None:
         self._store_arg = store
@@ -104,6 +105,8 @@ class Cairn:
         self.limits: Mapping[str, Limit] = checked_limits(limits)
         # What a replay does at a step whose code changed (docs/versions.md).
         self.on_change: ChangePolicy = checked_policy(on_change, "Cairn") or "fail"
+        # Whether on_change='rerun' may send a ctx.llm_call again (it costs money).
+        self.rerun_models = rerun_models
         self._version = None if version is None else check_name("version", version)
 
     # -- the store -----------------------------------------------------------------
@@ -190,6 +193,7 @@ class Cairn:
         retry: Retry | None = None,
         max_duration: float | timedelta | None = None,
         on_change: ChangePolicy | None = None,
+        rerun_models: bool | None = None,
     ) -> Callable[[Callable[Concatenate[Context, P], R]], TaskDef[P, R]]: ...
 
     def task(
@@ -200,6 +204,7 @@ class Cairn:
         retry: Retry | None = None,
         max_duration: float | timedelta | None = None,
         on_change: ChangePolicy | None = None,
+        rerun_models: bool | None = None,
     ) -> Any:
         """Register a task function. Its name (default: the function's name) is
         what the store records, so keep it stable across deploys.
@@ -208,7 +213,8 @@ class Cairn:
         start): past it, the task stops at its next step boundary and fails with
         ``TimeLimitExceeded``, which no retry policy retries. ``on_change``
         overrides the app's policy for a step whose code changed while the task
-        was in flight (docs/versions.md)."""
+        was in flight, ``rerun_models`` whether ``rerun`` may send a
+        ``ctx.llm_call`` again (docs/versions.md)."""
         limit = _positive_seconds(max_duration, "max_duration")
         policy = checked_policy(on_change, f"task {name or getattr(fn, '__name__', '')!r}")
 
@@ -219,6 +225,7 @@ class Cairn:
                 retry=retry,
                 max_duration=limit,
                 on_change=policy,
+                rerun_models=rerun_models,
             )
             check_name("task name", task_def.name)
             existing = self._tasks.get(task_def.name)
@@ -257,6 +264,7 @@ class Cairn:
             fault_hook=self.fault_hook,
             make_context=self._context_for,
             on_change=self.on_change,
+            rerun_models=self.rerun_models,
             version=self.version,
         )
 

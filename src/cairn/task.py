@@ -39,6 +39,8 @@ class TaskDef(Generic[P, R]):
     # What a replay does at an entry whose code changed (docs/versions.md);
     # None: the app's policy.
     on_change: ChangePolicy | None = None
+    # Whether on_change='rerun' may send ctx.llm_call again; None: the app's.
+    rerun_models: bool | None = None
 
     @property
     def is_async(self) -> bool:

@@ -20,6 +20,7 @@ Only reached when fingerprints differ: the hot path never enters this module.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import TYPE_CHECKING
 
@@ -63,6 +64,31 @@ def what_changed(recorded: str, current: str) -> str:
     return ", ".join(changed) or "its fingerprint changed"
 
 
+def _resendable(record: StepRecord) -> bool:
+    """A completed ``ctx.llm_call`` entry (its output holds the reply message),
+    not a conversation's call (whose reply is a row of the conversation)."""
+    try:
+        output = json.loads(record.output or "null")
+    except ValueError:
+        return False
+    return isinstance(output, dict) and "message" in output and "idx" not in output
+
+
+def _may_resend(run: TaskRun, record: StepRecord) -> bool:
+    return run.rerun_models and record.kind == "llm" and _resendable(record)
+
+
+def _model_calls_from(run: TaskRun, seq: int) -> list[int]:
+    """The ``ctx.llm_call`` entries at ``seq`` and after: sent again with
+    ``rerun_models``, as their input may come from a step run again."""
+    return sorted(
+        at
+        for at, record in run.history.items()
+        if at >= seq and record.kind == "llm" and record.status == "completed"
+        and _resendable(record)
+    )  # fmt: skip
+
+
 def changed(run: TaskRun, record: StepRecord, what: EntryLabel) -> StepRecord:
     """The record to go on with at a changed entry: the recorded one (replayed,
     ``keep``), the same marked to run again (``rerun``), or raise."""
@@ -83,8 +109,9 @@ def changed(run: TaskRun, record: StepRecord, what: EntryLabel) -> StepRecord:
             how,
         )
         return record
-    if policy == "rerun" and what.kind == "step":
-        run.rerun_steps(what.seq)
+    if policy == "rerun" and (what.kind == "step" or _may_resend(run, record)):
+        calls = _model_calls_from(run, what.seq) if run.rerun_models else []
+        run.rerun_steps(what.seq, calls)
         log.info(
             "task %s: %s changed (%s); on_change='rerun' runs it and later steps again",
             run.task_id,
@@ -92,8 +119,12 @@ def changed(run: TaskRun, record: StepRecord, what: EntryLabel) -> StepRecord:
             how,
         )
         return run.history[what.seq]
-    if policy == "rerun":
-        how += "; on_change='rerun' never sends a model call again"
+    if policy == "rerun" and not run.rerun_models:
+        how += "; on_change='rerun' sends a model call again only with rerun_models=True"
+    elif policy == "rerun":
+        how += (
+            "; a conversation's model call is never sent again (its reply is in the conversation)"
+        )
     run.poisoned = CodeChanged(
         task_id=run.task_id,
         seq=what.seq,

@@ -74,9 +74,9 @@ def dry_replay(engine: EngineConfig, record: TaskRecord) -> DryReplay:
         limits=engine.limits,
         offloader=engine.offloader,
         engine=engine,
-        on_change=task.on_change or engine.on_change,
         checking=True,
     )
+    run.on_change, run.rerun_models = engine.change_policy(task)
     ctx = engine.make_context(run)
     kwargs = run.decode(record.args, "task arguments")
     machine = _replay(task.fn, ctx, kwargs)

@@ -64,12 +64,20 @@ class EngineConfig:
     make_context: MakeContext
     # The app's policy for a changed entry; a task's own (TaskDef.on_change) wins.
     on_change: ChangePolicy = "fail"
+    # Whether on_change='rerun' may send a changed (and any later) ctx.llm_call again.
+    rerun_models: bool = False
     # The app's version, recorded on each task it enqueues (None: no version).
     version: str | None = None
 
     def registered(self, name: str, *, task_id: str | None = None) -> TaskDef[..., Any]:
         """The task function registered as ``name``, or a clear error."""
         return task_named(self.tasks, name, task_id)
+
+    def change_policy(self, task: TaskDef[..., Any]) -> tuple[ChangePolicy, bool]:
+        """``task``'s ``on_change`` policy and ``rerun_models``: its own, or the app's."""
+        policy = task.on_change or self.on_change
+        models = self.rerun_models if task.rerun_models is None else task.rerun_models
+        return policy, models
 
     def codec_named(self, name: str) -> Codec:
         """The codec a record was written with (``codec_named``)."""

@@ -115,8 +115,8 @@ def _prepare(engine: EngineConfig, record: TaskRecord) -> _Prepared:
         limits=engine.limits,
         offloader=engine.offloader,
         engine=engine,
-        on_change=task.on_change or engine.on_change,
     )
+    run.on_change, run.rerun_models = engine.change_policy(task)
     ctx = engine.make_context(run)
     kwargs = run.decode(record.args, "task arguments")
     retry = task.retry or engine.task_retry

@@ -244,6 +244,8 @@ class TaskRun:
     next_check: float = field(default_factory=time.monotonic)
     # What a replay does at an entry whose code changed (cairn.engine.changes).
     on_change: ChangePolicy = "fail"
+    # Whether ``rerun`` may send a changed (and any later) ``ctx.llm_call`` again.
+    rerun_models: bool = False
     # A dry replay (cairn check): nothing is called for a recorded position and
     # nothing is written; a position without a completed record stops it.
     checking: bool = False
@@ -358,14 +360,20 @@ class TaskRun:
             self.lost()
         self.history[record.seq] = record
 
-    def rerun_steps(self, seq: int) -> None:
-        """Mark every completed step from ``seq`` on to be run again (under the
-        fence, so a crash in the middle of the re-run still re-runs the rest);
-        operations, model calls and recorded inputs keep their records."""
-        if not self.store.rerun_steps(self.task_id, seq, self.fence):
+    def rerun_steps(self, seq: int, calls: Sequence[int] = ()) -> None:
+        """Mark every completed step from ``seq`` on, and the model calls at
+        ``calls``, to be run again (under the fence, so a crash in the middle of
+        the re-run still re-runs the rest); operations, other model calls and
+        recorded inputs keep their records."""
+        if not self.store.rerun_steps(self.task_id, seq, self.fence, calls):
             self.lost()
+        again = set(calls)
         for at, record in list(self.history.items()):
-            if at >= seq and record.kind == "step" and record.status == "completed":
+            if (
+                at >= seq
+                and record.status == "completed"
+                and (record.kind == "step" or at in again)
+            ):
                 self.history[at] = record._replace(status="retrying", run_attempts=0)
 
     def start_attempt(self, attempt: int, error: BaseException | None) -> None:

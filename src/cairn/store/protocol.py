@@ -227,10 +227,13 @@ class Store(Protocol):
         """Remove worker ``owner``'s row (it stopped)."""
         ...
 
-    def rerun_steps(self, task_id: str, from_seq: int, fence: int) -> bool:
-        """Mark the task's completed ``step`` entries at ``from_seq`` and after as
-        to be run again (``retrying``, no attempt spent in this task attempt), if
-        the fence holds; other kinds of entry are left as they are."""
+    def rerun_steps(
+        self, task_id: str, from_seq: int, fence: int, also: Sequence[int] = ()
+    ) -> bool:
+        """Mark the task's completed ``step`` entries at ``from_seq`` and after,
+        and its completed entries at the positions ``also``, as to be run again
+        (``retrying``, no attempt spent in this task attempt), if the fence
+        holds; other entries are left as they are."""
         ...
 
     def start_attempt(

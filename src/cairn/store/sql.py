@@ -188,9 +188,10 @@ FORGET_WORKER = "DELETE FROM workers WHERE owner = ?"
 
 # A changed step under on_change='rerun': it and every later completed step run
 # again; the fence is checked in the same statement.
+# {also} lists further positions (model calls re-sent under rerun_models).
 RERUN_STEPS = (
     "UPDATE steps SET status = 'retrying', run_attempts = 0, retry_at = NULL "
-    "WHERE task_id = ? AND seq >= ? AND kind = 'step' AND status = 'completed' "
+    "WHERE task_id = ? AND status = 'completed' AND ((seq >= ? AND kind = 'step'){also}) "
     f"AND {_FENCE}"
 )
 LOAD_HISTORY = f"SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?"

@@ -345,9 +345,13 @@ class SQLStore(SQLAdmin, SQLTransfer):
         with self._writing():
             self._exec(sql.FORGET_WORKER, (owner,))
 
-    def rerun_steps(self, task_id: str, from_seq: int, fence: int) -> bool:
+    def rerun_steps(
+        self, task_id: str, from_seq: int, fence: int, also: Sequence[int] = ()
+    ) -> bool:
+        positions = "".join(" OR seq = ?" for _ in also)
+        statement = sql.RERUN_STEPS.format(also=positions)
         with self._writing():
-            rerun = self._exec(sql.RERUN_STEPS, (task_id, from_seq, task_id, fence)).rowcount
+            rerun = self._exec(statement, (task_id, from_seq, *also, task_id, fence)).rowcount
         return rerun > 0
 
     def start_attempt(

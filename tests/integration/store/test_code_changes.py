@@ -316,8 +316,9 @@ def test_a_changed_system_prompt_stops_a_model_call_and_sends_nothing(
     first: Cairn, url: str, clock: FakeClock, policy: str
 ) -> None:
     """A model call recorded under one system text, replayed under another:
-    CodeChanged says the system text changed; even on_change='rerun' does not
-    send the request again (it says so). The server sees one request in all."""
+    CodeChanged says the system text changed; on_change='rerun' does not send
+    the request again without rerun_models (it says so). The server sees one
+    request in all."""
     calls: Counter[str] = Counter()
     with model_server(Scripted(["fine"])) as server:
         client = openai_client(server)
@@ -336,5 +337,32 @@ def test_a_changed_system_prompt_stops_a_model_call_and_sends_nothing(
     assert isinstance(cause, CodeChanged)
     assert "the system text changed" in str(cause)
     assert cause.recorded.startswith("model:tiny system:")
-    assert ("never sends a model call again" in str(cause)) == (policy == "rerun")
+    assert ("only with rerun_models=True" in str(cause)) == (policy == "rerun")
     assert calls["apply"] == 0
+
+
+def test_rerun_with_rerun_models_sends_a_changed_model_call_again(
+    first: Cairn, url: str, clock: FakeClock
+) -> None:
+    """Asked (rerun_models=True), rerun sends the changed ctx.llm_call again
+    with the new system text, records the new reply under the new fingerprint,
+    and the task goes on with it."""
+    calls: Counter[str] = Counter()
+    with model_server(Scripted(["fine", "strict"])) as server:
+        client = openai_client(server)
+        first.task(name="ask")(asking("Be brief.", calls, client))
+        set_fault_hook(first, crash_before("apply"))
+        with pytest.raises(Crash):
+            first.run(first.registered("ask"), task_id="ask-1")
+        first.close()
+        with Cairn(url) as reader:
+            old = reader.store.load_history("ask-1")
+        clock.advance(PAST_LEASE)
+        with second_process(url, clock, on_change="rerun", rerun_models=True) as other:
+            task = other.task(name="ask")(asking("Be thorough.", calls, client))
+            result = other.run(task, task_id="ask-1")
+            history = other.store.load_history("ask-1")
+        assert server.requests == 2
+    assert result == "strict"
+    assert history[1].fingerprint != old[1].fingerprint
+    assert calls["apply"] == 1
