@@ -5,7 +5,7 @@ current code (``cairn.engine.check``: nothing is called for a recorded
 position, nothing is written) and prices what a re-run from the first change
 would repeat: the model calls recorded at or after it, from their recorded
 usage and cost. ``versions_report`` counts unfinished tasks by the version they
-were enqueued under, and says which of them no live worker claims.
+started on (or, not started yet, were enqueued under), and says which of them no live worker claims.
 """
 
 from __future__ import annotations
@@ -101,13 +101,13 @@ ANY_VERSION = "*"
 
 def _claims(claims: list[str], version: str | None) -> bool:
     """Whether a worker claiming ``claims`` takes a task of ``version`` (a task
-    enqueued under no version is taken by every worker)."""
+    of no version is taken by every worker)."""
     return version is None or ANY_VERSION in claims or version in claims
 
 
 @dataclass(frozen=True, slots=True)
 class VersionLine:
-    """Unfinished tasks enqueued under one version, and whether a worker takes them."""
+    """Unfinished tasks of one version, and whether a worker takes them."""
 
     version: str | None
     counts: dict[str, int]

@@ -12,8 +12,9 @@ a second one hands them back at once (their fence moves, so this process can
 write nothing more for them) and exits. After SIGKILL, the leases expire and
 other workers take the tasks over; on the same host, at once.
 
-``versions`` limits a worker to the tasks enqueued under those app versions
-(and those enqueued under none, before versions existed): old tasks can finish
+``versions`` limits a worker to the tasks of those app versions (the version a
+task started on, or was enqueued under if it has not started; and tasks of
+none, from before versions existed): old tasks can finish
 on old code while new ones start on new code (docs/versions.md). Each worker
 writes the versions it claims into the store's ``workers`` table when it
 starts and every ``NOTE_EVERY`` seconds, and deletes its row when it stops.
@@ -88,7 +89,7 @@ class Worker:
         self.burst = burst
         self.report = WorkerReport()
         self._names = tuple(sorted(app.task_names()))
-        # Claim only tasks enqueued under these versions (or under none); None: any.
+        # Claim only tasks of these versions (or of none); None: any.
         self.versions = None if versions is None else tuple(versions)
         self._noted_at = float("-inf")
         self._engine: EngineConfig | None = None

@@ -30,7 +30,7 @@ RELEASED = {
         "47640a9a877925cb04764c7c792a3d808a19c7d827ca7904bb47b04c645fe54e"
     ),
     "sqlite/0003_fingerprints_and_versions.sql": (
-        "449a660cb211d55f6ff87088f6f56e9d31df323bdaa341f3321c10facd95b5a0"
+        "d7dd4d1e980b18d5cc02c1c88b7c091117e9fea723edbc61770db532dc4079cd"
     ),
 }
 

@@ -1,4 +1,5 @@
-"""``cairn versions``: the app versions tasks in flight were enqueued under,
+"""``cairn versions``: the app versions tasks in flight started on (or, not
+started yet, were enqueued under),
 and which of them no running worker will take."""
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def versions_command(
     seen_within: SeenWithinOption = "60s",
     as_json: JsonOption = False,
 ) -> None:
-    """Unfinished tasks by the version they were enqueued under, with how many
+    """Unfinished tasks by the version they started on (or were enqueued under), with how many
     running workers claim each; warns about tasks no running worker can take."""
     try:
         within = parse_duration(seen_within)
@@ -63,7 +64,7 @@ def versions_command(
 def _warning(version: str | None, tasks: int) -> str:
     if version is None:
         return (
-            f"warning: {tasks} task(s) enqueued under no version are unfinished and no "
+            f"warning: {tasks} task(s) of no version are unfinished and no "
             "worker is running (any worker takes them)"
         )
     return (

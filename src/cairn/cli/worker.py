@@ -66,7 +66,7 @@ VersionsOption = Annotated[
     typer.Option(
         "--versions",
         metavar="V1,V2",
-        help="Claim only tasks enqueued under these app versions (and those under none); "
+        help="Claim only tasks of these app versions (the one a task started on; and tasks of none); "
         "default: any. `current` stands for MODULE:APP's own version.",
     ),
 ]

@@ -101,6 +101,7 @@ def _take(
         now,
         owner_gone=reason in ("gone", "interrupted"),
         lapsed_before=now - engine.takeover_grace,
+        version=engine.version,
     )
     if claimed is None:
         return None
@@ -186,6 +187,7 @@ class Claimer:
             engine.clock.now(),
             names=self._names,
             versions=self._versions,
+            version=engine.version,
         )
         if claimed is not None:
             _hold(engine, claimed, sent_at)

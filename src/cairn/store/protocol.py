@@ -77,10 +77,12 @@ class Store(Protocol):
         *,
         names: Sequence[str] | None = None,
         versions: Sequence[str] | None = None,
+        version: str | None = None,
     ) -> TaskRecord | None:
         """Atomically take the oldest pending task of ``batch`` (or, with None, of
         any batch whose task is one of ``names``), or None. With ``versions``,
-        only a task enqueued under one of them (or under no version)."""
+        only a task of one of them (or of no version). A task taken for the
+        first time records ``version``, the claimer's (None: left as it is)."""
         ...
 
     def wait_for_work(self, timeout: float) -> bool:
@@ -98,13 +100,15 @@ class Store(Protocol):
         *,
         owner_gone: bool = False,
         lapsed_before: datetime | None = None,
+        version: str | None = None,
     ) -> TaskRecord | None:
         """Take ``task_id`` if its fence still equals ``expected_fence``
         (compare-and-set) and it is pending, or waiting with its wake-up time
         passed, or running and either ``owner_gone`` (the caller knows its owner
         no longer runs) or its lease expired before ``lapsed_before``. The lease
         is checked in the same statement, so a renewal that lands first wins.
-        None if the task was not taken."""
+        A task taken for the first time records ``version``, the claimer's app
+        version (None: left as it is). None if the task was not taken."""
         ...
 
     def expired_running(

@@ -42,7 +42,7 @@ class NewTask:
     batch: str | None = None
     item_key: str | None = None
     parent_id: str | None = None
-    # The app version it is enqueued under (None: any worker may run it).
+    # The app version it is enqueued under; its first claim records the claimer's.
     version: str | None = None
 
 

@@ -64,11 +64,14 @@ def candidates(
     return f"{where} AND (version IS NULL{ors})", [*params, *versions]
 
 
-# Taking over a task that was still running counts as an interruption.
+# Taking over a task that was still running counts as an interruption. The
+# first claim records the claimer's app version (the last ?; NULL keeps the
+# enqueuer's): a task's version is the one it started on (docs/versions.md).
 CLAIM_SET = (
     "interruptions = interruptions + CASE WHEN status = 'running' THEN 1 ELSE 0 END, "
     "status = 'running', owner = ?, lease_expires_at = ?, fence = fence + 1, "
-    "started_at = COALESCE(started_at, ?), updated_at = ?, wake_at = NULL"
+    "started_at = COALESCE(started_at, ?), updated_at = ?, wake_at = NULL, "
+    "version = CASE WHEN started_at IS NULL THEN COALESCE(?, version) ELSE version END"
 )
 # {filter} picks the candidates (one batch, or any batch of some task names);
 # {lock} is where a backend that can adds FOR UPDATE SKIP LOCKED.

@@ -116,8 +116,11 @@ class SQLStore(SQLAdmin, SQLTransfer):
         *,
         names: Sequence[str] | None = None,
         versions: Sequence[str] | None = None,
+        version: str | None = None,
     ) -> TaskRecord | None:
-        claims = self.claim_statements(batch, names, owner, lease_until, now, versions=versions)
+        claims = self.claim_statements(
+            batch, names, owner, lease_until, now, versions=versions, version=version
+        )
         for claim in claims:
             if self.look_before_writing:
                 probe, probe_params = claim.probe
@@ -138,12 +141,13 @@ class SQLStore(SQLAdmin, SQLTransfer):
         now: datetime,
         *,
         versions: Sequence[str] | None = None,
+        version: str | None = None,
     ) -> list[ClaimStatement]:
         """The statements ``claim_next_pending`` tries, in order, with their
         parameters: the oldest pending task, then a waiting task whose timeout
         has come. (The claim-plan tests explain exactly these.)"""
         stamp = self._ts(now)
-        claim_set = [owner, self._ts(lease_until), stamp, stamp]
+        claim_set = [owner, self._ts(lease_until), stamp, stamp, version]
         where, filter_params = sql.candidates(batch, names, versions)
         index = self._pending_index(batch)
         lock = self.claim_lock_clause
@@ -168,6 +172,7 @@ class SQLStore(SQLAdmin, SQLTransfer):
         *,
         owner_gone: bool = False,
         lapsed_before: datetime | None = None,
+        version: str | None = None,
     ) -> TaskRecord | None:
         stamp = self._ts(now)
         lapsed = None if lapsed_before is None else self._ts(lapsed_before)
@@ -176,6 +181,7 @@ class SQLStore(SQLAdmin, SQLTransfer):
             self._ts(lease_until),
             stamp,
             stamp,
+            version,
             task_id,
             expected_fence,
             int(owner_gone),

@@ -16,7 +16,9 @@ from typer.testing import CliRunner
 from cairn import Cairn, Context
 from cairn.cli import app as cli_app
 from cairn.store import admin
+from cairn.testing import set_fault_hook
 from cairn.worker import Worker
+from tests.crashes import Crash, crash_before
 from tests.crashes import url as url  # a fixture: pytest finds it by this name
 
 
@@ -140,3 +142,23 @@ def test_cairn_worker_versions_current_claims_the_apps_own_version_only(
     with Cairn(url) as app:
         statuses = {t.id: t.status for t in admin(app.store).list_tasks()}
     assert statuses == {"mine/n=1": "completed", "other/n=2": "pending"}
+
+
+def test_a_task_records_the_version_it_started_on_not_only_the_enqueuers(url: str) -> None:
+    """Enqueued by a v1 app, started by a v2 app that claims any version: the
+    task's version becomes v2 (the code that started it), and stays v2 when a
+    later claim (here by the v1 app, after the task was handed back) resumes it."""
+    ran: Counter[str] = Counter()
+    with versioned_app(url, "v1", ran, []) as old, versioned_app(url, "v2", ran, []) as new:
+        old.enqueue("b", old.registered("review"), [{"n": 1}])
+        assert old.store.get_task("b/n=1").version == "v1"  # type: ignore[union-attr]
+        set_fault_hook(new, crash_before("reviewed"))
+        with pytest.raises(Crash):
+            new.run(new.registered("review"), task_id="b/n=1", n=1)
+        started = new.store.get_task("b/n=1")
+        assert started is not None
+        assert started.version == "v2"
+        assert new.store.release_task("b/n=1", started.fence, datetime.now(UTC))
+        assert old.run(old.registered("review"), task_id="b/n=1", n=1) == "v1:1"
+        assert old.store.get_task("b/n=1").version == "v2"  # type: ignore[union-attr]
+    assert ran == Counter({"v2 ran b/n=1": 1, "v1 ran b/n=1": 1})

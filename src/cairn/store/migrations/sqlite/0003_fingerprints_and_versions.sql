@@ -10,8 +10,8 @@ ALTER TABLE steps ADD COLUMN fingerprint TEXT;
 -- result anyway: the fingerprint of the code that kept it (`cairn show` says so).
 ALTER TABLE steps ADD COLUMN kept TEXT;
 
--- The app version the task was enqueued under; NULL (before this migration, or
--- an app without one): any worker may run it.
+-- The app version the task started on (until it starts: the enqueuer's); NULL
+-- (before this migration, or an app without one): any worker may run it.
 ALTER TABLE tasks ADD COLUMN version TEXT;
 
 -- One row per worker process, written when it starts and at each heartbeat:
