@@ -66,8 +66,8 @@ VersionsOption = Annotated[
     typer.Option(
         "--versions",
         metavar="V1,V2",
-        help="Claim only tasks of these app versions (the one a task started on; and tasks of none); "
-        "default: any. `current` stands for MODULE:APP's own version.",
+        help="Claim only tasks of these app versions (the one a task started on), and "
+        "tasks of none; default: any. `current` stands for MODULE:APP's own version.",
     ),
 ]
 WatchOption = Annotated[
