@@ -21,6 +21,7 @@ from cairn.agent import user
 from cairn.cli import app as cli_app
 from cairn.clock import FakeClock
 from cairn.testing import set_fault_hook
+from cairn.versions import check_app
 from tests.agent_server import Scripted, model_server, openai_client
 from tests.crashes import LEASE, PAST_LEASE, Crash, crash_before, second_process
 from tests.crashes import url as url  # a fixture: pytest finds it by this name
@@ -366,3 +367,52 @@ def test_rerun_with_rerun_models_sends_a_changed_model_call_again(
     assert result == "strict"
     assert history[1].fingerprint != old[1].fingerprint
     assert calls["apply"] == 1
+
+
+async def old_async_analyze() -> str:
+    return "verdict: fine"
+
+
+async def new_async_analyze() -> str:
+    return "verdict: strict"
+
+
+def test_check_app_replays_an_async_task_without_calling_it(
+    first: Cairn, url: str, clock: FakeClock
+) -> None:
+    """An async task stopped after its changed step: check_app (what `cairn
+    check` runs) reports it changed at that step and calls no step function;
+    with the old code it is compatible."""
+    calls: Counter[str] = Counter()
+
+    def build(app: Cairn, analyze: Callable[[], Any]) -> None:
+        async def counted() -> str:
+            calls["analyze"] += 1
+            return str(await analyze())
+
+        counted.__wrapped__ = analyze  # type: ignore[attr-defined]
+
+        @app.task(name="areview")
+        async def areview(ctx: Context) -> str:
+            verdict = await ctx.step("analyze", counted)
+            return str(await ctx.step("apply", counted_apply, verdict))
+
+        async def counted_apply(verdict: str) -> str:
+            calls["apply"] += 1
+            return verdict
+
+    build(first, old_async_analyze)
+    set_fault_hook(first, crash_before("apply"))
+    with pytest.raises(Crash):
+        first.run(first.registered("areview"), task_id="async-1")
+    first.close()
+    calls.clear()
+    with Cairn(url, clock=clock) as same, Cairn(url, clock=clock) as changed_app:
+        build(same, old_async_analyze)
+        build(changed_app, new_async_analyze)
+        (unchanged,) = check_app(same)
+        (changed,) = check_app(changed_app)
+    assert unchanged.ok
+    assert (changed.replay.verdict, changed.replay.seq) == ("changed", 1)
+    assert "step 'analyze'" in changed.replay.label
+    assert calls == Counter()
