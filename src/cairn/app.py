@@ -25,7 +25,7 @@ from cairn.context import Context
 from cairn.engine import batch as _batch
 from cairn.engine.batch import BatchReport
 from cairn.engine.claim import claim_task
-from cairn.engine.config import EngineConfig, codec_named, task_named
+from cairn.engine.config import ChangePolicy, EngineConfig, codec_named, task_named
 from cairn.engine.execute import Outcome, aexecute, execute
 from cairn.engine.leases import LeaseKeeper
 from cairn.engine.observer import Observer, no_observer
@@ -51,7 +51,7 @@ from cairn.signals import send_signal
 from cairn.store import DEFAULT_URL, Store, open_store
 from cairn.store.records import NewTask, TaskRecord
 from cairn.store.sqlite import Synchronous
-from cairn.task import TaskDef, item_key, step
+from cairn.task import TaskDef, checked_policy, derived_version, item_key, step
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -79,6 +79,9 @@ class Cairn:
         blobs: str | BlobStore | None = None,
         inline_limit: int = DEFAULT_INLINE_LIMIT,
         limits: Mapping[str, Limit] | None = None,
+        on_change: ChangePolicy = "fail",
+        rerun_models: bool = False,
+        version: str | None = None,
     ) -> None:
         self._store_arg = store
         self._synchronous = synchronous
@@ -104,6 +107,11 @@ class Cairn:
         self._offloading: dict[str, Codec] = {}
         # Shared limits steps may name (limit=): held across every process on the store.
         self.limits: Mapping[str, Limit] = checked_limits(limits)
+        # What a replay does at a step whose code changed (docs/versions.md).
+        self.on_change: ChangePolicy = checked_policy(on_change, "Cairn") or "fail"
+        # Whether on_change='rerun' may send a ctx.llm_call again (it costs money).
+        self.rerun_models = rerun_models
+        self._version = None if version is None else check_name("version", version)
 
     # -- the store -----------------------------------------------------------------
     @property
@@ -171,6 +179,12 @@ class Cairn:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def version(self) -> str:
+        """The version each task this app enqueues records: the one given, or
+        one derived from its task functions' code (``derived_version``)."""
+        return self._version or derived_version(self._tasks)
+
     # -- registering ---------------------------------------------------------------
     @overload
     def task(self, fn: Callable[Concatenate[Context, P], R]) -> TaskDef[P, R]: ...
@@ -182,6 +196,8 @@ class Cairn:
         name: str | None = None,
         retry: Retry | None = None,
         max_duration: float | timedelta | None = None,
+        on_change: ChangePolicy | None = None,
+        rerun_models: bool | None = None,
     ) -> Callable[[Callable[Concatenate[Context, P], R]], TaskDef[P, R]]: ...
 
     def task(
@@ -191,17 +207,30 @@ class Cairn:
         name: str | None = None,
         retry: Retry | None = None,
         max_duration: float | timedelta | None = None,
+        on_change: ChangePolicy | None = None,
+        rerun_models: bool | None = None,
     ) -> Any:
         """Register a task function. Its name (default: the function's name) is
         what the store records, so keep it stable across deploys.
 
         ``max_duration`` (seconds or a timedelta, counted from the task's first
         start): past it, the task stops at its next step boundary and fails with
-        ``TimeLimitExceeded``, which no retry policy retries."""
+        ``TimeLimitExceeded``, which no retry policy retries. ``on_change``
+        overrides the app's policy for a step whose code changed while the task
+        was in flight, ``rerun_models`` whether ``rerun`` may send a
+        ``ctx.llm_call`` again (docs/versions.md)."""
         limit = _positive_seconds(max_duration, "max_duration")
+        policy = checked_policy(on_change, f"task {name or getattr(fn, '__name__', '')!r}")
 
         def register(func: Callable[..., Any]) -> TaskDef[..., Any]:
-            task_def = TaskDef(name=name or func.__name__, fn=func, retry=retry, max_duration=limit)
+            task_def = TaskDef(
+                name=name or func.__name__,
+                fn=func,
+                retry=retry,
+                max_duration=limit,
+                on_change=policy,
+                rerun_models=rerun_models,
+            )
             check_name("task name", task_def.name)
             existing = self._tasks.get(task_def.name)
             if existing is not None and existing.fn is not func:
@@ -239,6 +268,9 @@ class Cairn:
             fault_hook=self.fault_hook,
             make_context=self._context_for,
             observer=self.observer,
+            on_change=self.on_change,
+            rerun_models=self.rerun_models,
+            version=self.version,
         )
 
     def _context_for(self, run: TaskRun) -> Context:
@@ -382,7 +414,8 @@ class Cairn:
         # A task_id given as "" is refused, not replaced by the default.
         check_name("task id", task_id if task_id is not None else tid)
         now = self.clock.now()
-        engine.store.create_task(NewTask(tid, task_def.name, args, self.codec.name), now)
+        new = NewTask(tid, task_def.name, args, self.codec.name, version=engine.version)
+        engine.store.create_task(new, now)
         record = engine.store.get_task(tid)
         assert record is not None  # just created or already there
         if record.name != task_def.name or not engine.same_arguments(record, args):
@@ -566,12 +599,13 @@ class Cairn:
                 f"batch {batch!r} runs task {existing!r}, not {task_def.name!r}. Use "
                 "another batch name."
             )
+        version = self.version
 
         def new_task(item: Mapping[str, Any]) -> NewTask:
             args = task_def.encode_arguments(self.codec, item)
             ikey = key(item) if key is not None else item_key(item)
             tid = check_name("task id", f"{batch}/{ikey}")
-            return NewTask(tid, task_def.name, args, self.codec.name, batch, ikey)
+            return NewTask(tid, task_def.name, args, self.codec.name, batch, ikey, version=version)
 
         now = self.clock.now()
         tasks: Iterable[NewTask]

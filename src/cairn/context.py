@@ -22,6 +22,7 @@ from cairn.engine import fanout as _fanout
 from cairn.engine.children import ChildTask, join_machine, spawn
 from cairn.engine.config import EngineConfig
 from cairn.engine.once import OncePolicy, OnDoubt, Reconcile, once_machine
+from cairn.engine.patches import patched
 from cairn.engine.run import TaskRun, adrive, current, drive, in_event_loop
 from cairn.engine.steps import sleep_machine, step_machine
 from cairn.engine.waits import Signal, seconds_of, wait_for
@@ -329,6 +330,21 @@ class Context:
         if self._run.engine is None:
             raise RuntimeError(f"ctx.{what} needs a context made by a Cairn app")
         return self._run.engine
+
+    # -- rolling out a change to tasks in flight -------------------------------------
+    def patched(self, name: str) -> bool:
+        """Whether this task runs the new code of the fix ``name`` here: True for
+        a task that reaches this point on code that has the patch (the answer is
+        recorded, so it holds across crashes), False for one whose recorded
+        history had already gone past this point. Branch on it::
+
+            if ctx.patched("stricter-parser"):
+                verdict = ctx.step("parse-v2", parse_v2, raw)
+            else:
+                verdict = ctx.step("parse", parse, raw)
+
+        (docs/versions.md)."""
+        return patched(self._run, name)
 
     # -- durable sleep ---------------------------------------------------------------
     def sleep(self, seconds: float) -> None:

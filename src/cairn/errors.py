@@ -202,6 +202,32 @@ class AgentDefinitionChanged(NonDeterminismError):
         self.changes = changes
 
 
+class CodeChanged(NonDeterminismError):
+    """On replay, the entry at a recorded position keeps its name but what
+    produced it changed (a step's code; a model call's model, system text or
+    tools), and the task's ``on_change`` policy is ``fail``. Nothing is
+    overwritten. ``recorded`` and ``current`` are the two fingerprints."""
+
+    def __init__(
+        self, *, task_id: str, seq: int, label: str, recorded: str, current: str, changed: str
+    ) -> None:
+        CairnError.__init__(
+            self,
+            f"task {task_id!r}: {label} changed since it was recorded ({changed}; "
+            f"recorded {recorded!r}, now {current!r}). Its recorded result would be "
+            "replayed for code that no longer produces it, so the task stops here "
+            "(on_change='fail'). Choose what in-flight tasks do: on_change='rerun' runs "
+            "it again from here, on_change='keep' replays the recorded result, or "
+            "branch on ctx.patched(...) in the task (docs/versions.md). "
+            "`cairn check` lists every task this change reaches. Nothing was overwritten.",
+        )
+        self.task_id = task_id
+        self.seq = seq
+        self.recorded = recorded
+        self.current = current
+        self.changed = changed
+
+
 class ChildFailed(TaskFailed):
     """A child task given to ``ctx.join`` ended failed or cancelled. Never
     retried by the parent's policy: the child's end is final until an operator

@@ -245,6 +245,7 @@ def _firing(app: Cairn, schedule: Schedule, fired_at: datetime) -> NewTask:
         app.codec.name,
         schedule.batch,
         _stamp(fired_at),
+        version=app.version,
     )
 
 

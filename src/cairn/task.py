@@ -12,7 +12,9 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from cairn.codec import Codec, JsonCodec
 from cairn.context import Context, current_context
-from cairn.errors import CodecError, TaskArgumentsError
+from cairn.engine.config import CHANGE_POLICIES, ChangePolicy
+from cairn.engine.steps import fingerprint_of
+from cairn.errors import CodecError, ConfigurationError, TaskArgumentsError
 from cairn.names import check_name
 from cairn.retry import Retry
 
@@ -34,6 +36,11 @@ class TaskDef(Generic[P, R]):
     # Seconds from the task's first start after which it stops at its next step
     # boundary and fails (TimeLimitExceeded); None for no limit.
     max_duration: float | None = None
+    # What a replay does at an entry whose code changed (docs/versions.md);
+    # None: the app's policy.
+    on_change: ChangePolicy | None = None
+    # Whether on_change='rerun' may send ctx.llm_call again; None: the app's.
+    rerun_models: bool | None = None
 
     @property
     def is_async(self) -> bool:
@@ -64,6 +71,28 @@ class TaskDef(Generic[P, R]):
             raise TaskArgumentsError(
                 f"task {self.name!r}: its arguments cannot be recorded: {exc}"
             ) from exc
+
+
+def checked_policy(value: str | None, where: str) -> ChangePolicy | None:
+    """``value`` as an ``on_change`` policy, or a clear error."""
+    if value is None:
+        return None
+    for policy in CHANGE_POLICIES:
+        if value == policy:
+            return policy
+    raise ConfigurationError(
+        f"{where}: on_change={value!r} is not a policy; use one of "
+        f"{', '.join(repr(p) for p in CHANGE_POLICIES)} (docs/versions.md)"
+    )
+
+
+def derived_version(tasks: Mapping[str, TaskDef[..., Any]]) -> str:
+    """An app version made from its task functions' code: ``code-`` and a hash
+    of each registered name with its function's fingerprint. It covers the task
+    functions themselves, not the functions they call; give ``version=`` to
+    name versions yourself."""
+    parts = sorted(f"{name}={fingerprint_of(task.fn)}" for name, task in tasks.items())
+    return "code-" + hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12]
 
 
 def item_key(kwargs: Mapping[str, Any]) -> str:

@@ -12,6 +12,13 @@ a second one hands them back at once (their fence moves, so this process can
 write nothing more for them) and exits. After SIGKILL, the leases expire and
 other workers take the tasks over; on the same host, at once.
 
+``versions`` limits a worker to the tasks of those app versions (the version a
+task started on, or was enqueued under if it has not started; and tasks of
+none, from before versions existed): old tasks can finish
+on old code while new ones start on new code (docs/versions.md). Each worker
+writes the versions it claims into the store's ``workers`` table when it
+starts and every ``NOTE_EVERY`` seconds, and deletes its row when it stops.
+
 A worker also ticks its app's schedules (``cairn.schedule``): each firing is
 created once however many workers tick, and idle threads wake for it.
 """
@@ -19,9 +26,12 @@ created once however many workers tick, and idle threads wake for it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
 import signal
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import TYPE_CHECKING, Literal
@@ -29,6 +39,7 @@ from typing import TYPE_CHECKING, Literal
 from cairn.engine.claim import WAIT, Claimer
 from cairn.engine.config import EngineConfig
 from cairn.engine.execute import Outcome, aexecute, execute
+from cairn.errors import StoreError
 from cairn.schedule import Scheduler
 from cairn.store.postgres import redacted
 from cairn.store.records import TaskRecord
@@ -37,6 +48,9 @@ if TYPE_CHECKING:
     from cairn.app import Cairn
 
 log = logging.getLogger("cairn")
+
+# Seconds between two writes of a worker's row (the versions it claims).
+NOTE_EVERY = 10.0
 
 
 @dataclass
@@ -63,15 +77,21 @@ class Worker:
         concurrency: int = 4,
         idle_wait: float = 5.0,
         burst: bool = False,
+        versions: Sequence[str] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
+        if versions is not None and not versions:
+            raise ValueError("versions is empty: give at least one version, or None for any")
         self.app = app
         self.concurrency = concurrency
         self.idle_wait = idle_wait
         self.burst = burst
         self.report = WorkerReport()
         self._names = tuple(sorted(app.task_names()))
+        # Claim only tasks of these versions (or of none); None: any.
+        self.versions = None if versions is None else tuple(versions)
+        self._noted_at = float("-inf")
         self._engine: EngineConfig | None = None
         self._claimer: Claimer | None = None
         self._stopping = threading.Event()
@@ -149,6 +169,33 @@ class Worker:
         # Firings due now exist before the threads look for work (so a burst
         # worker runs them too).
         self._tick_schedules()
+        self._note_versions()
+        try:
+            self._run_threads()
+        finally:
+            self._forget_versions()
+        if self._errors:
+            raise self._errors[0]
+        return self.report
+
+    def _note_versions(self) -> None:
+        """Write this worker's row (the versions it claims) now and then, so
+        ``cairn versions`` knows which tasks some live worker will take."""
+        now = self.app.clock.monotonic()
+        if now - self._noted_at < NOTE_EVERY:
+            return
+        self._noted_at = now
+        claims = json.dumps(list(self.versions) if self.versions is not None else ["*"])
+        try:
+            self.app.store.note_worker(self.app.owner, claims, self.app.clock.now())
+        except StoreError:
+            log.warning("cairn worker: could not note its versions in the store", exc_info=True)
+
+    def _forget_versions(self) -> None:
+        with contextlib.suppress(StoreError):
+            self.app.store.forget_worker(self.app.owner)
+
+    def _run_threads(self) -> None:
         threads = [
             threading.Thread(target=self._loop, name=f"cairn-worker-{i}", daemon=True)
             for i in range(self.concurrency)
@@ -167,9 +214,7 @@ class Worker:
             if self.app.store.wait_for_work(min(self.idle_wait, 1.0)):
                 self._wake.set()
             self._tick_schedules()
-        if self._errors:
-            raise self._errors[0]
-        return self.report
+            self._note_versions()
 
     def _tick_schedules(self) -> None:
         if not self.app.schedules():
@@ -216,7 +261,7 @@ class Worker:
     def _claim_next(self) -> TaskRecord | Literal["wait"] | None:
         with self._lock:
             if self._claimer is None:
-                self._claimer = Claimer(self.engine, None, self._names)
+                self._claimer = Claimer(self.engine, None, self._names, self.versions)
             claimer = self._claimer
         return claimer.next()
 

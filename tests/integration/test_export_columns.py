@@ -57,8 +57,8 @@ def fill(store: SQLStore) -> dict[str, list[Any]]:
     messages written, as records."""
     store.enqueue(
         [
-            NewTask(PARENT, "report", '{"n":1}', "json", BATCH, "n=1", parent_id="other/root"),
-            NewTask(CHILD, "report", '{"n":2}', "json", BATCH, "n=2", parent_id=PARENT),
+            NewTask(PARENT, "report", '{"n":1}', "json", BATCH, "n=1", "other/root", version="v1"),
+            NewTask(CHILD, "report", '{"n":2}', "json", BATCH, "n=2", PARENT, version="v1"),
         ],
         at(0),
     )
@@ -84,6 +84,8 @@ def fill(store: SQLStore) -> dict[str, list[Any]]:
             started_at=at(2),
             finished_at=at(3),
             deferred=7.25,
+            fingerprint="code:0123456789abcdef",
+            kept="code:fedcba9876543210",
         )
         assert store.record_step(step, fence, first=True)
         steps.append(step)

@@ -22,6 +22,7 @@ import pytest
 
 from cairn import Cairn, Context
 from cairn.store.migrate import latest_version, migrations
+from cairn.versions import check_app
 from tests.conftest import postgres_admin_url, with_database
 from tests.fixtures.schema_1.make import (
     OPERATION,
@@ -60,11 +61,20 @@ def _check_upgraded_and_resumed(url: str) -> None:
     calls: list[str] = []
     app, resume = _resume_app(url, calls)
     with app:
+        # Schema 3: the step recorded before fingerprints has none; `cairn
+        # check` takes it as compatible, and says it could not compare it.
+        (checked,) = check_app(app)
+        assert checked.ok
+        assert checked.replay.unprinted == 1
         report = app.run_batch("old", resume, [], progress=False)  # type: ignore[arg-type]
         assert report.completed == 1, report
         assert app.store.get_task(TASK).result == "31"  # type: ignore[union-attr]
+        history = app.store.load_history(TASK)
     # The step recorded before the upgrade was replayed, not run again.
     assert calls == ["second"]
+    steps = {record.name: record for record in history.values()}
+    assert steps["first"].fingerprint is None
+    assert (steps["second"].fingerprint or "").startswith("code:")
 
 
 def test_a_sqlite_store_of_schema_1_is_upgraded_and_its_task_resumes(tmp_path: Path) -> None:
@@ -83,6 +93,9 @@ def test_a_sqlite_store_of_schema_1_is_upgraded_and_its_task_resumes(tmp_path: P
         assert {"tasks_pending", "tasks_running_by_lease", "tasks_by_owner"} <= indexes
         columns = {row[1] for row in conn.execute("PRAGMA table_info(operations)")}
         assert {"late_result", "late_at"} <= columns
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(steps)")}
+        assert {"fingerprint", "kept"} <= columns
+        assert "workers" in {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
     finally:
         conn.close()
 

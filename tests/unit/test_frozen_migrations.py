@@ -22,9 +22,15 @@ RELEASED = {
     "postgres/0002_claims_and_late_outcomes.sql": (
         "2bbf972faeb6082bf4d7edecb385eca415caa602db0448e7ee7b15e754c4ebf1"
     ),
+    "postgres/0003_fingerprints_and_versions.sql": (
+        "517422bfc0a128cbf8006fc5bb0010775ce4dc332a80d5ccfc207a34ee8484ac"
+    ),
     "sqlite/0001_initial.sql": ("349d82616b1eb61253e11592a348213d2e256fe6e5d4e5626d4c7a3b9fe8a862"),
     "sqlite/0002_claims_and_late_outcomes.sql": (
         "47640a9a877925cb04764c7c792a3d808a19c7d827ca7904bb47b04c645fe54e"
+    ),
+    "sqlite/0003_fingerprints_and_versions.sql": (
+        "d7dd4d1e980b18d5cc02c1c88b7c091117e9fea723edbc61770db532dc4079cd"
     ),
 }
 
@@ -45,10 +51,10 @@ def test_a_released_migration_is_never_edited(name: str) -> None:
 
 @pytest.mark.parametrize("backend", ["postgres", "sqlite"])
 def test_every_backend_has_its_first_migrations_released(backend: str) -> None:
-    """The table lists, for each backend, the migrations numbered 1 and 2 that
+    """The table lists, for each backend, the migrations numbered 1 to 3 that
     the schema-1 fixture and the upgrade tests are built on, so neither backend's
     files can drop out of the check."""
     released = sorted(name.split("/")[1][:4] for name in RELEASED if name.startswith(backend))
-    assert released == ["0001", "0002"]
+    assert released == ["0001", "0002", "0003"]
     files = sorted(p.name[:4] for p in (MIGRATIONS / backend).glob("*.sql"))
     assert files[: len(released)] == released

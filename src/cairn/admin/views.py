@@ -124,6 +124,10 @@ class StepView:
     task_attempt: int = 0
     run_attempts: int = 0
     retry_at: datetime | None = None
+    # What produced it (docs/versions.md), and, if on_change='keep' replayed it
+    # across a code change, the fingerprint of the code that kept it.
+    fingerprint: str | None = None
+    kept: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +181,8 @@ def _steps(steps: list[StepRecord], codec: str, children: list[str]) -> list[Ste
                 step.task_attempt,
                 step.run_attempts,
                 step.retry_at,
+                step.fingerprint,
+                step.kept,
             )
         )
     return views

@@ -140,6 +140,13 @@ class Conversation:
         return self._window.messages()
 
     @property
+    def system_prompt(self) -> Any:
+        """The system prompt's content (None without one): part of what
+        produced each model call's entry (``cairn.agent.llm.model_fingerprint``)."""
+        row = self._window.system
+        return None if row is None else row.message.get("content")
+
+    @property
     def restored(self) -> list[Message]:
         """The active context as the store held it when this conversation was
         opened: after a crash, what the agent had when it stopped."""

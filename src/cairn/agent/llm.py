@@ -21,6 +21,8 @@ conversation's summarizer) is async, as ``ctx.step`` does for async functions.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +44,23 @@ if TYPE_CHECKING:
     from cairn.engine.run import TaskRun
 
 Tools = Sequence[Mapping[str, Any]] | None
+
+
+def model_fingerprint(model: str, system: Any, tools: Tools) -> str:
+    """What produced a model call's entry: the model, and hashes of the system
+    text and the tool schemas (docs/versions.md). The conversation and the user
+    messages are the call's input, not its code: they are not in it."""
+
+    def digest(value: Any) -> str:
+        text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    name = "_".join(str(model).split()) or "-"
+    return f"model:{name} system:{digest(system)} tools:{digest(list(tools or []))}"
+
+
+def _system_of(messages: Sequence[Mapping[str, Any]]) -> list[Any]:
+    return [m.get("content") for m in messages if m.get("role") in ("system", "developer")]
 
 
 def _provider(client: Any) -> Provider:
@@ -134,6 +153,7 @@ def _conversation_call(
         (),
         {},
         retry,
+        fingerprint=model_fingerprint(model, conv.system_prompt, tools),
     )
     row = conv.row_at(int(outcome["idx"]))
     if row.idx != conv.position or row.role != "assistant":
@@ -197,12 +217,17 @@ def llm_call(
 
     send = _sender(provider, prepare, finish, model, tools, params)
     run: TaskRun = ctx._run
-    machine = _single_call(run, name, send, retry or ctx._default_step_retry)
+    printed = model_fingerprint(model, _system_of(request), tools)
+    machine = _single_call(run, name, send, retry or ctx._default_step_retry, printed)
     if provider.is_async:
         return adrive(machine, run.clock)
     return drive(machine, run.clock)
 
 
-def _single_call(run: TaskRun, name: str, send: Callable[[], Any], retry: Retry) -> Machine[Reply]:
-    outcome = yield from step_machine(run, "llm", name, send, (), {}, retry)
+def _single_call(
+    run: TaskRun, name: str, send: Callable[[], Any], retry: Retry, fingerprint: str
+) -> Machine[Reply]:
+    outcome = yield from step_machine(
+        run, "llm", name, send, (), {}, retry, fingerprint=fingerprint
+    )
     return Reply.from_record(outcome["message"], outcome)

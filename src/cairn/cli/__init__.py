@@ -16,6 +16,7 @@ from .backup import backup_command
 from .batches import batches_command
 from .cancel import cancel_command
 from .chaos import chaos_command
+from .check import check_command
 from .conversation import conversation_command
 from .cost import cost_command
 from .demo import demo_command
@@ -32,6 +33,7 @@ from .show import show_command
 from .signal import signal_command
 from .tasks import tasks_command
 from .ui import ui_command
+from .versions import versions_command
 from .watch import watch_command
 from .worker import migrate_command, worker_command
 
@@ -53,6 +55,8 @@ app = typer.Typer(
 app.command("batches")(batches_command)
 app.command("tasks")(tasks_command)
 app.command("show")(show_command)
+app.command("check")(check_command)
+app.command("versions")(versions_command)
 app.command("retry")(retry_command)
 app.command("cancel")(cancel_command)
 app.command("signal")(signal_command)

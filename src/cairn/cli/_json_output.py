@@ -54,6 +54,7 @@ def task_dict(task: TaskRecord) -> dict[str, Any]:
         "error": parse_error(task.error),
         "wake_at": iso_time(task.wake_at),
         "parent_id": task.parent_id,
+        "version": task.version,
     }
 
 
@@ -96,6 +97,8 @@ def step_dict(step: StepView) -> dict[str, Any]:
         "retry_at": iso_time(step.retry_at),
         "error": None if step.error is None else asdict(step.error),
         "child_task_id": step.child_task_id,
+        "fingerprint": step.fingerprint,
+        "kept": step.kept,
     }
 
 

@@ -144,10 +144,25 @@ def _print_timeline(console: Console, steps: list[StepView]) -> None:
             str(step.seq),
             step.kind,
             name,
-            status_text(step.status),
+            _status(step),
             str(step.attempts),
             short_time(step.started_at),
             milliseconds(seconds_between(step.started_at, step.finished_at)),
             Text(view_error_line(step.error), style="red"),
         )
     table.print()
+    for step in steps:
+        if step.kept is not None:
+            console.print(
+                f"position {step.seq}: {step.name!r} was kept: its code changed since it was "
+                f"recorded ({step.fingerprint} -> {step.kept}) and on_change='keep' replayed "
+                "the recorded result (docs/versions.md)"
+            )
+
+
+def _status(step: StepView) -> Text:
+    """The entry's status, marked when ``keep`` replayed it across a code change."""
+    shown = status_text(step.status)
+    if step.kept is not None:
+        shown.append(" (kept)", style="yellow")
+    return shown

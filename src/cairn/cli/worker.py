@@ -62,6 +62,15 @@ AppStoreOption = Annotated[
         help="Override the app's store (default: the app's own).",
     ),
 ]
+VersionsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--versions",
+        metavar="V1,V2",
+        help="Claim only tasks of these app versions (the one a task started on), and "
+        "tasks of none; default: any. `current` stands for MODULE:APP's own version.",
+    ),
+]
 WatchOption = Annotated[
     bool,
     typer.Option("--watch", help="Also watch for stalled tasks (as `cairn watch` does)."),
@@ -106,6 +115,7 @@ def worker_command(
     log_format: LogFormatOption = "text",
     otlp: OtlpOption = None,
     service: ServiceOption = None,
+    versions: VersionsOption = None,
 ) -> None:
     """Claim and run tasks of any batch whose function MODULE:APP registers.
 
@@ -119,7 +129,10 @@ def worker_command(
     watcher = _start_watcher(app, stall_after, slack, webhook) if watch else None
     tracing = _start_tracing(app, otlp, service) if otlp else None
     try:
-        worker = Worker(app, concurrency=concurrency, idle_wait=idle_wait, burst=burst)
+        claims = _versions(app, versions)
+        worker = Worker(
+            app, concurrency=concurrency, idle_wait=idle_wait, burst=burst, versions=claims
+        )
         worker.install_signal_handlers()
         report = worker.run()
     except (CairnError, ValueError) as exc:
@@ -138,6 +151,16 @@ def worker_command(
         report.lost,
         len(report.handed_back),
     )
+
+
+def _versions(app: Cairn, given: str | None) -> list[str] | None:
+    """The versions ``--versions`` names (``current``: the app's own), or None."""
+    if given is None:
+        return None
+    named = [part.strip() for part in given.split(",") if part.strip()]
+    if not named:
+        fail("--versions names no version; give e.g. --versions v1,v2 or --versions current")
+    return [app.version if name == "current" else name for name in named]
 
 
 def _start_watcher(

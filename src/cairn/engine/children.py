@@ -63,7 +63,14 @@ def spawn(
     child_id = f"{run.task_id}/{key if key is not None else f'{task_def.name}.{seq}'}"
     check_name("child task id", child_id)
     child = NewTask(
-        child_id, task_def.name, args, engine.codec.name, run.batch, child_id, run.task_id
+        child_id,
+        task_def.name,
+        args,
+        engine.codec.name,
+        run.batch,
+        child_id,
+        run.task_id,
+        engine.version,
     )
     # Insert-if-absent: a parent that died after this and before its record
     # finds its child here on the next run, and the check below accepts it.

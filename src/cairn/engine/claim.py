@@ -101,6 +101,7 @@ def _take(
         now,
         owner_gone=reason in ("gone", "interrupted"),
         lapsed_before=now - engine.takeover_grace,
+        version=engine.version,
     )
     if claimed is None:
         return None
@@ -141,11 +142,17 @@ class Claimer:
     (``batch=None``) of any batch whose task function is one of ``names``."""
 
     def __init__(
-        self, engine: EngineConfig, batch: str | None, names: Sequence[str] | None = None
+        self,
+        engine: EngineConfig,
+        batch: str | None,
+        names: Sequence[str] | None = None,
+        versions: Sequence[str] | None = None,
     ) -> None:
         self._engine = engine
         self._batch = batch
         self._names = tuple(names) if names is not None else None
+        # Only tasks enqueued under one of these versions (or under none); None: any.
+        self._versions = tuple(versions) if versions is not None else None
         # When (the app clock's monotonic time) to look for orphans again while
         # pending work remains; at once when nothing is pending.
         self._next_orphan_look = float("-inf")
@@ -174,7 +181,13 @@ class Claimer:
         engine = self._engine
         sent_at, lease_until = engine.leases.stamp()
         claimed = engine.store.claim_next_pending(
-            self._batch, engine.owner, lease_until, engine.clock.now(), names=self._names
+            self._batch,
+            engine.owner,
+            lease_until,
+            engine.clock.now(),
+            names=self._names,
+            versions=self._versions,
+            version=engine.version,
         )
         if claimed is not None:
             _hold(engine, claimed, sent_at)
@@ -203,17 +216,20 @@ class Claimer:
         and whether any owner but this process runs tasks at all."""
         engine, store = self._engine, self._engine.store
         found: list[TaskRecord] = []
-        owners = store.running_owners(self._batch, self._names)
+        batch, names, versions = self._batch, self._names, self._versions
+        owners = store.running_owners(batch, names, versions=versions)
         for owner in owners:
             if owner == engine.owner:
-                mine = store.owned_running(owner, self._batch, self._names, _OWN_TASKS_LIMIT)
+                mine = store.owned_running(owner, batch, names, _OWN_TASKS_LIMIT, versions=versions)
                 found += [t for t in mine if not is_active_here(store.identity, t.id)]
             elif owner_is_gone(owner):
-                found += store.owned_running(owner, self._batch, self._names, _ORPHANS_PER_LOOK)
+                found += store.owned_running(
+                    owner, batch, names, _ORPHANS_PER_LOOK, versions=versions
+                )
         elsewhere = any(owner != engine.owner for owner in owners)
         if elsewhere:  # a lease of our own is never ours to take over
             lapsed_before = now - engine.takeover_grace
             found += store.expired_running(
-                self._batch, self._names, lapsed_before, _ORPHANS_PER_LOOK
+                batch, names, lapsed_before, _ORPHANS_PER_LOOK, versions=versions
             )
         return found, elsewhere

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from cairn.blobs import BlobCodec, Offloader
 from cairn.codec import Codec, codec_for
@@ -28,6 +28,12 @@ if TYPE_CHECKING:
     from cairn.engine.leases import LeaseKeeper
     from cairn.engine.run import FaultHook, TaskRun
     from cairn.task import TaskDef
+
+ChangePolicy = Literal["fail", "rerun", "keep"]
+"""What a replay does at an entry whose code changed since it was recorded
+(docs/versions.md): stop with ``CodeChanged``, run it and every later step
+again, or replay the recorded result and mark it kept."""
+CHANGE_POLICIES: tuple[ChangePolicy, ...] = ("fail", "rerun", "keep")
 
 MakeContext = Callable[["TaskRun"], Any]
 """Builds the ``ctx`` a task function receives, for one run (the app's
@@ -59,10 +65,22 @@ class EngineConfig:
     make_context: MakeContext
     # Told of every batch, task run and call as it happens (cairn.engine.observer).
     observer: Observer = no_observer
+    # The app's policy for a changed entry; a task's own (TaskDef.on_change) wins.
+    on_change: ChangePolicy = "fail"
+    # Whether on_change='rerun' may send a changed (and any later) ctx.llm_call again.
+    rerun_models: bool = False
+    # The app's version, recorded on each task it enqueues (None: no version).
+    version: str | None = None
 
     def registered(self, name: str, *, task_id: str | None = None) -> TaskDef[..., Any]:
         """The task function registered as ``name``, or a clear error."""
         return task_named(self.tasks, name, task_id)
+
+    def change_policy(self, task: TaskDef[..., Any]) -> tuple[ChangePolicy, bool]:
+        """``task``'s ``on_change`` policy and ``rerun_models``: its own, or the app's."""
+        policy = task.on_change or self.on_change
+        models = self.rerun_models if task.rerun_models is None else task.rerun_models
+        return policy, models
 
     def codec_named(self, name: str) -> Codec:
         """The codec a record was written with (``codec_named``)."""

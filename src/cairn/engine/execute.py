@@ -117,6 +117,7 @@ def _prepare(engine: EngineConfig, record: TaskRecord) -> _Prepared:
         offloader=engine.offloader,
         engine=engine,
     )
+    run.on_change, run.rerun_models = engine.change_policy(task)
     ctx = engine.make_context(run)
     kwargs = run.decode(record.args, "task arguments")
     retry = task.retry or engine.task_retry

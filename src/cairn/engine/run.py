@@ -41,6 +41,7 @@ from cairn.engine.leases import LeaseKeeper
 from cairn.engine.observer import Event, no_observer, notify
 from cairn.errors import (
     BlobError,
+    CairnControl,
     CairnError,
     Cancelled,
     CodecError,
@@ -60,7 +61,7 @@ from cairn.store.records import (
 )
 
 if TYPE_CHECKING:
-    from cairn.engine.config import EngineConfig
+    from cairn.engine.config import ChangePolicy, EngineConfig
 
 T = TypeVar("T")
 
@@ -168,6 +169,16 @@ def _close(machine: Machine[Any]) -> None:
         machine.close()
 
 
+class CheckReached(CairnControl):
+    """A dry replay (``cairn check``) reached a position the task has not
+    recorded yet (or has not completed): from here it would do new work, so the
+    replay stops. Control flow, never seen outside the check."""
+
+    def __init__(self, seq: int) -> None:
+        super().__init__(f"the replay reached position {seq}, which holds no completed record")
+        self.seq = seq
+
+
 # The ctx of the task running in this thread or coroutine (the app's Context),
 # for ``cairn.step`` functions and ``current_context()``; set by ``execute``.
 current: ContextVar[Any] = ContextVar("cairn_context", default=None)
@@ -232,6 +243,13 @@ class TaskRun:
     acting: set[tuple[str, str]] = field(default_factory=set)
     # When (time.monotonic) to look next whether the task was cancelled.
     next_check: float = field(default_factory=time.monotonic)
+    # What a replay does at an entry whose code changed (cairn.engine.changes).
+    on_change: ChangePolicy = "fail"
+    # Whether ``rerun`` may send a changed (and any later) ``ctx.llm_call`` again.
+    rerun_models: bool = False
+    # A dry replay (cairn check): nothing is called for a recorded position and
+    # nothing is written; a position without a completed record stops it.
+    checking: bool = False
 
     # Whether the codec is cairn's JSON (inside a blob-store wrapper or not): its
     # ints and null are written here, without a call into the codec.
@@ -277,6 +295,8 @@ class TaskRun:
         record = self.history.get(seq)
         if record is not None and (record.kind != kind or record.name != name):
             self.diverge(seq, f"{record.kind} {record.name}", f"{kind} {name}")
+        if self.checking and (record is None or record.status != "completed"):
+            raise CheckReached(seq)
         return record
 
     def diverge(self, seq: int, recorded: str, current: str) -> NoReturn:
@@ -340,6 +360,22 @@ class TaskRun:
         if not self.store.record_step(record, self.fence, first=first):
             self.lost()
         self.history[record.seq] = record
+
+    def rerun_steps(self, seq: int, calls: Sequence[int] = ()) -> None:
+        """Mark every completed step from ``seq`` on, and the model calls at
+        ``calls``, to be run again (under the fence, so a crash in the middle of
+        the re-run still re-runs the rest); operations, other model calls and
+        recorded inputs keep their records."""
+        if not self.store.rerun_steps(self.task_id, seq, self.fence, calls):
+            self.lost()
+        again = set(calls)
+        for at, record in list(self.history.items()):
+            if (
+                at >= seq
+                and record.status == "completed"
+                and (record.kind == "step" or at in again)
+            ):
+                self.history[at] = record._replace(status="retrying", run_attempts=0)
 
     def start_attempt(self, attempt: int, error: BaseException | None) -> None:
         described = None if error is None else describe_error(error)

@@ -4,15 +4,29 @@ Each is a generator over ``_effects`` so sync and async code share it. The shape
 of a step: look at the record for this position; if it holds a completed result,
 return it without calling anything; otherwise call, retrying by the policy with
 durable attempt counts, and write the outcome in one fenced commit.
+
+Each step's entry carries a fingerprint of its function's code
+(``fingerprint_of``), and a replay compares it with the recorded one: a changed
+step goes to the task's ``on_change`` policy (``cairn.engine.changes``). The
+fingerprint is computed once per code object and kept here, so a step pays a
+dictionary lookup for it and the hot path gains no module.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import inspect
+import io
+import textwrap
+import tokenize
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from types import CodeType
 from typing import Any
 
 from cairn.clock import from_iso, to_iso
+from cairn.engine.changes import changed
 from cairn.engine.permits import acquire, release
 from cairn.engine.run import Call, Machine, TaskRun, Wait, describe_error
 from cairn.retry import Retry
@@ -23,14 +37,16 @@ _SELF_DECODING = frozenset({int, str, bool, type(None)})
 
 class EntryLabel:
     """Names the entry (and its position in the history) in an error message;
-    formatted only if one is raised."""
+    formatted only if one is raised. Carries the entry's fingerprint, which its
+    records are written with."""
 
-    __slots__ = ("kind", "name", "seq")
+    __slots__ = ("fingerprint", "kind", "name", "seq")
 
-    def __init__(self, kind: StepKind, name: str, seq: int) -> None:
+    def __init__(self, kind: StepKind, name: str, seq: int, fingerprint: str | None = None) -> None:
         self.kind = kind
         self.name = name
         self.seq = seq
+        self.fingerprint = fingerprint
 
     def __str__(self) -> str:
         label = "step" if self.kind == "step" else f"recorded {self.kind}"
@@ -51,6 +67,7 @@ def entry(
     retry_at: datetime | None = None,
     started_at: datetime,
     deferred: float = 0.0,
+    fingerprint: str | None = None,
 ) -> StepRecord:
     # Positional: this runs once per step, and keywords cost measurably here.
     return StepRecord(
@@ -68,6 +85,7 @@ def entry(
         started_at,
         run.now(),
         deferred,
+        fingerprint,
     )
 
 
@@ -101,19 +119,29 @@ def step_machine(
     retry: Retry,
     limit: str | None = None,
     seq: int | None = None,
+    fingerprint: str | None = None,
 ) -> Machine[Any]:
     """Run ``fn`` as the history entry at the next position (or at ``seq``, for
     the items of a map), or replay it.
 
     ``limit`` names a shared limit: each call holds one of its permits (waited
     for without spending an attempt), given back when the call ends.
+    ``fingerprint`` says what produced the entry; a step's is its function's
+    code (``fingerprint_of``), a recorded input has none.
     """
     if seq is None:
         seq = run.next_seq()
     record = run.replayed(seq, kind, name)
-    what = EntryLabel(kind, name, seq)
+    if fingerprint is None and kind == "step":
+        # fingerprint_of's lookup, inline: a call costs more than the lookup itself.
+        fingerprint = _FINGERPRINTS.get(getattr(fn, "__code__", None)) or fingerprint_of(fn)  # type: ignore[arg-type]
+    what = EntryLabel(kind, name, seq, fingerprint)
     if record is not None and record.status == "completed":
-        return run.decode(record.output or "null", what)
+        recorded = record.fingerprint
+        if recorded != fingerprint and recorded is not None and fingerprint is not None:
+            record = changed(run, record, what)
+        if record.status == "completed":
+            return run.decode(record.output or "null", what)
     spent = _Spent.resumed(run, record)
     if record is not None and record.retry_at is not None and spent.same_attempt:
         yield Wait(max(0.0, (record.retry_at - run.now()).total_seconds()))
@@ -236,6 +264,7 @@ def _attempt_entry(
         retry_at=retry_at,
         started_at=started,
         deferred=spent.deferred,
+        fingerprint=what.fingerprint,
     )
 
 
@@ -262,3 +291,76 @@ def sleep_machine(run: TaskRun, seconds: float) -> Machine[None]:
     remaining = (wake - run.now()).total_seconds()
     if remaining > 0:
         yield Wait(remaining)
+
+
+# -- fingerprints ---------------------------------------------------------------------
+# By code object: the same function (or lambda) is hashed once per process.
+_FINGERPRINTS: dict[CodeType, str] = {}
+
+
+def fingerprint_of(fn: Callable[..., Any]) -> str:
+    """``code:`` and a hash of ``fn``'s source, tokens only: a change in its body
+    changes it; comments, blank lines, spacing and moving it in the file do not.
+    Without source (code made at run time), a hash of its bytecode."""
+    # One attribute read and one lookup: this runs once per step. A wrapper's
+    # code (functools.wraps) is kept as "" so its wrapped function is looked at.
+    found = _FINGERPRINTS.get(getattr(fn, "__code__", None))  # type: ignore[arg-type]
+    if found:
+        return found
+    return _first_fingerprint(fn)
+
+
+def _first_fingerprint(fn: Callable[..., Any]) -> str:
+    outer = getattr(fn, "__code__", None)
+    if isinstance(outer, CodeType) and hasattr(fn, "__wrapped__"):
+        _FINGERPRINTS[outer] = ""  # a decorator's wrapper: never its own fingerprint
+    inner: Any = inspect.unwrap(fn)
+    while isinstance(inner, functools.partial):
+        inner = inner.func  # the function it calls (its bound arguments are data)
+    code = getattr(inner, "__code__", None)
+    if code is None:  # a callable object: its class's __call__
+        code = getattr(getattr(type(inner), "__call__", None), "__code__", None)  # noqa: B004
+    if not isinstance(code, CodeType):
+        # A builtin: nothing of the user's to hash but its name.
+        name = getattr(inner, "__qualname__", type(inner).__qualname__)
+        return "code:" + _digest(str(name).encode())
+    found = _FINGERPRINTS.get(code)
+    if found is None:
+        found = "code:" + _digest(_source_tokens(code) or _bytecode(code))
+        _FINGERPRINTS[code] = found
+    return found
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def _source_tokens(code: CodeType) -> bytes | None:
+    """The function's source as its tokens, without comments and layout."""
+    try:
+        lines, _ = inspect.getsourcelines(code)
+    except (OSError, TypeError):
+        return None
+    words: list[str] = []
+    skipped = {tokenize.COMMENT, tokenize.NL, tokenize.INDENT, tokenize.DEDENT}
+    reader = io.StringIO(textwrap.dedent("".join(lines))).readline
+    try:
+        for token in tokenize.generate_tokens(reader):
+            if token.type not in skipped:
+                words.append(token.string)
+    except (tokenize.TokenError, SyntaxError):
+        pass  # a lambda cut out of a longer expression: its tokens so far will do
+    return "\x00".join(words).encode() if words else None
+
+
+def _bytecode(code: CodeType) -> bytes:
+    """The code's instructions, names and constants (nested code included)."""
+    parts = [code.co_code, " ".join(code.co_names).encode()]
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            parts.append(_bytecode(const))
+        elif isinstance(const, frozenset):
+            parts.append(repr(sorted(map(repr, const))).encode())
+        else:
+            parts.append(repr(const).encode())
+    return b"\x00".join(parts)

@@ -54,6 +54,11 @@ class AdminStore(Store, Protocol):
         picks, or (without one) of ``batch`` and ``status``, cairn's own included."""
         ...
 
+    def workers_seen(self, since: datetime) -> list[tuple[str, str]]:
+        """Each worker (owner, versions as JSON) whose row was written at or after
+        ``since``: the workers alive now, for ``cairn versions``."""
+        ...
+
     def running_tasks(self, batch: str | None) -> list[TaskRecord]:
         """Tasks in status running, of one batch or (None) of every batch."""
         ...

@@ -76,9 +76,13 @@ class Store(Protocol):
         now: datetime,
         *,
         names: Sequence[str] | None = None,
+        versions: Sequence[str] | None = None,
+        version: str | None = None,
     ) -> TaskRecord | None:
         """Atomically take the oldest pending task of ``batch`` (or, with None, of
-        any batch whose task is one of ``names``), or None."""
+        any batch whose task is one of ``names``), or None. With ``versions``,
+        only a task of one of them (or of no version). A task taken for the
+        first time records ``version``, the claimer's (None: left as it is)."""
         ...
 
     def wait_for_work(self, timeout: float) -> bool:
@@ -96,13 +100,15 @@ class Store(Protocol):
         *,
         owner_gone: bool = False,
         lapsed_before: datetime | None = None,
+        version: str | None = None,
     ) -> TaskRecord | None:
         """Take ``task_id`` if its fence still equals ``expected_fence``
         (compare-and-set) and it is pending, or waiting with its wake-up time
         passed, or running and either ``owner_gone`` (the caller knows its owner
         no longer runs) or its lease expired before ``lapsed_before``. The lease
         is checked in the same statement, so a renewal that lands first wins.
-        None if the task was not taken."""
+        A task taken for the first time records ``version``, the claimer's app
+        version (None: left as it is). None if the task was not taken."""
         ...
 
     def expired_running(
@@ -111,18 +117,32 @@ class Store(Protocol):
         names: Sequence[str] | None,
         lapsed_before: datetime,
         limit: int,
+        *,
+        versions: Sequence[str] | None = None,
     ) -> list[TaskRecord]:
         """Up to ``limit`` running tasks (of ``batch``, or of any batch whose task is
         one of ``names``, or of any) whose lease expired before ``lapsed_before``,
         oldest expiry first, found through an index of running rows only."""
         ...
 
-    def running_owners(self, batch: str | None, names: Sequence[str] | None) -> list[str]:
+    def running_owners(
+        self,
+        batch: str | None,
+        names: Sequence[str] | None,
+        *,
+        versions: Sequence[str] | None = None,
+    ) -> list[str]:
         """The distinct owners of running tasks (one per process holding some)."""
         ...
 
     def owned_running(
-        self, owner: str, batch: str | None, names: Sequence[str] | None, limit: int
+        self,
+        owner: str,
+        batch: str | None,
+        names: Sequence[str] | None,
+        limit: int,
+        *,
+        versions: Sequence[str] | None = None,
     ) -> list[TaskRecord]:
         """Up to ``limit`` running tasks held by ``owner``, in enqueue order."""
         ...
@@ -200,6 +220,24 @@ class Store(Protocol):
 
         ``first`` says the caller knows nothing is recorded at that position yet,
         so a store may use a cheaper plain insert."""
+        ...
+
+    def note_worker(self, owner: str, versions: str, now: datetime) -> None:
+        """Record that worker ``owner`` is alive now and claims ``versions`` (a
+        JSON list; ``["*"]`` for any): written at its start and heartbeat."""
+        ...
+
+    def forget_worker(self, owner: str) -> None:
+        """Remove worker ``owner``'s row (it stopped)."""
+        ...
+
+    def rerun_steps(
+        self, task_id: str, from_seq: int, fence: int, also: Sequence[int] = ()
+    ) -> bool:
+        """Mark the task's completed ``step`` entries at ``from_seq`` and after,
+        and its completed entries at the positions ``also``, as to be run again
+        (``retrying``, no attempt spent in this task attempt), if the fence
+        holds; other entries are left as they are."""
         ...
 
     def start_attempt(

@@ -42,6 +42,8 @@ class NewTask:
     batch: str | None = None
     item_key: str | None = None
     parent_id: str | None = None
+    # The app version it is enqueued under; its first claim records the claimer's.
+    version: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,7 @@ class TaskRecord:
     # For a waiting task: when its timeout wakes it (None: only a signal does).
     wake_at: datetime | None = None
     parent_id: str | None = None
+    version: str | None = None
 
 
 class StepRecord(NamedTuple):
@@ -96,6 +99,12 @@ class StepRecord(NamedTuple):
     # Seconds this task attempt has spent waiting on ``RetryAfter`` at this step
     # (deferrals spend no attempt; ``Retry.max_deferral`` bounds their total).
     deferred: float = 0.0
+    # What produced the entry ("code:<hash>", or a model call's model, system text
+    # and tools); None where there is no code to compare, or recorded before schema 3.
+    fingerprint: str | None = None
+    # The fingerprint of the changed code that replayed this entry under the
+    # ``keep`` policy; None if it was never kept across a change.
+    kept: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,26 +40,38 @@ INSERT_BATCH = (
 )
 INSERT_TASK = (
     "INSERT INTO tasks (id, batch, item_key, name, args, codec, status, created_at, "
-    "updated_at, parent_id) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?) "
+    "updated_at, parent_id, version) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?) "
     "ON CONFLICT (id) DO NOTHING"
 )
 
 
-def candidates(batch: str | None, names: Sequence[str] | None) -> tuple[str, list[Any]]:
+def candidates(
+    batch: str | None, names: Sequence[str] | None, versions: Sequence[str] | None = None
+) -> tuple[str, list[Any]]:
     """The ``{filter}`` of a claim or an orphan query and its parameters: one
-    batch, or any batch of some task names, or every task."""
+    batch, or any batch of some task names, or every task; with ``versions``,
+    only tasks enqueued under one of them (or under none, before versions)."""
     if batch is not None:
-        return "batch = ?", [batch]
-    if names:
-        return "(" + " OR ".join("name = ?" for _ in names) + ")", list(names)
-    return "1 = 1", []
+        where, params = "batch = ?", [batch]
+    elif names:
+        where, params = "(" + " OR ".join("name = ?" for _ in names) + ")", list(names)
+    else:
+        where, params = "1 = 1", []
+    if versions is None:
+        return where, params
+    versions = list(versions)
+    ors = "".join(" OR version = ?" for _ in versions)
+    return f"{where} AND (version IS NULL{ors})", [*params, *versions]
 
 
-# Taking over a task that was still running counts as an interruption.
+# Taking over a task that was still running counts as an interruption. The
+# first claim records the claimer's app version (the last ?; NULL keeps the
+# enqueuer's): a task's version is the one it started on (docs/versions.md).
 CLAIM_SET = (
     "interruptions = interruptions + CASE WHEN status = 'running' THEN 1 ELSE 0 END, "
     "status = 'running', owner = ?, lease_expires_at = ?, fence = fence + 1, "
-    "started_at = COALESCE(started_at, ?), updated_at = ?, wake_at = NULL"
+    "started_at = COALESCE(started_at, ?), updated_at = ?, wake_at = NULL, "
+    "version = CASE WHEN started_at IS NULL THEN COALESCE(?, version) ELSE version END"
 )
 # {filter} picks the candidates (one batch, or any batch of some task names);
 # {lock} is where a backend that can adds FOR UPDATE SKIP LOCKED.
@@ -160,7 +172,7 @@ _RUNNING_FENCE = "EXISTS (SELECT 1 FROM tasks WHERE id = ? AND fence = ? AND sta
 # written before (a retried step) pays for the upsert.
 INSERT_STEP = (
     f"INSERT INTO steps ({STEP_COLUMNS}) "
-    f"SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {_FENCE}"
+    f"SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {_FENCE}"
 )
 UPSERT_STEP = (
     f"{INSERT_STEP} ON CONFLICT (task_id, seq) DO UPDATE SET "
@@ -168,7 +180,22 @@ UPSERT_STEP = (
     "task_attempt = excluded.task_attempt, run_attempts = excluded.run_attempts, "
     "error = excluded.error, retry_at = excluded.retry_at, "
     "started_at = excluded.started_at, finished_at = excluded.finished_at, "
-    "deferred = excluded.deferred"
+    "deferred = excluded.deferred, fingerprint = excluded.fingerprint, kept = excluded.kept"
+)
+# -- workers (schema 3): the versions each live worker claims -----------------------
+NOTE_WORKER = (
+    "INSERT INTO workers (owner, versions, seen_at) VALUES (?, ?, ?) "
+    "ON CONFLICT (owner) DO UPDATE SET versions = excluded.versions, seen_at = excluded.seen_at"
+)
+FORGET_WORKER = "DELETE FROM workers WHERE owner = ?"
+
+# A changed step under on_change='rerun': it and every later completed step run
+# again; the fence is checked in the same statement.
+# {also} lists further positions (model calls re-sent under rerun_models).
+RERUN_STEPS = (
+    "UPDATE steps SET status = 'retrying', run_attempts = 0, retry_at = NULL "
+    "WHERE task_id = ? AND status = 'completed' AND ((seq >= ? AND kind = 'step'){also}) "
+    f"AND {_FENCE}"
 )
 LOAD_HISTORY = f"SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?"
 # An operation a task claimed and completed is part of that task's history at

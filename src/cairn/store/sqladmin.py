@@ -37,6 +37,10 @@ class SQLAdmin(SQLCore):
     """Listings, views, operator actions and reports, over the primitives."""
 
     # -- tasks and batches -----------------------------------------------------------
+    def workers_seen(self, since: datetime) -> list[tuple[str, str]]:
+        rows = self._exec(sqlviews.WORKERS_SEEN, (self._ts(since),)).rows
+        return [(str(owner), str(versions)) for owner, versions in rows]
+
     def running_tasks(self, batch: str | None) -> list[TaskRecord]:
         if batch is None:
             rows = self._exec(sqlviews.RUNNING_ALL).rows

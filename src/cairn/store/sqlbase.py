@@ -57,6 +57,7 @@ def task_row(task: NewTask, stamp: Any) -> tuple[Any, ...]:
         stamp,
         stamp,
         task.parent_id,
+        task.version,
     )
 
 
@@ -114,8 +115,13 @@ class SQLStore(SQLAdmin, SQLTransfer):
         now: datetime,
         *,
         names: Sequence[str] | None = None,
+        versions: Sequence[str] | None = None,
+        version: str | None = None,
     ) -> TaskRecord | None:
-        for claim in self.claim_statements(batch, names, owner, lease_until, now):
+        claims = self.claim_statements(
+            batch, names, owner, lease_until, now, versions=versions, version=version
+        )
+        for claim in claims:
             if self.look_before_writing:
                 probe, probe_params = claim.probe
                 if not self._exec(probe, probe_params).rows:
@@ -133,13 +139,16 @@ class SQLStore(SQLAdmin, SQLTransfer):
         owner: str,
         lease_until: datetime,
         now: datetime,
+        *,
+        versions: Sequence[str] | None = None,
+        version: str | None = None,
     ) -> list[ClaimStatement]:
         """The statements ``claim_next_pending`` tries, in order, with their
         parameters: the oldest pending task, then a waiting task whose timeout
         has come. (The claim-plan tests explain exactly these.)"""
         stamp = self._ts(now)
-        claim_set = [owner, self._ts(lease_until), stamp, stamp]
-        where, filter_params = sql.candidates(batch, names)
+        claim_set = [owner, self._ts(lease_until), stamp, stamp, version]
+        where, filter_params = sql.candidates(batch, names, versions)
         index = self._pending_index(batch)
         lock = self.claim_lock_clause
         pending = sql.CLAIM_NEXT.format(filter=where, lock=lock, index=index)
@@ -163,6 +172,7 @@ class SQLStore(SQLAdmin, SQLTransfer):
         *,
         owner_gone: bool = False,
         lapsed_before: datetime | None = None,
+        version: str | None = None,
     ) -> TaskRecord | None:
         stamp = self._ts(now)
         lapsed = None if lapsed_before is None else self._ts(lapsed_before)
@@ -171,6 +181,7 @@ class SQLStore(SQLAdmin, SQLTransfer):
             self._ts(lease_until),
             stamp,
             stamp,
+            version,
             task_id,
             expected_fence,
             int(owner_gone),
@@ -187,21 +198,35 @@ class SQLStore(SQLAdmin, SQLTransfer):
         names: Sequence[str] | None,
         lapsed_before: datetime,
         limit: int,
+        *,
+        versions: Sequence[str] | None = None,
     ) -> list[TaskRecord]:
-        where, params = sql.candidates(batch, names)
+        where, params = sql.candidates(batch, names, versions)
         statement = sql.EXPIRED_RUNNING.format(filter=where)
         rows = self._exec(statement, (self._ts(lapsed_before), *params, limit)).rows
         return [sql.task_record(r) for r in rows]
 
-    def running_owners(self, batch: str | None, names: Sequence[str] | None) -> list[str]:
-        where, params = sql.candidates(batch, names)
+    def running_owners(
+        self,
+        batch: str | None,
+        names: Sequence[str] | None,
+        *,
+        versions: Sequence[str] | None = None,
+    ) -> list[str]:
+        where, params = sql.candidates(batch, names, versions)
         rows = self._exec(sql.RUNNING_OWNERS.format(filter=where), params).rows
         return [str(row[0]) for row in rows if row[0] is not None]
 
     def owned_running(
-        self, owner: str, batch: str | None, names: Sequence[str] | None, limit: int
+        self,
+        owner: str,
+        batch: str | None,
+        names: Sequence[str] | None,
+        limit: int,
+        *,
+        versions: Sequence[str] | None = None,
     ) -> list[TaskRecord]:
-        where, params = sql.candidates(batch, names)
+        where, params = sql.candidates(batch, names, versions)
         statement = sql.OWNED_RUNNING.format(filter=where)
         rows = self._exec(statement, (owner, *params, limit)).rows
         return [sql.task_record(r) for r in rows]
@@ -302,6 +327,8 @@ class SQLStore(SQLAdmin, SQLTransfer):
             self._ts(step.started_at),
             self._ts(step.finished_at),
             step.deferred,
+            step.fingerprint,
+            step.kept,
             step.task_id,
             fence,
         )
@@ -315,6 +342,23 @@ class SQLStore(SQLAdmin, SQLTransfer):
                 except DuplicateRow:
                     pass  # the position was written after all: fall back to the upsert
             return self._exec(sql.UPSERT_STEP, params).rowcount == 1
+
+    def note_worker(self, owner: str, versions: str, now: datetime) -> None:
+        with self._writing():
+            self._exec(sql.NOTE_WORKER, (owner, versions, self._ts(now)))
+
+    def forget_worker(self, owner: str) -> None:
+        with self._writing():
+            self._exec(sql.FORGET_WORKER, (owner,))
+
+    def rerun_steps(
+        self, task_id: str, from_seq: int, fence: int, also: Sequence[int] = ()
+    ) -> bool:
+        positions = "".join(" OR seq = ?" for _ in also)
+        statement = sql.RERUN_STEPS.format(also=positions)
+        with self._writing():
+            rerun = self._exec(statement, (task_id, from_seq, *also, task_id, fence)).rowcount
+        return rerun > 0
 
     def start_attempt(
         self, task_id: str, fence: int, attempts: int, error: str | None, now: datetime

@@ -400,6 +400,8 @@ def _step_params(step: StepRecord, fence: int) -> tuple[Any, ...]:
         _stamp(step.started_at),
         _stamp(step.finished_at),
         step.deferred,
+        step.fingerprint,
+        step.kept,
         step.task_id,
         fence,
     )

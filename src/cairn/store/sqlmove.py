@@ -74,6 +74,7 @@ NOT_OF_A_BATCH: tuple[Table, ...] = (
     tables.LIMITS,
     tables.PERMITS,
     tables.SCHEDULES,
+    tables.WORKERS,  # the versions each live worker claims: of the processes, not a batch
 )
 
 # Pruning: a batch's rows, children first.

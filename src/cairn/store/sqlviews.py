@@ -15,6 +15,8 @@ from cairn.store.sqlmetrics import INTERNAL_PREFIX
 PAGE = 500
 
 # -- tasks and batches ------------------------------------------------------------
+# Workers whose row was written since ? (schema 3), for `cairn versions`.
+WORKERS_SEEN = "SELECT owner, versions FROM workers WHERE seen_at >= ? ORDER BY owner"
 RUNNING_ALL = f"SELECT {TASK_COLUMNS} FROM tasks WHERE status = 'running' ORDER BY pos"
 RUNNING_OF_BATCH = (
     f"SELECT {TASK_COLUMNS} FROM tasks WHERE batch = ? AND status = 'running' ORDER BY pos"

@@ -151,6 +151,8 @@ TASKS = Table(
         _int("interruptions", default=0),
         _time("wake_at", nullable=True),
         _text("parent_id", nullable=True),
+        # Schema 3: the app version the task was enqueued under (docs/versions.md).
+        _text("version", nullable=True),
     ),
 )
 
@@ -171,6 +173,9 @@ STEPS = Table(
         _time("started_at"),
         _time("finished_at"),
         Column("deferred", "real", default=0.0),
+        # Schema 3: what produced the entry, and the code that kept it when changed.
+        _text("fingerprint", nullable=True),
+        _text("kept", nullable=True),
     ),
 )
 
@@ -251,6 +256,9 @@ SCHEDULES = Table(
     ),
 )
 
+# Schema 3: the versions each worker process claims, seen at its heartbeat.
+WORKERS = Table("workers", (_text("owner"), _text("versions"), _time("seen_at")))
+
 TABLES: tuple[Table, ...] = (
     CAIRN_META,
     BATCHES,
@@ -263,5 +271,6 @@ TABLES: tuple[Table, ...] = (
     LIMITS,
     PERMITS,
     SCHEDULES,
+    WORKERS,
 )
 BY_NAME: dict[str, Table] = {t.name: t for t in TABLES}

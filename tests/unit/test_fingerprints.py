@@ -1,0 +1,120 @@
+"""A step's fingerprint: what changes it and what does not, and that it is made
+once per function (``cairn.engine.steps.fingerprint_of``)."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from cairn.agent.llm import model_fingerprint
+from cairn.engine import steps
+from cairn.engine.changes import what_changed
+from cairn.engine.steps import fingerprint_of
+
+
+def compiled(source: str, name: str = "analyze") -> Callable[..., Any]:
+    """The function ``name`` defined by ``source``, with no file behind it."""
+    namespace: dict[str, Any] = {}
+    exec(textwrap.dedent(source), namespace)  # noqa: S102 - test input, written here
+    return namespace[name]  # type: ignore[no-any-return]
+
+
+def first() -> str:
+    return "a"
+
+
+def second() -> str:
+    return "b"
+
+
+def from_file(folder: Path, module: str, source: str) -> Callable[..., Any]:
+    """Function ``analyze`` of ``source``, imported from a file of its own."""
+    path = folder / f"{module}.py"
+    path.write_text(textwrap.dedent(source))
+    spec = importlib.util.spec_from_file_location(module, path)
+    assert spec is not None
+    assert spec.loader is not None
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    return loaded.analyze  # type: ignore[no-any-return]
+
+
+def test_a_changed_body_changes_the_fingerprint_and_layout_does_not(tmp_path: Path) -> None:
+    """Source tokens: the same function with a comment, other spacing and other
+    line numbers keeps its fingerprint; a changed value changes it."""
+    base = from_file(tmp_path, "one", 'def analyze(page):\n    return page + "!"\n')
+    laid_out = from_file(
+        tmp_path,
+        "two",
+        '\n\n# moved down\ndef analyze( page ):\n\n    # why\n    return page+"!"  # so\n',
+    )
+    changed = from_file(tmp_path, "three", 'def analyze(page):\n    return page + "?"\n')
+    assert fingerprint_of(base).startswith("code:")
+    assert fingerprint_of(laid_out) == fingerprint_of(base)
+    assert fingerprint_of(changed) != fingerprint_of(base)
+    assert fingerprint_of(first) != fingerprint_of(second)
+
+
+def test_code_without_a_file_is_fingerprinted_by_its_bytecode() -> None:
+    """Code made at run time has no source to read: its bytecode is hashed,
+    which spacing does not change and a changed value does."""
+    one = compiled("def here():\n    return 41 + 1\n", "here")
+    spaced = compiled("def here():\n  return 41+1\n", "here")
+    other = compiled("def here():\n    return 43\n", "here")
+    assert fingerprint_of(one) == fingerprint_of(spaced)
+    assert fingerprint_of(one) != fingerprint_of(other)
+
+
+def test_the_fingerprint_is_made_once_per_code_object() -> None:
+    """A second call for the same function (or a closure of the same code) is a
+    dictionary lookup: the cache holds it by code object."""
+
+    def make(value: int) -> Callable[[], int]:
+        def inner() -> int:
+            return value
+
+        return inner
+
+    one, two = make(1), make(2)
+    printed = fingerprint_of(one)
+    assert steps._FINGERPRINTS[one.__code__] == printed
+    assert fingerprint_of(two) == printed  # the same code: the captured value is data
+
+
+def test_partials_wrapped_functions_and_callable_objects_are_seen_through() -> None:
+    """A partial is its function; a decorated function (functools.wraps) is the
+    function it wraps; a callable object is its class's __call__."""
+
+    def decorate(fn: Callable[[], str]) -> Callable[[], str]:
+        @functools.wraps(fn)
+        def wrapper() -> str:
+            return fn()
+
+        return wrapper
+
+    class Parser:
+        def __call__(self) -> str:
+            return "parsed"
+
+    assert fingerprint_of(functools.partial(first)) == fingerprint_of(first)
+    assert fingerprint_of(decorate(first)) == fingerprint_of(first)
+    assert fingerprint_of(decorate(first)) != fingerprint_of(decorate(second))
+    assert fingerprint_of(Parser()) == fingerprint_of(Parser.__call__)
+    assert fingerprint_of(len).startswith("code:")
+
+
+def test_a_model_calls_fingerprint_names_what_changed() -> None:
+    """The model, the system text and the tools each have a part of their own,
+    and the difference is said in words."""
+    old = model_fingerprint("gpt-4o", ["Be brief."], [{"name": "read"}])
+    assert old.startswith("model:gpt-4o system:")
+    assert model_fingerprint("gpt-4o", ["Be brief."], [{"name": "read"}]) == old
+    prompt = model_fingerprint("gpt-4o", ["Be thorough."], [{"name": "read"}])
+    assert what_changed(old, prompt) == "the system text changed"
+    both = model_fingerprint("gpt-4.1", ["Be brief."], [])
+    assert what_changed(old, both) == "the model changed, the tools changed"
+    assert what_changed("code:1", "code:2") == "its code changed"
