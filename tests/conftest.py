@@ -14,6 +14,7 @@ databases; ``store_url`` here serves the rest (the acceptance tests among them).
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,7 @@ import pytest
 
 from cairn import Cairn
 from cairn.clock import FakeClock
+from cairn.observe.logs import QUIET
 from tests.pgcluster import pg_cluster  # noqa: F401 - the fixture, for every test module
 
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -117,3 +119,24 @@ def any_app(store_url: str, clock: FakeClock) -> Iterator[Cairn]:
     instance = Cairn(store_url, clock=clock)
     yield instance
     instance.close()
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    """Put the root logger back after each test: ``cairn worker --log-format``
+    run in-process replaces its handlers with one on that command's stderr, and
+    without this a later test's log lines would land in another command's
+    output (a JSON answer read back would no longer parse)."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    quiet = {name: logging.getLogger(name).level for name in QUIET}
+    yield
+    for handler in list(root.handlers):
+        if handler not in handlers:
+            root.removeHandler(handler)
+    for handler in handlers:
+        if handler not in root.handlers:
+            root.addHandler(handler)
+    root.setLevel(level)
+    for name, was in quiet.items():
+        logging.getLogger(name).setLevel(was)

@@ -4,8 +4,8 @@
 --log-format json``) writes each record as ``{"ts", "level", "logger",
 "message", ...}`` with the record's extra fields (``batch``, ``done``, ...),
 for a log shipper to parse; ``"text"`` writes ``2026-05-24T06:00:00Z INFO
-cairn: ...`` (UTC, to the second). Either way httpx's and httpcore's
-per-request INFO lines are left out: a webhook post is cairn's to report.
+cairn: ...`` (UTC, to the second). Either way the HTTP clients' (httpx,
+httpcore, httpx2) per-request INFO lines are left out: a webhook post is cairn's to report.
 Call it from your own program before ``run_batch`` for the same output there.
 """
 
@@ -20,7 +20,7 @@ from typing import Any, Literal, TextIO
 from cairn.progress import LOGS_MARK
 
 LogFormat = Literal["text", "json"]
-QUIET = ("httpx", "httpcore")
+QUIET = ("httpx", "httpcore", "httpx2")
 # The attributes every LogRecord has; the rest were passed as extra=.
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 
