@@ -26,6 +26,7 @@ import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -46,6 +47,13 @@ def echo(request: Mapping[str, Any]) -> Message:
     return {"role": "assistant", "content": f"echo: {text_of(messages[-1])}"}
 
 
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    status: int
+    headers: dict[str, str]
+    message: str
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.0"
     server: _Server
@@ -53,9 +61,11 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
-        status, body = self.server.owner.answer(self.path, raw)
+        status, body, headers = self.server.owner.answer(self.path, raw)
         data = json.dumps(body).encode()
         self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -86,7 +96,7 @@ class SimulatedModelServer:
         self._lock = threading.Lock()
         self._bodies: list[dict[str, Any]] = []
         self._fingerprints: Counter[str] = Counter()
-        self._failures: list[int] = []
+        self._failures: list[_Failure] = []
         self._ids = itertools.count(1)
         self._httpd: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -128,10 +138,19 @@ class SimulatedModelServer:
         with self._lock:
             return sum(n - 1 for n in self._fingerprints.values())
 
-    def fail_next(self, count: int, status: int = HTTPStatus.INTERNAL_SERVER_ERROR) -> None:
-        """Answer the next ``count`` requests with ``status``."""
+    def fail_next(
+        self,
+        count: int,
+        status: int = HTTPStatus.INTERNAL_SERVER_ERROR,
+        *,
+        headers: Mapping[str, str] | None = None,
+        message: str = "simulated failure",
+    ) -> None:
+        """Answer the next ``count`` requests with ``status``, these response
+        ``headers`` (``{"Retry-After": "3"}``) and this error ``message``."""
+        failure = _Failure(int(status), dict(headers or {}), message)
         with self._lock:
-            self._failures += [status] * count
+            self._failures += [failure] * count
 
     # -- running -------------------------------------------------------------------------
     def start(self) -> Self:
@@ -160,22 +179,24 @@ class SimulatedModelServer:
         self.stop()
 
     # -- answering -------------------------------------------------------------------------
-    def answer(self, path: str, raw: bytes) -> tuple[int, dict[str, Any]]:
+    def answer(self, path: str, raw: bytes) -> tuple[int, dict[str, Any], dict[str, str]]:
+        """The status, body and extra headers of the answer to one request."""
         try:
             body = json.loads(raw or b"{}")
         except ValueError:
-            return HTTPStatus.BAD_REQUEST, {"error": {"message": "bad JSON"}}
+            return HTTPStatus.BAD_REQUEST, {"error": {"message": "bad JSON"}}, {}
         with self._lock:
             self._bodies.append(body)
             self._fingerprints[hashlib.sha256(raw).hexdigest()] += 1
             failure = self._failures.pop(0) if self._failures else None
         if failure is not None:
-            return failure, {"error": {"message": "simulated failure", "type": "server_error"}}
+            error = {"message": failure.message, "type": "server_error"}
+            return failure.status, {"error": error}, failure.headers
         if path.rstrip("/").endswith("/chat/completions"):
-            return HTTPStatus.OK, self._openai(body)
+            return HTTPStatus.OK, self._openai(body), {}
         if path.rstrip("/").endswith("/messages"):
-            return HTTPStatus.OK, self._anthropic(body)
-        return HTTPStatus.NOT_FOUND, {"error": {"message": f"no route {path}"}}
+            return HTTPStatus.OK, self._anthropic(body), {}
+        return HTTPStatus.NOT_FOUND, {"error": {"message": f"no route {path}"}}, {}
 
     def _reply(self, request: dict[str, Any]) -> tuple[Message, int, int]:
         reply = dict(self.respond(request))
