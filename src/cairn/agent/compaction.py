@@ -8,13 +8,24 @@ it covers stay stored, as the archive.
 
 The summarizer call is a history entry of kind ``conv`` made by the step
 machine, so on replay its outcome is read back and the summarizer is not called.
-A summarizer that fails, or answers with nothing, replaces nothing: the outcome
-is recorded as failed, the conversation stays whole, and compaction is tried
-again at the next call.
+A summarizer that fails, answers with nothing, is cut off at its token cap
+(finish reason ``length`` / ``max_tokens``) or answers with more than the
+summary budget (``summary_tokens``) replaces nothing: the outcome is recorded as
+failed and the conversation stays whole.
+
+A compaction that fails, or leaves the context within ``margin`` of the
+threshold (so the next call would compact again), is a *miss*: it is logged,
+counted (``ConversationStats.short_compactions`` for the ones that wrote a
+summary), and compaction is not tried again until the context has grown by
+``keep_tail`` tokens, twice that after a second miss in a row, and so on. Without
+that, a summarizer whose summaries are as big as the threshold made a
+compaction at nearly every call. The hold is part of each recorded outcome, so
+a replay, or a process resumed after a crash, holds off exactly as the first run did.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -22,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 from cairn.agent._window import Row, split_point
 from cairn.agent.pricing import Usage
 from cairn.agent.summarize import (
+    TRUNCATED,
+    Summary,
     SummaryRequest,
     SummaryResult,
     as_summary,
@@ -38,6 +51,15 @@ if TYPE_CHECKING:
     from cairn.store.records import StepRecord
 
 Outcome = dict[str, Any]
+log = logging.getLogger("cairn")
+# The hold after a miss doubles with each miss in a row, up to this many doublings.
+_MAX_DOUBLINGS = 16
+
+
+def margin(threshold: int) -> int:
+    """How far under the threshold a compaction must bring the context to count as
+    one that worked: a tenth of the threshold."""
+    return max(1, threshold // 10)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +115,11 @@ def _due(conv: Conversation, force: bool) -> bool:
         # A summary row the entry did not get to record (a crash between the two
         # commits) still means a compaction happened here.
         return conv.row_at(conv.position).kind == "summary"
-    if not force and (conv.tokens <= conv.threshold or conv._failed_at == conv.position):
+    if not force and (
+        conv.tokens <= conv.threshold
+        or conv._failed_at == conv.position
+        or conv.tokens < conv._hold_until
+    ):
         return False
     return _plan(conv) is not None
 
@@ -134,7 +160,35 @@ def compaction_machine(conv: Conversation, *, force: bool = False) -> Machine[Co
         conv.take(row)
     else:
         conv._failed_at = conv.position
+    # Outcomes recorded before holds existed carry none: no hold.
+    conv._misses = int(outcome.get("misses", 0))
+    conv._hold_until = int(outcome.get("hold_until", 0))
     return Compaction.of(outcome)
+
+
+def _hold(conv: Conversation, tokens_after: int, missed: bool) -> dict[str, int]:
+    """The misses in a row and the hold they set, for a compaction leaving
+    ``tokens_after`` tokens (see the module doc)."""
+    if not missed:
+        return {"misses": 0, "hold_until": 0}
+    misses = conv._misses + 1
+    growth = conv.keep_tail * 2 ** min(misses - 1, _MAX_DOUBLINGS)
+    return {"misses": misses, "hold_until": tokens_after + growth}
+
+
+def _report_miss(conv: Conversation, outcome: Outcome) -> None:
+    """Log a compaction that left the context too close to the threshold."""
+    after = outcome.get("tokens_after", outcome.get("tokens_before"))
+    log.warning(
+        "task %s, conversation %r: compaction left %s tokens against a threshold of %d (%s); "
+        "not compacting again before %d tokens",
+        conv.task_id,
+        conv.name,
+        after,
+        conv.threshold,
+        outcome.get("error") or "the summary and the kept tail are too big",
+        outcome["hold_until"],
+    )
 
 
 def _adopted(conv: Conversation) -> Outcome | None:
@@ -184,13 +238,38 @@ def _async_compact(conv: Conversation) -> Callable[[], Awaitable[Outcome]]:
 
 
 def _failed(conv: Conversation, plan: _Plan | None, error: str) -> Outcome:
-    return {
+    tokens = conv.tokens if plan is None else plan.tokens_before
+    outcome = {
         "ok": False,
         "at": conv.position,
         "error": error,
-        "tokens_before": conv.tokens if plan is None else plan.tokens_before,
+        "tokens_before": tokens,
         "summarizer": _summarizer_name(conv),
+        **_hold(conv, tokens, missed=True),
     }
+    _report_miss(conv, outcome)
+    return outcome
+
+
+def _rejected(conv: Conversation, summary: Summary, text: str) -> str | None:
+    """Why ``summary`` may not replace the head, or None if it may."""
+    if not text:
+        return "the summarizer returned an empty summary"
+    if summary.finish_reason in TRUNCATED:
+        return (
+            f"the summary was cut off at the summarizer's token cap (finish reason "
+            f"{summary.finish_reason!r})"
+        )
+    size = conv.counter.count(text)
+    usage = summary.usage
+    if usage is not None and not usage.estimated and 0 < usage.output_tokens < size:
+        size = usage.output_tokens  # the provider counted the reply itself
+    if size > conv.summary_tokens:
+        return (
+            f"the summary is {size} tokens, over the summary budget of "
+            f"{conv.summary_tokens} (summary_tokens)"
+        )
+    return None
 
 
 def _summarizer_name(conv: Conversation) -> str:
@@ -200,8 +279,9 @@ def _summarizer_name(conv: Conversation) -> str:
 def _finish(conv: Conversation, plan: _Plan, result: SummaryResult) -> Outcome:
     summary = as_summary(result)
     text = summary.text.strip()
-    if not text:
-        outcome = _failed(conv, plan, "the summarizer returned an empty summary")
+    rejected = _rejected(conv, summary, text)
+    if rejected is not None:
+        outcome = _failed(conv, plan, rejected)
         return {**outcome, **_usage_fields(conv, summary.usage, summary.model)}
     message = summary_message(text)
     tokens = count_message(message, conv.counter)
@@ -209,10 +289,15 @@ def _finish(conv: Conversation, plan: _Plan, result: SummaryResult) -> Outcome:
     system_tokens = 0 if window.system is None else window.system.tokens
     before = conv.stats
     head_tokens = sum(row.tokens for row in plan.head)
+    after = system_tokens + tokens + sum(row.tokens for row in plan.kept)
+    short = after > conv.threshold - margin(conv.threshold)
     meta: dict[str, Any] = {
         "covers_until": plan.head[-1].idx,
         "tokens_before": plan.tokens_before,
-        "tokens_after": system_tokens + tokens + sum(row.tokens for row in plan.kept),
+        "tokens_after": after,
+        "short": short,
+        "short_compactions": before.short_compactions + int(short),
+        **_hold(conv, after, missed=short),
         "head_messages": len(plan.head),
         "head_tokens": head_tokens,
         "archived_messages": before.archived_messages + len(plan.head),
@@ -223,6 +308,8 @@ def _finish(conv: Conversation, plan: _Plan, result: SummaryResult) -> Outcome:
     }
     row = Row(conv.position, message, tokens, "summary", plan.head[-1].idx, meta)
     conv.write(row)
+    if short:
+        _report_miss(conv, meta)
     return {"ok": True, "idx": row.idx, **meta}
 
 

@@ -121,6 +121,10 @@ class Conversation:
         # (prompt tokens the provider counted, first idx it did not count)
         self._anchor: tuple[int, int] | None = None
         self._failed_at = -1  # a failed compaction is not retried at the same position
+        # After a compaction that failed or left too much (a miss), none is tried
+        # before the context reaches _hold_until tokens (cairn.agent.compaction).
+        self._misses = 0
+        self._hold_until = 0
         self._conv_id = -1  # the store's key for this conversation, set by open()
         # Messages above the inline limit go to the blob store (cairn.agent.message_blobs).
         self._offloader = run.offloader

@@ -14,7 +14,9 @@ from cairn.agent._window import Window
 @dataclass(frozen=True, slots=True)
 class ConversationStats:
     """Counts of one conversation. ``full_tokens`` is what the context would hold
-    without compaction: every message ever appended (an estimate)."""
+    without compaction: every message ever appended (an estimate).
+    ``short_compactions``: compactions that wrote a summary but left the context
+    within a tenth of the threshold (logged, and followed by a hold)."""
 
     rows: int
     compactions: int
@@ -22,6 +24,7 @@ class ConversationStats:
     archived_tokens: int
     active_tokens: int
     full_tokens: int
+    short_compactions: int = 0
 
 
 def stats_of(window: Window, rows: int) -> ConversationStats:
@@ -38,4 +41,5 @@ def stats_of(window: Window, rows: int) -> ConversationStats:
         archived_tokens=archived,
         active_tokens=active,
         full_tokens=archived + message_tokens,
+        short_compactions=int(meta.get("short_compactions", 0)),
     )

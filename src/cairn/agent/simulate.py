@@ -14,7 +14,10 @@ shape, to the assistant message::
 
 It counts every request, and every repeat of an identical request, so a test
 can prove that a resumed agent sent nothing twice. Usage is estimated with
-cairn's token estimator. Request headers are never kept.
+cairn's token estimator, and summed over all requests in ``prompt_tokens`` and
+``completion_tokens``. A reply longer than the request's ``max_tokens`` is cut
+there, with finish reason ``length`` (``max_tokens`` on ``/v1/messages``), as a
+real model's would be. Request headers are never kept.
 """
 
 from __future__ import annotations
@@ -98,6 +101,9 @@ class SimulatedModelServer:
         self._fingerprints: Counter[str] = Counter()
         self._failures: list[_Failure] = []
         self._ids = itertools.count(1)
+        # The server's own token accounting, summed over every answered request.
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
         self._httpd: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -198,15 +204,25 @@ class SimulatedModelServer:
             return HTTPStatus.OK, self._anthropic(body), {}
         return HTTPStatus.NOT_FOUND, {"error": {"message": f"no route {path}"}}, {}
 
-    def _reply(self, request: dict[str, Any]) -> tuple[Message, int, int]:
+    def _reply(self, request: dict[str, Any]) -> tuple[Message, int, int, bool]:
+        """The reply, the prompt's and the reply's tokens, and whether the reply
+        was cut off at the request's ``max_tokens`` (as a real model stops there)."""
         reply = dict(self.respond(request))
         prompt = count_messages(request.get("messages") or [])
         prompt += sum(len(json.dumps(t)) // 4 for t in request.get("tools") or [])
-        return reply, prompt, count_message(reply)
+        cap = request.get("max_tokens") or request.get("max_completion_tokens")
+        cut = isinstance(cap, int) and count_message(reply) > cap and not reply.get("tool_calls")
+        if cut and isinstance(cap, int):
+            reply["content"] = _cut(str(reply.get("content") or ""), cap)
+        with self._lock:
+            self.prompt_tokens += prompt
+            self.completion_tokens += count_message(reply)
+        return reply, prompt, count_message(reply), cut
 
     def _openai(self, body: dict[str, Any]) -> dict[str, Any]:
-        reply, prompt, completion = self._reply(body)
+        reply, prompt, completion, cut = self._reply(body)
         calls = reply.get("tool_calls") or None
+        finish = "length" if cut else ("tool_calls" if calls else "stop")
         return {
             "id": f"chatcmpl-{next(self._ids)}",
             "object": "chat.completion",
@@ -220,7 +236,7 @@ class SimulatedModelServer:
                         "content": reply.get("content"),
                         "tool_calls": calls,
                     },
-                    "finish_reason": "tool_calls" if calls else "stop",
+                    "finish_reason": finish,
                     "logprobs": None,
                 }
             ],
@@ -234,7 +250,7 @@ class SimulatedModelServer:
 
     def _anthropic(self, body: dict[str, Any]) -> dict[str, Any]:
         request = {**body, "messages": from_anthropic_request(body)}
-        reply, prompt, completion = self._reply(request)
+        reply, prompt, completion, cut = self._reply(request)
         content: list[dict[str, Any]] = []
         if reply.get("content"):
             content.append({"type": "text", "text": reply["content"]})
@@ -255,7 +271,7 @@ class SimulatedModelServer:
             "role": "assistant",
             "model": body.get("model", "simulated"),
             "content": content,
-            "stop_reason": "tool_use" if reply.get("tool_calls") else "end_turn",
+            "stop_reason": _stop_reason(reply, cut),
             "stop_sequence": None,
             "usage": {
                 "input_tokens": prompt - cached,
@@ -264,6 +280,19 @@ class SimulatedModelServer:
                 "cache_creation_input_tokens": 0,
             },
         }
+
+
+def _cut(text: str, cap: int) -> str:
+    """``text`` cut until its message counts at most ``cap`` tokens."""
+    while text and count_message({"role": "assistant", "content": text}) > cap:
+        text = text[: len(text) * 9 // 10]
+    return text
+
+
+def _stop_reason(reply: Mapping[str, Any], cut: bool) -> str:
+    if cut:
+        return "max_tokens"
+    return "tool_use" if reply.get("tool_calls") else "end_turn"
 
 
 def from_anthropic_request(body: Mapping[str, Any]) -> list[Message]:
