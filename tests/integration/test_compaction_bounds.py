@@ -18,6 +18,7 @@ from cairn import Cairn, Context
 from cairn.admin import conversation_detail
 from cairn.agent import LLMSummarizer, tool_result, user
 from cairn.agent.tokens import count_messages
+from cairn.store import admin
 from tests.agent_server import Scripted, model_server, openai_client
 from tests.integration.store.test_conversation import history_entries
 
@@ -81,7 +82,7 @@ def test_summaries_as_big_as_the_threshold_do_not_compact_at_every_call(
     assert sent == {min(max_tokens, summary_tokens)}
     misses = [r for r in caplog.records if "compaction left" in r.getMessage()]
     assert len(misses) == summary_server.requests
-    detail = conversation_detail(app.store, "t")
+    detail = conversation_detail(admin(app.store), "t")
     stats = detail.stats()
     if summary_tokens == 800:
         assert result == {"compactions": 0, "short": 0}
