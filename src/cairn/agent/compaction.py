@@ -288,7 +288,7 @@ def _finish(conv: Conversation, plan: _Plan, result: SummaryResult) -> Outcome:
     window = conv._window
     system_tokens = 0 if window.system is None else window.system.tokens
     before = conv.stats
-    head_tokens = sum(row.tokens for row in plan.head)
+    head_tokens = sum(row.full_tokens for row in plan.head)
     after = system_tokens + tokens + sum(row.tokens for row in plan.kept)
     short = after > conv.threshold - margin(conv.threshold)
     meta: dict[str, Any] = {

@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from cairn.agent._window import Row, Window
 from cairn.agent.archive import StoredMessage, iter_history
+from cairn.agent.clearing import Cleared, ToolResultClearing, to_clear
 from cairn.agent.compaction import compaction_machine
 from cairn.agent.conversation_stats import ConversationStats, stats_of
 from cairn.agent.handoff import build_handoff, seed_rows
@@ -98,6 +99,7 @@ class Conversation:
         prices: PriceTable,
         client: Any,
         summary_tokens: int,
+        clear_tool_results: ToolResultClearing | None = None,
     ) -> None:
         if not 0 < keep_tail < threshold:
             raise ValueError(
@@ -113,6 +115,7 @@ class Conversation:
         self.prices = prices
         self.client = client
         self.summary_tokens = summary_tokens
+        self.clearing = clear_tool_results
         self._window = Window()
         self._restored = Window()
         self._pos = 0  # the next position the task's code reaches
@@ -226,6 +229,20 @@ class Conversation:
         self._end = max(self._end, fresh[-1].idx + 1)
         for row in fresh:
             self.take(row)
+
+    # -- tool-result clearing ----------------------------------------------------------------
+    def clear_tool_results(self) -> Cleared:
+        """Clear the tool results the policy clears now (``cairn.agent.clearing``)
+        and return them as ``ctx.llm`` records them. Nothing without a policy."""
+        if self.clearing is None:
+            return []
+        rows = [(r.idx, r.message, r.tokens, r.cleared) for r in self._window.tail]
+        cleared = to_clear(self.clearing, rows, self.counter)
+        self._window.clear(cleared)
+        if cleared:
+            # The provider's count at the last call included what was just cleared.
+            self._anchor = None
+        return cleared
 
     # -- compaction -----------------------------------------------------------------------
     def compact(self, *, force: bool = False) -> Any:
@@ -381,6 +398,7 @@ def open_conversation(
     client: Any = None,
     start_from: Mapping[str, Any] | str | None = None,
     summary_tokens: int = DEFAULT_SUMMARY_TOKENS,
+    clear_tool_results: ToolResultClearing | None = None,
 ) -> Conversation:
     """``ctx.conversation``: open (or create) conversation ``name`` of the task.
 
@@ -406,6 +424,7 @@ def open_conversation(
         prices=prices or DEFAULT_PRICES,
         client=client,
         summary_tokens=summary_tokens,
+        clear_tool_results=clear_tool_results,
     )
     conv.open(system, start_from)
     known[name] = conv

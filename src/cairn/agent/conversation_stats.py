@@ -25,6 +25,7 @@ class ConversationStats:
     active_tokens: int
     full_tokens: int
     short_compactions: int = 0
+    cleared_results: int = 0  # tool results in the active context cleared to placeholders
 
 
 def stats_of(window: Window, rows: int) -> ConversationStats:
@@ -32,7 +33,7 @@ def stats_of(window: Window, rows: int) -> ConversationStats:
     ``window``; the archived counts are those the latest summary carries."""
     meta = (window.summary.meta if window.summary is not None else None) or {}
     active = window.tokens()
-    message_tokens = sum(r.tokens for r in window.rows() if r.kind == "message")
+    message_tokens = sum(r.full_tokens for r in window.rows() if r.kind == "message")
     archived = int(meta.get("archived_tokens", 0))
     return ConversationStats(
         rows=rows,
@@ -42,4 +43,5 @@ def stats_of(window: Window, rows: int) -> ConversationStats:
         active_tokens=active,
         full_tokens=archived + message_tokens,
         short_compactions=int(meta.get("short_compactions", 0)),
+        cleared_results=sum(1 for r in window.tail if r.cleared),
     )

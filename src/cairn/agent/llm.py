@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from cairn.agent._window import Row
+from cairn.agent.clearing import Cleared
 from cairn.agent.compaction import compaction_machine
 from cairn.agent.messages import Message, normalize
 from cairn.agent.pricing import DEFAULT_PRICES, PriceTable
@@ -102,6 +103,9 @@ def _conversation_call(
     prices: PriceTable,
 ) -> Machine[Reply]:
     yield from compaction_machine(conv)
+    # Decided once per call, before the first attempt (a retry sends the same
+    # context), and recorded in the reply row (cairn.agent.clearing).
+    cleared: list[Cleared] = []
 
     def prepare() -> tuple[dict[str, Any] | None, list[Message]]:
         if conv.replaying:
@@ -111,6 +115,8 @@ def _conversation_call(
             if row.role != "assistant" or row.meta is None:
                 conv.diverge(row, f"the reply of a call to {model!r}")
             return {"idx": row.idx, **row.meta}, []
+        if not cleared:
+            cleared.append(conv.clear_tool_results())
         return None, conv.messages
 
     def finish(completion: Completion) -> dict[str, Any]:
@@ -118,6 +124,8 @@ def _conversation_call(
         meta = _completion_meta(provider, completion, prices)
         meta["context_tokens"] = stats.active_tokens
         meta["full_tokens"] = stats.full_tokens
+        if cleared and cleared[0]:
+            meta["cleared"] = cleared[0]
         message = normalize(completion.message)
         usage = completion.usage
         tokens = count_message(message, conv.counter) if usage.estimated else usage.output_tokens
