@@ -124,6 +124,11 @@ class Conversation:
         # (prompt tokens the provider counted, first idx it did not count)
         self._anchor: tuple[int, int] | None = None
         self._failed_at = -1  # a failed compaction is not retried at the same position
+        # The last model call, for the counterfactual of the next one: (its reply's
+        # idx, the provider's input and output tokens, its input without compaction),
+        # and whether the context was compacted or cleared since (cairn.agent.costs).
+        self._last_call: tuple[int, int, int, int] | None = None
+        self._edited = False
         # After a compaction that failed or left too much (a miss), none is tried
         # before the context reaches _hold_until tokens (cairn.agent.compaction).
         self._misses = 0
@@ -242,7 +247,27 @@ class Conversation:
         if cleared:
             # The provider's count at the last call included what was just cleared.
             self._anchor = None
+            self._edited = True
         return cleared
+
+    def uncompacted_input(self, input_tokens: int) -> int:
+        """The input tokens this call would have had with nothing ever compacted or
+        cleared, built from the provider's counts: the last call's counterfactual
+        plus the provider's growth since (exact when nothing was compacted or
+        cleared in between; else the last reply and the new messages, estimated
+        and scaled to the provider's count of this prompt)."""
+        stats = self.stats
+        if self._last_call is None:
+            return input_tokens + max(0, stats.full_tokens - stats.active_tokens)
+        idx, last_input, last_output, last_uncompacted = self._last_call
+        if not self._edited:
+            return last_uncompacted + input_tokens - last_input
+        new = sum(r.full_tokens for r in self._window.tail if r.idx > idx and r.kind == "message")
+        # The new messages in the provider's tokens: cairn's estimate of them,
+        # scaled by how the provider's count of this very prompt compares with
+        # cairn's estimate of it.
+        scale = input_tokens / stats.active_tokens if stats.active_tokens > 0 else 1.0
+        return last_uncompacted + last_output + round(new * scale)
 
     # -- compaction -----------------------------------------------------------------------
     def compact(self, *, force: bool = False) -> Any:
@@ -323,8 +348,17 @@ class Conversation:
         self._pos = row.idx + 1
         if row.kind == "summary":
             self._anchor = None
+            self._edited = True
         elif row.meta is not None and "usage" in row.meta:
             usage = row.meta["usage"]
+            if "uncompacted_input" in row.meta:
+                self._last_call = (
+                    row.idx,
+                    int(usage["input_tokens"]),
+                    int(usage["output_tokens"]),
+                    int(row.meta["uncompacted_input"]),
+                )
+                self._edited = False
             if not usage.get("estimated"):
                 # The provider counted the whole prompt up to this reply.
                 self._anchor = (int(usage["input_tokens"]), row.idx)

@@ -124,10 +124,14 @@ def _conversation_call(
         meta = _completion_meta(provider, completion, prices)
         meta["context_tokens"] = stats.active_tokens
         meta["full_tokens"] = stats.full_tokens
+        usage = completion.usage
+        uncompacted = conv.uncompacted_input(usage.input_tokens)
+        meta["uncompacted_input"] = uncompacted
+        saved = uncompacted - usage.input_tokens
+        meta["saved_cost"] = prices.saving(completion.model, saved, usage.cached_tokens)
         if cleared and cleared[0]:
             meta["cleared"] = cleared[0]
         message = normalize(completion.message)
-        usage = completion.usage
         tokens = count_message(message, conv.counter) if usage.estimated else usage.output_tokens
         row = Row(conv.position, message, tokens, meta=meta)
         conv.write(row)

@@ -38,7 +38,7 @@ from typing import Any, Self
 from cairn.agent.messages import Message, text_of
 from cairn.agent.pricing import Usage
 from cairn.agent.providers import Completion
-from cairn.agent.tokens import count_message, count_messages
+from cairn.agent.tokens import DEFAULT_COUNTER, TokenCounter, count_message, count_messages
 
 Respond = Callable[[dict[str, Any]], Mapping[str, Any]]
 _POLL = 0.02
@@ -93,9 +93,18 @@ class _Server(ThreadingHTTPServer):
 class SimulatedModelServer:
     """A model endpoint on a free local port; use it as a context manager."""
 
-    def __init__(self, respond: Respond = echo, *, cached_tokens: int = 0) -> None:
+    def __init__(
+        self,
+        respond: Respond = echo,
+        *,
+        cached_tokens: int = 0,
+        counter: TokenCounter | None = None,
+    ) -> None:
         self.respond = respond
         self.cached_tokens = cached_tokens
+        # How this "model" counts tokens; another counter than the client's makes
+        # the provider's counts and cairn's estimates differ, as a real one's do.
+        self.counter = counter or DEFAULT_COUNTER
         self._lock = threading.Lock()
         self._bodies: list[dict[str, Any]] = []
         self._fingerprints: Counter[str] = Counter()
@@ -208,16 +217,19 @@ class SimulatedModelServer:
         """The reply, the prompt's and the reply's tokens, and whether the reply
         was cut off at the request's ``max_tokens`` (as a real model stops there)."""
         reply = dict(self.respond(request))
-        prompt = count_messages(request.get("messages") or [])
+        counter = self.counter
+        prompt = count_messages(request.get("messages") or [], counter)
         prompt += sum(len(json.dumps(t)) // 4 for t in request.get("tools") or [])
         cap = request.get("max_tokens") or request.get("max_completion_tokens")
-        cut = isinstance(cap, int) and count_message(reply) > cap and not reply.get("tool_calls")
+        size = count_message(reply, counter)
+        cut = isinstance(cap, int) and size > cap and not reply.get("tool_calls")
         if cut and isinstance(cap, int):
-            reply["content"] = _cut(str(reply.get("content") or ""), cap)
+            reply["content"] = _cut(str(reply.get("content") or ""), cap, counter)
+            size = count_message(reply, counter)
         with self._lock:
             self.prompt_tokens += prompt
-            self.completion_tokens += count_message(reply)
-        return reply, prompt, count_message(reply), cut
+            self.completion_tokens += size
+        return reply, prompt, size, cut
 
     def _openai(self, body: dict[str, Any]) -> dict[str, Any]:
         reply, prompt, completion, cut = self._reply(body)
@@ -282,9 +294,9 @@ class SimulatedModelServer:
         }
 
 
-def _cut(text: str, cap: int) -> str:
+def _cut(text: str, cap: int, counter: TokenCounter) -> str:
     """``text`` cut until its message counts at most ``cap`` tokens."""
-    while text and count_message({"role": "assistant", "content": text}) > cap:
+    while text and count_message({"role": "assistant", "content": text}, counter) > cap:
         text = text[: len(text) * 9 // 10]
     return text
 
