@@ -6,11 +6,13 @@ a replay returns the recorded reply and sends nothing. Keys, headers and the
 client itself are never recorded.
 
 ``ctx.llm(conv)`` first compacts the conversation if it is over its threshold,
-then sends its active context, appends the reply to it (one row, with the
-usage beside it) and returns it. Its entry records the usage, the cost, and
-how many tokens the uncompacted history would have held at that call (what
-``cairn cost`` reports as saved), but not the reply text, which lives in the
-conversation row alone.
+then clears old tool results if the conversation has a policy for it
+(``cairn.agent.clearing``), sends its active context, appends the reply to it
+(one row, with the usage beside it) and returns it. Its entry records the
+usage, the cost, the tool results it cleared, and the input tokens the call
+would have sent with nothing compacted or cleared (``uncompacted_input``, from
+the provider's counts) with that saving's price (what ``cairn cost`` reports
+as saved), but not the reply text, which lives in the conversation row alone.
 
 ``ctx.llm_call(messages)`` is the lower level: one request, no conversation;
 its entry records the reply message with the usage.
