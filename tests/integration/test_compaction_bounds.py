@@ -134,3 +134,37 @@ def test_a_window_too_small_for_the_prompt_is_refused() -> None:
         pytest.raises(ValueError, match="larger window or a smaller max_tokens"),
     ):
         LLMSummarizer(openai_client(server), model="s", max_tokens=800, window=1500)
+
+
+def test_fidelity_replays_compaction_with_the_same_rejections_and_hold() -> None:
+    """fidelity's replay of compaction follows the live rules: an over-budget
+    summary is not used (the context stays whole), and after that miss the next
+    try waits for keep_tail more tokens instead of coming at the next turn."""
+    from cairn.agent.fidelity import simulated_contexts
+    from cairn.agent.messages import assistant
+    from cairn.agent.summarize import SUMMARY_HEADER, SummaryRequest
+    from cairn.agent.tokens import DEFAULT_COUNTER
+
+    asked: list[int] = []
+
+    def too_long(request: SummaryRequest) -> str:
+        asked.append(len(request.messages))
+        return "word " * 2000  # ~2,500 tokens against a budget of 300
+
+    messages = []
+    for i in range(40):
+        messages += [user(f"question {i} " + "detail " * 30), assistant(f"answer {i}")]
+    points = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    contexts = simulated_contexts(
+        messages,
+        points,
+        too_long,
+        threshold=1000,
+        keep_tail=300,
+        counter=DEFAULT_COUNTER,
+        summary_tokens=300,
+    )
+    assert all(SUMMARY_HEADER not in str(c) for ctx in contexts.values() for c in ctx)
+    assert len(contexts[points[-1]]) == points[-1]  # nothing was ever folded
+    # Over 1,000 tokens from about turn 20 on: without the hold, ~20 tries.
+    assert 1 <= len(asked) <= 4

@@ -41,7 +41,7 @@ from cairn.agent.summarize import (
     is_async_summarizer,
     summary_message,
 )
-from cairn.agent.tokens import count_message
+from cairn.agent.tokens import TokenCounter, count_message
 from cairn.engine.run import Machine
 from cairn.engine.steps import step_machine
 from cairn.retry import NO_RETRY
@@ -172,8 +172,7 @@ def _hold(conv: Conversation, tokens_after: int, missed: bool) -> dict[str, int]
     if not missed:
         return {"misses": 0, "hold_until": 0}
     misses = conv._misses + 1
-    growth = conv.keep_tail * 2 ** min(misses - 1, _MAX_DOUBLINGS)
-    return {"misses": misses, "hold_until": tokens_after + growth}
+    return {"misses": misses, "hold_until": hold_after(misses, tokens_after, conv.keep_tail)}
 
 
 def _report_miss(conv: Conversation, outcome: Outcome) -> None:
@@ -252,7 +251,12 @@ def _failed(conv: Conversation, plan: _Plan | None, error: str) -> Outcome:
 
 
 def _rejected(conv: Conversation, summary: Summary, text: str) -> str | None:
-    """Why ``summary`` may not replace the head, or None if it may."""
+    return rejection(summary, text, conv.counter, conv.summary_tokens)
+
+
+def rejection(summary: Summary, text: str, counter: TokenCounter, budget: int) -> str | None:
+    """Why ``summary`` (whose text is ``text``) may not replace the head, or None
+    if it may: empty, cut off at the summarizer's cap, or over ``budget`` tokens."""
     if not text:
         return "the summarizer returned an empty summary"
     if summary.finish_reason in TRUNCATED:
@@ -260,16 +264,20 @@ def _rejected(conv: Conversation, summary: Summary, text: str) -> str | None:
             f"the summary was cut off at the summarizer's token cap (finish reason "
             f"{summary.finish_reason!r})"
         )
-    size = conv.counter.count(text)
+    size = counter.count(text)
     usage = summary.usage
     if usage is not None and not usage.estimated and 0 < usage.output_tokens < size:
         size = usage.output_tokens  # the provider counted the reply itself
-    if size > conv.summary_tokens:
-        return (
-            f"the summary is {size} tokens, over the summary budget of "
-            f"{conv.summary_tokens} (summary_tokens)"
-        )
+    if size > budget:
+        return f"the summary is {size} tokens, over the summary budget of {budget} (summary_tokens)"
     return None
+
+
+def hold_after(misses: int, tokens_after: int, keep_tail: int) -> int:
+    """The token count below which no compaction is tried after ``misses`` misses
+    in a row, the last leaving ``tokens_after`` tokens."""
+    doublings = max(0, min(misses - 1, _MAX_DOUBLINGS))
+    return tokens_after + keep_tail * (1 << doublings)
 
 
 def _summarizer_name(conv: Conversation) -> str:

@@ -371,7 +371,11 @@ class ExtractiveSummarizer:
         while counter.count(text) > budget:
             longest = max(_LISTS, key=lambda name: len(parts[name]))
             if not parts[longest]:
-                return text[: budget * 2]
+                # Nothing left to drop: cut the text itself (a summary over the
+                # budget would be rejected, cairn.agent.compaction).
+                while text and counter.count(text) > budget:
+                    text = text[: len(text) * 3 // 4]
+                return text
             parts[longest].pop(0)
             text = render_sections(parts)
         return text
