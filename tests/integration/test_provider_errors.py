@@ -181,3 +181,20 @@ def test_sdk_errors_map_to_cairns_classes() -> None:
         port = server._httpd.server_address[1] if server._httpd else 0
     refused = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=API_KEY, max_retries=0)
     assert isinstance(_raised(refused), Transient)
+
+
+def test_a_summarizer_error_that_echoes_a_key_is_recorded_redacted(app: Cairn) -> None:
+    """Any summarizer's error text (not only the SDKs') is redacted before the
+    failed compaction is recorded."""
+
+    def leaky(request: Any) -> str:
+        raise RuntimeError("upstream refused key sk-live-0123456789abcdef")
+
+    @app.task(name="c")
+    def compact(ctx: Context) -> str | None:
+        conv = ctx.conversation("c", threshold=50, keep_tail=10, summarizer=leaky)
+        for i in range(6):
+            conv.append(user(f"message {i} " + "words " * 20))
+        return conv.compact().error  # type: ignore[no-any-return]
+
+    assert app.run(compact, task_id="c") == f"RuntimeError: upstream refused key {REDACTED}"

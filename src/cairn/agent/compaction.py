@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from cairn.agent._window import Row, split_point
 from cairn.agent.pricing import Usage
+from cairn.agent.provider_errors import redact
 from cairn.agent.summarize import (
     TRUNCATED,
     Summary,
@@ -215,7 +216,7 @@ def _sync_compact(conv: Conversation) -> Callable[[], Outcome]:
         try:
             result = conv.summarizer(_request(conv, plan))
         except Exception as exc:  # noqa: BLE001 - a failed summary replaces nothing
-            return _failed(conv, plan, f"{type(exc).__name__}: {exc}")
+            return _failed(conv, plan, _described(exc))
         return _finish(conv, plan, result)  # type: ignore[arg-type]
 
     return compact
@@ -230,10 +231,16 @@ def _async_compact(conv: Conversation) -> Callable[[], Awaitable[Outcome]]:
         try:
             result = await conv.summarizer(_request(conv, plan))  # type: ignore[misc]
         except Exception as exc:  # noqa: BLE001 - a failed summary replaces nothing
-            return _failed(conv, plan, f"{type(exc).__name__}: {exc}")
+            return _failed(conv, plan, _described(exc))
         return _finish(conv, plan, result)
 
     return compact
+
+
+def _described(error: Exception) -> str:
+    """A summarizer's error as it is recorded: any summarizer's text may echo a
+    key (the SDKs' errors are redacted already, cairn.agent.provider_errors)."""
+    return redact(f"{type(error).__name__}: {error}")
 
 
 def _failed(conv: Conversation, plan: _Plan | None, error: str) -> Outcome:
