@@ -362,7 +362,8 @@ class Context:
 
         Options: ``system``, ``threshold`` (8000 tokens), ``keep_tail`` (2000),
         ``summarizer``, ``counter``, ``prices``, ``client``, ``start_from`` (a
-        handoff document) and ``summary_tokens``; see ``cairn.agent.conversation``.
+        handoff document), ``summary_tokens`` and ``clear_tool_results`` (a
+        ``ToolResultClearing``); see ``cairn.agent.conversation``.
         """
         from cairn.agent.conversation import open_conversation
 

@@ -34,7 +34,9 @@ from cairn.testing import set_fault_hook
 from tests.agent_server import (
     SYSTEM,
     Crash,
+    DocReader,
     crash_at,
+    model_server,
     openai_client,
     reader_task,
     resume,
@@ -177,12 +179,11 @@ def test_a_tool_call_and_its_results_are_never_split(app: Cairn) -> None:
         assert context[2]["role"] != "tool"
 
 
-def test_a_failing_summarizer_leaves_the_history_whole_and_is_retried(
-    app: Cairn, server: SimulatedModelServer
-) -> None:
+def test_a_failing_summarizer_leaves_the_history_whole_and_is_retried(app: Cairn) -> None:
     """A summarizer that raises twice, then works: the failed compactions are
-    recorded as failed, every call in the meantime gets the whole history, and the
-    compaction is tried again at the next call until it succeeds."""
+    recorded as failed, every call in the meantime gets the whole history, and
+    compaction is tried again once the context has grown by keep_tail tokens
+    after the first failure, twice that after the second, and then succeeds."""
     inner = ExtractiveSummarizer(max_tokens=250)
     failures = [2]
 
@@ -192,11 +193,18 @@ def test_a_failing_summarizer_leaves_the_history_whole_and_is_retried(
             raise RuntimeError("summarizer down")
         return inner(request)
 
-    task = reader_task(app, openai_client(server), summarizer=flaky)
-    app.run(task, task_id="r", goal=GOAL)
+    with model_server(DocReader(30)) as server:
+        task = reader_task(app, openai_client(server), summarizer=flaky, keep_tail=400)
+        app.run(task, task_id="r", goal=GOAL)
     compactions = history_entries(app, "r", "conv")
-    assert [c["ok"] for c in compactions[:3]] == [False, False, True]
-    assert compactions[0]["error"] == "RuntimeError: summarizer down"
+    first, second, third = compactions[:3]
+    assert [first["ok"], second["ok"], third["ok"]] == [False, False, True]
+    assert first["error"] == "RuntimeError: summarizer down"
+    assert first["hold_until"] == first["tokens_before"] + 400
+    assert second["tokens_before"] >= first["hold_until"]
+    assert second["hold_until"] == second["tokens_before"] + 800
+    assert third["tokens_before"] >= second["hold_until"]
+    assert third["misses"] == 0
     rows = app.store.load_messages("r", "main", 0, 1000)
     first_summary = next(r for r in rows if r.kind == "summary")
     calls = history_entries(app, "r", "llm")

@@ -99,6 +99,7 @@ class ConversationDetail:
             "conversation": self.view.name,
             "rows": stats.rows,
             "compactions": stats.compactions,
+            "compactions short of the threshold": stats.short_compactions,
             "archived messages": stats.archived_messages,
             "active tokens": stats.active_tokens,
             "tokens without compaction": stats.full_tokens,

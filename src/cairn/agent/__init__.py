@@ -15,6 +15,7 @@ The model SDKs are optional extras: ``pip install 'cairn[openai]'`` or
 from __future__ import annotations
 
 from cairn.agent.archive import ConversationView, StoredMessage, iter_history, load_conversation
+from cairn.agent.clearing import ToolResultClearing
 from cairn.agent.compaction import Compaction
 from cairn.agent.conversation import Conversation
 from cairn.agent.conversation_stats import ConversationStats
@@ -58,6 +59,7 @@ __all__ = [
     "SummaryRequest",
     "TokenCounter",
     "ToolCall",
+    "ToolResultClearing",
     "Usage",
     "assistant",
     "count_message",

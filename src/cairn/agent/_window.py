@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cairn.agent.clearing import Cleared, placeholder, tool_names
 from cairn.agent.messages import SYSTEM_ROLES, Message
 from cairn.store.records import MessageRecord
 
@@ -32,6 +33,16 @@ class Row:
     @property
     def role(self) -> str:
         return str(self.message["role"])
+
+    @property
+    def cleared(self) -> bool:
+        """True for a tool result replaced in the window by its placeholder."""
+        return self.meta is not None and "cleared_tokens" in self.meta
+
+    @property
+    def full_tokens(self) -> int:
+        """Tokens of the message as stored (a cleared one's original size)."""
+        return int(self.meta["cleared_tokens"]) if self.cleared else self.tokens  # type: ignore[index]
 
     @classmethod
     def of(cls, record: MessageRecord) -> Row:
@@ -71,8 +82,25 @@ class Window:
     def tokens(self) -> int:
         return sum(row.tokens for row in self.rows())
 
+    def clear(self, cleared: Cleared) -> None:
+        """Replace the tool results ``cleared`` names ([idx, placeholder tokens])
+        by their placeholders (``cairn.agent.clearing``); those no longer in the
+        tail, or cleared already, are left as they are."""
+        wanted = {int(idx): int(tokens) for idx, tokens in cleared}
+        names = tool_names(row.message for row in self.tail)
+        for at, row in enumerate(self.tail):
+            if row.idx not in wanted or row.cleared:
+                continue
+            tool = names.get(str(row.message.get("tool_call_id")))
+            message = placeholder(row.message, row.tokens, tool)
+            meta = {"cleared_tokens": row.tokens}
+            self.tail[at] = Row(row.idx, message, wanted[row.idx], row.kind, None, meta)
+
     def add(self, row: Row) -> None:
-        """Take in the row at the next position, as the conversation did."""
+        """Take in the row at the next position, as the conversation did (a reply
+        first clears the tool results its call's context had cleared)."""
+        if row.meta is not None and row.meta.get("cleared"):
+            self.clear(row.meta["cleared"])
         if row.kind == "summary":
             self.summary = row
             cut = self.covers_until
@@ -99,6 +127,9 @@ class Window:
             elif row.idx > cut:
                 window.tail.append(row)
         window.summary = latest
+        for row in list(window.tail):
+            if row.meta is not None and row.meta.get("cleared"):
+                window.clear(row.meta["cleared"])
         return window
 
 

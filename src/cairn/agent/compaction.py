@@ -8,27 +8,41 @@ it covers stay stored, as the archive.
 
 The summarizer call is a history entry of kind ``conv`` made by the step
 machine, so on replay its outcome is read back and the summarizer is not called.
-A summarizer that fails, or answers with nothing, replaces nothing: the outcome
-is recorded as failed, the conversation stays whole, and compaction is tried
-again at the next call.
+A summarizer that fails, answers with nothing, is cut off at its token cap
+(finish reason ``length`` / ``max_tokens``) or answers with more than the
+summary budget (``summary_tokens``) replaces nothing: the outcome is recorded as
+failed and the conversation stays whole.
+
+A compaction that fails, or leaves the context within ``margin`` of the
+threshold (so the next call would compact again), is a *miss*: it is logged,
+counted (``ConversationStats.short_compactions`` for the ones that wrote a
+summary), and compaction is not tried again until the context has grown by
+``keep_tail`` tokens, twice that after a second miss in a row, and so on. Without
+that, a summarizer whose summaries are as big as the threshold made a
+compaction at nearly every call. The hold is part of each recorded outcome, so
+a replay, or a process resumed after a crash, holds off exactly as the first run did.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cairn.agent._window import Row, split_point
 from cairn.agent.pricing import Usage
+from cairn.agent.provider_errors import redact
 from cairn.agent.summarize import (
+    TRUNCATED,
+    Summary,
     SummaryRequest,
     SummaryResult,
     as_summary,
     is_async_summarizer,
     summary_message,
 )
-from cairn.agent.tokens import count_message
+from cairn.agent.tokens import TokenCounter, count_message
 from cairn.engine.run import Machine
 from cairn.engine.steps import step_machine
 from cairn.retry import NO_RETRY
@@ -38,6 +52,15 @@ if TYPE_CHECKING:
     from cairn.store.records import StepRecord
 
 Outcome = dict[str, Any]
+log = logging.getLogger("cairn")
+# The hold after a miss doubles with each miss in a row, up to this many doublings.
+_MAX_DOUBLINGS = 16
+
+
+def margin(threshold: int) -> int:
+    """How far under the threshold a compaction must bring the context to count as
+    one that worked: a tenth of the threshold."""
+    return max(1, threshold // 10)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +116,11 @@ def _due(conv: Conversation, force: bool) -> bool:
         # A summary row the entry did not get to record (a crash between the two
         # commits) still means a compaction happened here.
         return conv.row_at(conv.position).kind == "summary"
-    if not force and (conv.tokens <= conv.threshold or conv._failed_at == conv.position):
+    if not force and (
+        conv.tokens <= conv.threshold
+        or conv._failed_at == conv.position
+        or conv.tokens < conv._hold_until
+    ):
         return False
     return _plan(conv) is not None
 
@@ -134,7 +161,34 @@ def compaction_machine(conv: Conversation, *, force: bool = False) -> Machine[Co
         conv.take(row)
     else:
         conv._failed_at = conv.position
+    # Outcomes recorded before holds existed carry none: no hold.
+    conv._misses = int(outcome.get("misses", 0))
+    conv._hold_until = int(outcome.get("hold_until", 0))
     return Compaction.of(outcome)
+
+
+def _hold(conv: Conversation, tokens_after: int, missed: bool) -> dict[str, int]:
+    """The misses in a row and the hold they set, for a compaction leaving
+    ``tokens_after`` tokens (see the module doc)."""
+    if not missed:
+        return {"misses": 0, "hold_until": 0}
+    misses = conv._misses + 1
+    return {"misses": misses, "hold_until": hold_after(misses, tokens_after, conv.keep_tail)}
+
+
+def _report_miss(conv: Conversation, outcome: Outcome) -> None:
+    """Log a compaction that left the context too close to the threshold."""
+    after = outcome.get("tokens_after", outcome.get("tokens_before"))
+    log.warning(
+        "task %s, conversation %r: compaction left %s tokens against a threshold of %d (%s); "
+        "not compacting again before %d tokens",
+        conv.task_id,
+        conv.name,
+        after,
+        conv.threshold,
+        outcome.get("error") or "the summary and the kept tail are too big",
+        outcome["hold_until"],
+    )
 
 
 def _adopted(conv: Conversation) -> Outcome | None:
@@ -162,7 +216,7 @@ def _sync_compact(conv: Conversation) -> Callable[[], Outcome]:
         try:
             result = conv.summarizer(_request(conv, plan))
         except Exception as exc:  # noqa: BLE001 - a failed summary replaces nothing
-            return _failed(conv, plan, f"{type(exc).__name__}: {exc}")
+            return _failed(conv, plan, _described(exc))
         return _finish(conv, plan, result)  # type: ignore[arg-type]
 
     return compact
@@ -177,20 +231,60 @@ def _async_compact(conv: Conversation) -> Callable[[], Awaitable[Outcome]]:
         try:
             result = await conv.summarizer(_request(conv, plan))  # type: ignore[misc]
         except Exception as exc:  # noqa: BLE001 - a failed summary replaces nothing
-            return _failed(conv, plan, f"{type(exc).__name__}: {exc}")
+            return _failed(conv, plan, _described(exc))
         return _finish(conv, plan, result)
 
     return compact
 
 
+def _described(error: Exception) -> str:
+    """A summarizer's error as it is recorded: any summarizer's text may echo a
+    key (the SDKs' errors are redacted already, cairn.agent.provider_errors)."""
+    return redact(f"{type(error).__name__}: {error}")
+
+
 def _failed(conv: Conversation, plan: _Plan | None, error: str) -> Outcome:
-    return {
+    tokens = conv.tokens if plan is None else plan.tokens_before
+    outcome = {
         "ok": False,
         "at": conv.position,
         "error": error,
-        "tokens_before": conv.tokens if plan is None else plan.tokens_before,
+        "tokens_before": tokens,
         "summarizer": _summarizer_name(conv),
+        **_hold(conv, tokens, missed=True),
     }
+    _report_miss(conv, outcome)
+    return outcome
+
+
+def _rejected(conv: Conversation, summary: Summary, text: str) -> str | None:
+    return rejection(summary, text, conv.counter, conv.summary_tokens)
+
+
+def rejection(summary: Summary, text: str, counter: TokenCounter, budget: int) -> str | None:
+    """Why ``summary`` (whose text is ``text``) may not replace the head, or None
+    if it may: empty, cut off at the summarizer's cap, or over ``budget`` tokens."""
+    if not text:
+        return "the summarizer returned an empty summary"
+    if summary.finish_reason in TRUNCATED:
+        return (
+            f"the summary was cut off at the summarizer's token cap (finish reason "
+            f"{summary.finish_reason!r})"
+        )
+    size = counter.count(text)
+    usage = summary.usage
+    if usage is not None and not usage.estimated and 0 < usage.output_tokens < size:
+        size = usage.output_tokens  # the provider counted the reply itself
+    if size > budget:
+        return f"the summary is {size} tokens, over the summary budget of {budget} (summary_tokens)"
+    return None
+
+
+def hold_after(misses: int, tokens_after: int, keep_tail: int) -> int:
+    """The token count below which no compaction is tried after ``misses`` misses
+    in a row, the last leaving ``tokens_after`` tokens."""
+    doublings = max(0, min(misses - 1, _MAX_DOUBLINGS))
+    return tokens_after + keep_tail * (1 << doublings)
 
 
 def _summarizer_name(conv: Conversation) -> str:
@@ -200,19 +294,25 @@ def _summarizer_name(conv: Conversation) -> str:
 def _finish(conv: Conversation, plan: _Plan, result: SummaryResult) -> Outcome:
     summary = as_summary(result)
     text = summary.text.strip()
-    if not text:
-        outcome = _failed(conv, plan, "the summarizer returned an empty summary")
+    rejected = _rejected(conv, summary, text)
+    if rejected is not None:
+        outcome = _failed(conv, plan, rejected)
         return {**outcome, **_usage_fields(conv, summary.usage, summary.model)}
     message = summary_message(text)
     tokens = count_message(message, conv.counter)
     window = conv._window
     system_tokens = 0 if window.system is None else window.system.tokens
     before = conv.stats
-    head_tokens = sum(row.tokens for row in plan.head)
+    head_tokens = sum(row.full_tokens for row in plan.head)
+    after = system_tokens + tokens + sum(row.tokens for row in plan.kept)
+    short = after > conv.threshold - margin(conv.threshold)
     meta: dict[str, Any] = {
         "covers_until": plan.head[-1].idx,
         "tokens_before": plan.tokens_before,
-        "tokens_after": system_tokens + tokens + sum(row.tokens for row in plan.kept),
+        "tokens_after": after,
+        "short": short,
+        "short_compactions": before.short_compactions + int(short),
+        **_hold(conv, after, missed=short),
         "head_messages": len(plan.head),
         "head_tokens": head_tokens,
         "archived_messages": before.archived_messages + len(plan.head),
@@ -223,6 +323,8 @@ def _finish(conv: Conversation, plan: _Plan, result: SummaryResult) -> Outcome:
     }
     row = Row(conv.position, message, tokens, "summary", plan.head[-1].idx, meta)
     conv.write(row)
+    if short:
+        _report_miss(conv, meta)
     return {"ok": True, "idx": row.idx, **meta}
 
 

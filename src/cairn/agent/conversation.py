@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from cairn.agent._window import Row, Window
 from cairn.agent.archive import StoredMessage, iter_history
+from cairn.agent.clearing import Cleared, ToolResultClearing, to_clear
 from cairn.agent.compaction import compaction_machine
 from cairn.agent.conversation_stats import ConversationStats, stats_of
 from cairn.agent.handoff import build_handoff, seed_rows
@@ -98,6 +99,7 @@ class Conversation:
         prices: PriceTable,
         client: Any,
         summary_tokens: int,
+        clear_tool_results: ToolResultClearing | None = None,
     ) -> None:
         if not 0 < keep_tail < threshold:
             raise ValueError(
@@ -113,6 +115,7 @@ class Conversation:
         self.prices = prices
         self.client = client
         self.summary_tokens = summary_tokens
+        self.clearing = clear_tool_results
         self._window = Window()
         self._restored = Window()
         self._pos = 0  # the next position the task's code reaches
@@ -121,6 +124,15 @@ class Conversation:
         # (prompt tokens the provider counted, first idx it did not count)
         self._anchor: tuple[int, int] | None = None
         self._failed_at = -1  # a failed compaction is not retried at the same position
+        # The last model call, for the counterfactual of the next one: (its reply's
+        # idx, the provider's input and output tokens, its input without compaction),
+        # and whether the context was compacted or cleared since (cairn.agent.costs).
+        self._last_call: tuple[int, int, int, int] | None = None
+        self._edited = False
+        # After a compaction that failed or left too much (a miss), none is tried
+        # before the context reaches _hold_until tokens (cairn.agent.compaction).
+        self._misses = 0
+        self._hold_until = 0
         self._conv_id = -1  # the store's key for this conversation, set by open()
         # Messages above the inline limit go to the blob store (cairn.agent.message_blobs).
         self._offloader = run.offloader
@@ -230,6 +242,40 @@ class Conversation:
         for row in fresh:
             self.take(row)
 
+    # -- tool-result clearing ----------------------------------------------------------------
+    def clear_tool_results(self) -> Cleared:
+        """Clear the tool results the policy clears now (``cairn.agent.clearing``)
+        and return them as ``ctx.llm`` records them. Nothing without a policy."""
+        if self.clearing is None:
+            return []
+        rows = [(r.idx, r.message, r.tokens, r.cleared) for r in self._window.tail]
+        cleared = to_clear(self.clearing, rows, self.counter)
+        self._window.clear(cleared)
+        if cleared:
+            # The provider's count at the last call included what was just cleared.
+            self._anchor = None
+            self._edited = True
+        return cleared
+
+    def uncompacted_input(self, input_tokens: int) -> int:
+        """The input tokens this call would have had with nothing ever compacted or
+        cleared, built from the provider's counts: the last call's counterfactual
+        plus the provider's growth since (exact when nothing was compacted or
+        cleared in between; else the last reply and the new messages, estimated
+        and scaled to the provider's count of this prompt)."""
+        stats = self.stats
+        if self._last_call is None:
+            return input_tokens + max(0, stats.full_tokens - stats.active_tokens)
+        idx, last_input, last_output, last_uncompacted = self._last_call
+        if not self._edited:
+            return last_uncompacted + input_tokens - last_input
+        new = sum(r.full_tokens for r in self._window.tail if r.idx > idx and r.kind == "message")
+        # The new messages in the provider's tokens: cairn's estimate of them,
+        # scaled by how the provider's count of this very prompt compares with
+        # cairn's estimate of it.
+        scale = input_tokens / stats.active_tokens if stats.active_tokens > 0 else 1.0
+        return last_uncompacted + last_output + round(new * scale)
+
     # -- compaction -----------------------------------------------------------------------
     def compact(self, *, force: bool = False) -> Any:
         """Compact now if the active context is over ``threshold`` (or at once with
@@ -309,8 +355,17 @@ class Conversation:
         self._pos = row.idx + 1
         if row.kind == "summary":
             self._anchor = None
+            self._edited = True
         elif row.meta is not None and "usage" in row.meta:
             usage = row.meta["usage"]
+            if "uncompacted_input" in row.meta:
+                self._last_call = (
+                    row.idx,
+                    int(usage["input_tokens"]),
+                    int(usage["output_tokens"]),
+                    int(row.meta["uncompacted_input"]),
+                )
+                self._edited = False
             if not usage.get("estimated"):
                 # The provider counted the whole prompt up to this reply.
                 self._anchor = (int(usage["input_tokens"]), row.idx)
@@ -384,6 +439,7 @@ def open_conversation(
     client: Any = None,
     start_from: Mapping[str, Any] | str | None = None,
     summary_tokens: int = DEFAULT_SUMMARY_TOKENS,
+    clear_tool_results: ToolResultClearing | None = None,
 ) -> Conversation:
     """``ctx.conversation``: open (or create) conversation ``name`` of the task.
 
@@ -409,6 +465,7 @@ def open_conversation(
         prices=prices or DEFAULT_PRICES,
         client=client,
         summary_tokens=summary_tokens,
+        clear_tool_results=clear_tool_results,
     )
     conv.open(system, start_from)
     known[name] = conv

@@ -14,7 +14,9 @@ from cairn.agent._window import Window
 @dataclass(frozen=True, slots=True)
 class ConversationStats:
     """Counts of one conversation. ``full_tokens`` is what the context would hold
-    without compaction: every message ever appended (an estimate)."""
+    without compaction: every message ever appended (an estimate).
+    ``short_compactions``: compactions that wrote a summary but left the context
+    within a tenth of the threshold (logged, and followed by a hold)."""
 
     rows: int
     compactions: int
@@ -22,6 +24,8 @@ class ConversationStats:
     archived_tokens: int
     active_tokens: int
     full_tokens: int
+    short_compactions: int = 0
+    cleared_results: int = 0  # tool results in the active context cleared to placeholders
 
 
 def stats_of(window: Window, rows: int) -> ConversationStats:
@@ -29,7 +33,7 @@ def stats_of(window: Window, rows: int) -> ConversationStats:
     ``window``; the archived counts are those the latest summary carries."""
     meta = (window.summary.meta if window.summary is not None else None) or {}
     active = window.tokens()
-    message_tokens = sum(r.tokens for r in window.rows() if r.kind == "message")
+    message_tokens = sum(r.full_tokens for r in window.rows() if r.kind == "message")
     archived = int(meta.get("archived_tokens", 0))
     return ConversationStats(
         rows=rows,
@@ -38,4 +42,6 @@ def stats_of(window: Window, rows: int) -> ConversationStats:
         archived_tokens=archived,
         active_tokens=active,
         full_tokens=archived + message_tokens,
+        short_compactions=int(meta.get("short_compactions", 0)),
+        cleared_results=sum(1 for r in window.tail if r.cleared),
     )

@@ -1,10 +1,22 @@
 """Cost reports: tokens and estimated cost per task and per batch, from the record.
 
 Every model call (``llm`` entries) records its usage, its estimated cost, and
-how many tokens the context would have held without compaction; summarizer
-calls (``conv`` entries) record theirs. Summing those gives what was spent and
-what compaction saved: the tokens that would have been sent without it, priced
-at the model's input rate. All of it is an estimate (see ``cairn.agent.pricing``).
+its counterfactual: the input tokens it would have sent had nothing been
+compacted or cleared (``uncompacted_input``, built from the provider's own
+counts of each call: see ``Conversation.uncompacted_input``); summarizer calls
+(``conv`` entries) record theirs. Summing those gives what was spent and what
+compaction saved:
+
+* the gross saving: each call's counterfactual less the input the provider
+  counted, priced when the call was made with the conversation's price table
+  (``PriceTable.saving``: the input rate, or the cached-input rate when the call
+  read from a prompt cache), or re-priced with ``prices``;
+* the summarizer's cost: every compaction's calls, failed and rejected ones too;
+* the net saving: the gross saving less the summarizer's cost.
+
+Calls recorded before counterfactuals were (no ``uncompacted_input``) fall back
+to the estimate they recorded (``full_tokens`` less ``context_tokens``). All of
+it is an estimate (see ``cairn.agent.pricing``).
 """
 
 from __future__ import annotations
@@ -33,20 +45,32 @@ class CostLine:
     saved_tokens: int = 0
     saved_cost: float = 0.0
     unreadable: int = 0
+    failed_compactions: int = 0
+    summarizer_usage: Usage = field(default_factory=Usage)
+    summarizer_cost: float = 0.0
 
     @property
     def tokens_without_compaction(self) -> int:
-        """Input tokens that would have been sent had nothing been compacted."""
-        return self.usage.input_tokens + self.saved_tokens
+        """Input tokens the model calls would have sent had nothing been compacted
+        (the summarizer's own calls left out)."""
+        return self.usage.input_tokens - self.summarizer_usage.input_tokens + self.saved_tokens
+
+    @property
+    def net_saved_cost(self) -> float:
+        """The gross saving less what the summarizer cost."""
+        return self.saved_cost - self.summarizer_cost
 
     def add(self, other: CostLine) -> None:
         self.calls += other.calls
         self.compactions += other.compactions
+        self.failed_compactions += other.failed_compactions
         self.usage = self.usage + other.usage
         self.cost += other.cost
         self.unpriced_calls += other.unpriced_calls
         self.saved_tokens += other.saved_tokens
         self.saved_cost += other.saved_cost
+        self.summarizer_usage = self.summarizer_usage + other.summarizer_usage
+        self.summarizer_cost += other.summarizer_cost
         self.unreadable += other.unreadable
 
     def to_json(self) -> dict[str, Any]:
@@ -62,6 +86,11 @@ class CostLine:
             "saved_tokens": self.saved_tokens,
             "estimated_saved_cost": round(self.saved_cost, 6),
             "tokens_without_compaction": self.tokens_without_compaction,
+            "failed_compactions": self.failed_compactions,
+            "summarizer_input_tokens": self.summarizer_usage.input_tokens,
+            "summarizer_output_tokens": self.summarizer_usage.output_tokens,
+            "estimated_summarizer_cost": round(self.summarizer_cost, 6),
+            "estimated_net_saved_cost": round(self.net_saved_cost, 6),
         }
 
 
@@ -76,16 +105,26 @@ def _output(call: RecordedCall) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _priced(line: CostLine, output: dict[str, Any], prices: PriceTable | None) -> None:
+def _priced(line: CostLine, output: dict[str, Any], prices: PriceTable | None) -> float:
+    """Add the call's usage and cost to ``line``; the cost (0 if unknown)."""
     if "usage" not in output:
-        return
+        return 0.0
     usage = Usage.from_dict(output["usage"])
     line.usage = line.usage + usage
     cost = output.get("cost") if prices is None else prices.cost(output.get("model"), usage)
     if cost is None:
         line.unpriced_calls += 1
-    else:
-        line.cost += float(cost)
+        return 0.0
+    line.cost += float(cost)
+    return float(cost)
+
+
+def _saved_tokens(output: dict[str, Any]) -> int:
+    """Input tokens the call did not send thanks to compaction and clearing."""
+    if "uncompacted_input" in output and "usage" in output:
+        sent = int(output["usage"].get("input_tokens", 0))
+        return int(output["uncompacted_input"]) - sent
+    return int(output.get("full_tokens", 0)) - int(output.get("context_tokens", 0))
 
 
 def line_of(call: RecordedCall, prices: PriceTable | None) -> CostLine:
@@ -96,17 +135,23 @@ def line_of(call: RecordedCall, prices: PriceTable | None) -> CostLine:
         line.unreadable += 1
         return line
     if call.kind == "conv":
-        line.compactions += int(bool(output.get("ok")))
-        _priced(line, output, prices)
+        ok = bool(output.get("ok"))
+        line.compactions += int(ok)
+        line.failed_compactions += int(not ok)
+        line.summarizer_cost += _priced(line, output, prices)
+        if "usage" in output:
+            line.summarizer_usage = line.summarizer_usage + Usage.from_dict(output["usage"])
         return line
     line.calls += 1
     _priced(line, output, prices)
-    saved = int(output.get("full_tokens", 0)) - int(output.get("context_tokens", 0))
+    saved = _saved_tokens(output)
     if saved > 0:
         line.saved_tokens += saved
-        price = (prices or DEFAULT_PRICES).price_of(output.get("model"))
-        if price is not None:
-            line.saved_cost += saved * price.input / 1e6
+        cached = int((output.get("usage") or {}).get("cached_tokens", 0))
+        recorded = output.get("saved_cost") if prices is None else None
+        if recorded is None:
+            recorded = (prices or DEFAULT_PRICES).saving(output.get("model"), saved, cached)
+        line.saved_cost += float(recorded or 0.0)
     return line
 
 

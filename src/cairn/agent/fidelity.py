@@ -2,7 +2,8 @@
 
 ``fidelity(history, summarizer, decide, probes)`` replays a conversation's
 compaction (the same rules as a live conversation: compact before a model turn
-when the context is over ``threshold``, keep ``keep_tail``), and at the chosen
+when the context is over ``threshold``, keep ``keep_tail``, reject a summary
+cut off or over ``summary_tokens``, hold off after a miss), and at the chosen
 points asks ``decide`` twice, once with the full history up to that point and
 once with the compressed one. ``decide`` is usually a model asked "what is the
 next tool call?" (``next_tool_call``). The report gives the agreement rate and
@@ -21,6 +22,7 @@ from typing import Any
 
 from cairn.agent._window import Row, Window, split_point
 from cairn.agent.archive import StoredMessage
+from cairn.agent.compaction import hold_after, margin, rejection
 from cairn.agent.messages import Message, normalize
 from cairn.agent.providers import Completion, default_client, provider_for
 from cairn.agent.summarize import (
@@ -111,9 +113,16 @@ def simulated_contexts(
     conversation would (before each model turn, when over ``threshold``)."""
     wanted, found = set(points), {}
     window, last = Window(), max(points, default=-1)
+    misses, hold = 0, 0  # the hold after a miss, as cairn.agent.compaction keeps it
     for idx, message in enumerate(messages[: last + 1]):
-        if message["role"] == "assistant" and window.tokens() > threshold:
+        due = window.tokens() > threshold and window.tokens() >= hold
+        if message["role"] == "assistant" and due:
             _compact(window, summarizer, keep_tail, counter, summary_tokens, idx)
+            if window.tokens() > threshold - margin(threshold):
+                misses += 1
+                hold = hold_after(misses, window.tokens(), keep_tail)
+            else:
+                misses, hold = 0, 0
         if idx in wanted:
             found[idx] = window.messages()
         # Rows at even positions leave room for a summary row just before each.
@@ -135,9 +144,9 @@ def _compact(
     head = window.tail[:cut]
     previous = None if window.summary is None else summary_text(window.summary.message)
     request = SummaryRequest(previous, [r.message for r in head], summary_tokens, counter)
-    result = summarizer(request)
-    text = as_summary(result).text.strip()  # type: ignore[arg-type]
-    if text:
+    summary = as_summary(summarizer(request))  # type: ignore[arg-type]
+    text = summary.text.strip()
+    if rejection(summary, text, counter, summary_tokens) is None:
         message = summary_message(text)
         tokens = count_message(message, counter)
         window.add(Row(2 * idx - 1, message, tokens, "summary", head[-1].idx))
@@ -152,7 +161,10 @@ def recorded_contexts(
     messages: list[Message] = []
     window = Window()
     for stored in rows:
-        row = Row(stored.idx, stored.message, stored.tokens, stored.kind, stored.covers_until)
+        # With its meta, so that a reply row clears what its call had cleared.
+        row = Row(
+            stored.idx, stored.message, stored.tokens, stored.kind, stored.covers_until, stored.meta
+        )
         if stored.kind == "message":
             if len(messages) in wanted:
                 found[len(messages)] = window.messages()

@@ -6,11 +6,13 @@ a replay returns the recorded reply and sends nothing. Keys, headers and the
 client itself are never recorded.
 
 ``ctx.llm(conv)`` first compacts the conversation if it is over its threshold,
-then sends its active context, appends the reply to it (one row, with the
-usage beside it) and returns it. Its entry records the usage, the cost, and
-how many tokens the uncompacted history would have held at that call (what
-``cairn cost`` reports as saved), but not the reply text, which lives in the
-conversation row alone.
+then clears old tool results if the conversation has a policy for it
+(``cairn.agent.clearing``), sends its active context, appends the reply to it
+(one row, with the usage beside it) and returns it. Its entry records the
+usage, the cost, the tool results it cleared, and the input tokens the call
+would have sent with nothing compacted or cleared (``uncompacted_input``, from
+the provider's counts) with that saving's price (what ``cairn cost`` reports
+as saved), but not the reply text, which lives in the conversation row alone.
 
 ``ctx.llm_call(messages)`` is the lower level: one request, no conversation;
 its entry records the reply message with the usage.
@@ -27,6 +29,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from cairn.agent._window import Row
+from cairn.agent.clearing import Cleared
 from cairn.agent.compaction import compaction_machine
 from cairn.agent.messages import Message, normalize
 from cairn.agent.pricing import DEFAULT_PRICES, PriceTable
@@ -121,6 +124,9 @@ def _conversation_call(
     prices: PriceTable,
 ) -> Machine[Reply]:
     yield from compaction_machine(conv)
+    # Decided once per call, before the first attempt (a retry sends the same
+    # context), and recorded in the reply row (cairn.agent.clearing).
+    cleared: list[Cleared] = []
 
     def prepare() -> tuple[dict[str, Any] | None, list[Message]]:
         if conv.replaying:
@@ -130,6 +136,8 @@ def _conversation_call(
             if row.role != "assistant" or row.meta is None:
                 conv.diverge(row, f"the reply of a call to {model!r}")
             return {"idx": row.idx, **row.meta}, []
+        if not cleared:
+            cleared.append(conv.clear_tool_results())
         return None, conv.messages
 
     def finish(completion: Completion) -> dict[str, Any]:
@@ -137,8 +145,14 @@ def _conversation_call(
         meta = _completion_meta(provider, completion, prices)
         meta["context_tokens"] = stats.active_tokens
         meta["full_tokens"] = stats.full_tokens
-        message = normalize(completion.message)
         usage = completion.usage
+        uncompacted = conv.uncompacted_input(usage.input_tokens)
+        meta["uncompacted_input"] = uncompacted
+        saved = uncompacted - usage.input_tokens
+        meta["saved_cost"] = prices.saving(completion.model, saved, usage.cached_tokens)
+        if cleared and cleared[0]:
+            meta["cleared"] = cleared[0]
+        message = normalize(completion.message)
         tokens = count_message(message, conv.counter) if usage.estimated else usage.output_tokens
         row = Row(conv.position, message, tokens, meta=meta)
         conv.write(row)

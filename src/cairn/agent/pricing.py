@@ -100,6 +100,19 @@ class PriceTable:
         price = self.price_of(model)
         return None if price is None else round(price.cost(usage), 8)
 
+    def saving(self, model: str | None, saved_tokens: int, cached_tokens: int) -> float | None:
+        """What ``saved_tokens`` input tokens not sent to ``model`` saved, or None if
+        its price is unknown: at the cached-input rate when the call read from a
+        prompt cache (the saved tokens are the older part of an append-only
+        prompt, which the cache would have held), else at the input rate."""
+        price = self.price_of(model)
+        if price is None:
+            return None
+        rate = price.input
+        if cached_tokens > 0 and price.cached_input is not None:
+            rate = price.cached_input
+        return round(max(0, saved_tokens) * rate / 1e6, 8)
+
     def with_prices(self, prices: Mapping[str, Price]) -> PriceTable:
         """This table with ``prices`` added or replaced."""
         return PriceTable({**self._prices, **prices})

@@ -21,6 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from cairn.agent.messages import SYSTEM_ROLES, Message, text_of
 from cairn.agent.pricing import Usage
+from cairn.agent.provider_errors import client_secrets, is_sdk_error, provider_error
 from cairn.agent.tokens import count_message, count_messages
 from cairn.errors import ConfigurationError
 
@@ -57,6 +58,27 @@ class Provider(Protocol):
 
 def _estimated(messages: Sequence[Message], reply: Message) -> Usage:
     return Usage(count_messages(messages), count_message(reply), 0, estimated=True)
+
+
+def _send(provider: str, client: Any, create: Any, **kwargs: Any) -> Any:
+    """``create(**kwargs)``, with an SDK error raised as cairn's own, redacted
+    (``cairn.agent.provider_errors``)."""
+    try:
+        return create(**kwargs)
+    except Exception as exc:
+        if not is_sdk_error(exc):
+            raise
+        raise provider_error(exc, client_secrets(client), provider=provider) from None
+
+
+async def _asend(provider: str, client: Any, create: Any, **kwargs: Any) -> Any:
+    """``_send`` for an async SDK client."""
+    try:
+        return await create(**kwargs)
+    except Exception as exc:
+        if not is_sdk_error(exc):
+            raise
+        raise provider_error(exc, client_secrets(client), provider=provider) from None
 
 
 def _is_async_client(client: Any, method: Any) -> bool:
@@ -116,12 +138,17 @@ class OpenAIProvider:
         create = self._client.chat.completions.create
         if self.is_async:
             return self._acomplete(create, messages, model, kwargs)
-        return self._completion(messages, create(model=model, messages=list(messages), **kwargs))
+        response = _send(
+            self.name, self._client, create, model=model, messages=list(messages), **kwargs
+        )
+        return self._completion(messages, response)
 
     async def _acomplete(
         self, create: Any, messages: Sequence[Message], model: str, kwargs: dict[str, Any]
     ) -> Completion:
-        response = await create(model=model, messages=list(messages), **kwargs)
+        response = await _asend(
+            self.name, self._client, create, model=model, messages=list(messages), **kwargs
+        )
         return self._completion(messages, response)
 
     def _completion(self, messages: Sequence[Message], response: Any) -> Completion:
@@ -253,12 +280,17 @@ class AnthropicProvider:
         create = self._client.messages.create
         if self.is_async:
             return self._acomplete(create, model, turns, kwargs)
-        return self._completion(create(model=model, messages=turns, **kwargs))
+        return self._completion(
+            _send(self.name, self._client, create, model=model, messages=turns, **kwargs)
+        )
 
     async def _acomplete(
         self, create: Any, model: str, turns: list[dict[str, Any]], kwargs: dict[str, Any]
     ) -> Completion:
-        return self._completion(await create(model=model, messages=turns, **kwargs))
+        response = await _asend(
+            self.name, self._client, create, model=model, messages=turns, **kwargs
+        )
+        return self._completion(response)
 
     def _completion(self, response: Any) -> Completion:
         message, usage = from_anthropic(response)

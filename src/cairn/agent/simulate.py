@@ -14,7 +14,10 @@ shape, to the assistant message::
 
 It counts every request, and every repeat of an identical request, so a test
 can prove that a resumed agent sent nothing twice. Usage is estimated with
-cairn's token estimator. Request headers are never kept.
+cairn's token estimator, and summed over all requests in ``prompt_tokens`` and
+``completion_tokens``. A reply longer than the request's ``max_tokens`` is cut
+there, with finish reason ``length`` (``max_tokens`` on ``/v1/messages``), as a
+real model's would be. Request headers are never kept.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -34,7 +38,7 @@ from typing import Any, Self
 from cairn.agent.messages import Message, text_of
 from cairn.agent.pricing import Usage
 from cairn.agent.providers import Completion
-from cairn.agent.tokens import count_message, count_messages
+from cairn.agent.tokens import DEFAULT_COUNTER, TokenCounter, count_message, count_messages
 
 Respond = Callable[[dict[str, Any]], Mapping[str, Any]]
 _POLL = 0.02
@@ -46,6 +50,13 @@ def echo(request: Mapping[str, Any]) -> Message:
     return {"role": "assistant", "content": f"echo: {text_of(messages[-1])}"}
 
 
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    status: int
+    headers: dict[str, str]
+    message: str
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.0"
     server: _Server
@@ -53,9 +64,11 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
-        status, body = self.server.owner.answer(self.path, raw)
+        status, body, headers = self.server.owner.answer(self.path, raw)
         data = json.dumps(body).encode()
         self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -80,14 +93,26 @@ class _Server(ThreadingHTTPServer):
 class SimulatedModelServer:
     """A model endpoint on a free local port; use it as a context manager."""
 
-    def __init__(self, respond: Respond = echo, *, cached_tokens: int = 0) -> None:
+    def __init__(
+        self,
+        respond: Respond = echo,
+        *,
+        cached_tokens: int = 0,
+        counter: TokenCounter | None = None,
+    ) -> None:
         self.respond = respond
         self.cached_tokens = cached_tokens
+        # How this "model" counts tokens; another counter than the client's makes
+        # the provider's counts and cairn's estimates differ, as a real one's do.
+        self.counter = counter or DEFAULT_COUNTER
         self._lock = threading.Lock()
         self._bodies: list[dict[str, Any]] = []
         self._fingerprints: Counter[str] = Counter()
-        self._failures: list[int] = []
+        self._failures: list[_Failure] = []
         self._ids = itertools.count(1)
+        # The server's own token accounting, summed over every answered request.
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
         self._httpd: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -128,10 +153,19 @@ class SimulatedModelServer:
         with self._lock:
             return sum(n - 1 for n in self._fingerprints.values())
 
-    def fail_next(self, count: int, status: int = HTTPStatus.INTERNAL_SERVER_ERROR) -> None:
-        """Answer the next ``count`` requests with ``status``."""
+    def fail_next(
+        self,
+        count: int,
+        status: int = HTTPStatus.INTERNAL_SERVER_ERROR,
+        *,
+        headers: Mapping[str, str] | None = None,
+        message: str = "simulated failure",
+    ) -> None:
+        """Answer the next ``count`` requests with ``status``, these response
+        ``headers`` (``{"Retry-After": "3"}``) and this error ``message``."""
+        failure = _Failure(int(status), dict(headers or {}), message)
         with self._lock:
-            self._failures += [status] * count
+            self._failures += [failure] * count
 
     # -- running -------------------------------------------------------------------------
     def start(self) -> Self:
@@ -160,32 +194,47 @@ class SimulatedModelServer:
         self.stop()
 
     # -- answering -------------------------------------------------------------------------
-    def answer(self, path: str, raw: bytes) -> tuple[int, dict[str, Any]]:
+    def answer(self, path: str, raw: bytes) -> tuple[int, dict[str, Any], dict[str, str]]:
+        """The status, body and extra headers of the answer to one request."""
         try:
             body = json.loads(raw or b"{}")
         except ValueError:
-            return HTTPStatus.BAD_REQUEST, {"error": {"message": "bad JSON"}}
+            return HTTPStatus.BAD_REQUEST, {"error": {"message": "bad JSON"}}, {}
         with self._lock:
             self._bodies.append(body)
             self._fingerprints[hashlib.sha256(raw).hexdigest()] += 1
             failure = self._failures.pop(0) if self._failures else None
         if failure is not None:
-            return failure, {"error": {"message": "simulated failure", "type": "server_error"}}
+            error = {"message": failure.message, "type": "server_error"}
+            return failure.status, {"error": error}, failure.headers
         if path.rstrip("/").endswith("/chat/completions"):
-            return HTTPStatus.OK, self._openai(body)
+            return HTTPStatus.OK, self._openai(body), {}
         if path.rstrip("/").endswith("/messages"):
-            return HTTPStatus.OK, self._anthropic(body)
-        return HTTPStatus.NOT_FOUND, {"error": {"message": f"no route {path}"}}
+            return HTTPStatus.OK, self._anthropic(body), {}
+        return HTTPStatus.NOT_FOUND, {"error": {"message": f"no route {path}"}}, {}
 
-    def _reply(self, request: dict[str, Any]) -> tuple[Message, int, int]:
+    def _reply(self, request: dict[str, Any]) -> tuple[Message, int, int, bool]:
+        """The reply, the prompt's and the reply's tokens, and whether the reply
+        was cut off at the request's ``max_tokens`` (as a real model stops there)."""
         reply = dict(self.respond(request))
-        prompt = count_messages(request.get("messages") or [])
+        counter = self.counter
+        prompt = count_messages(request.get("messages") or [], counter)
         prompt += sum(len(json.dumps(t)) // 4 for t in request.get("tools") or [])
-        return reply, prompt, count_message(reply)
+        cap = request.get("max_tokens") or request.get("max_completion_tokens")
+        size = count_message(reply, counter)
+        cut = isinstance(cap, int) and size > cap and not reply.get("tool_calls")
+        if cut and isinstance(cap, int):
+            reply["content"] = _cut(str(reply.get("content") or ""), cap, counter)
+            size = count_message(reply, counter)
+        with self._lock:
+            self.prompt_tokens += prompt
+            self.completion_tokens += size
+        return reply, prompt, size, cut
 
     def _openai(self, body: dict[str, Any]) -> dict[str, Any]:
-        reply, prompt, completion = self._reply(body)
+        reply, prompt, completion, cut = self._reply(body)
         calls = reply.get("tool_calls") or None
+        finish = "length" if cut else ("tool_calls" if calls else "stop")
         return {
             "id": f"chatcmpl-{next(self._ids)}",
             "object": "chat.completion",
@@ -199,7 +248,7 @@ class SimulatedModelServer:
                         "content": reply.get("content"),
                         "tool_calls": calls,
                     },
-                    "finish_reason": "tool_calls" if calls else "stop",
+                    "finish_reason": finish,
                     "logprobs": None,
                 }
             ],
@@ -213,7 +262,7 @@ class SimulatedModelServer:
 
     def _anthropic(self, body: dict[str, Any]) -> dict[str, Any]:
         request = {**body, "messages": from_anthropic_request(body)}
-        reply, prompt, completion = self._reply(request)
+        reply, prompt, completion, cut = self._reply(request)
         content: list[dict[str, Any]] = []
         if reply.get("content"):
             content.append({"type": "text", "text": reply["content"]})
@@ -234,7 +283,7 @@ class SimulatedModelServer:
             "role": "assistant",
             "model": body.get("model", "simulated"),
             "content": content,
-            "stop_reason": "tool_use" if reply.get("tool_calls") else "end_turn",
+            "stop_reason": _stop_reason(reply, cut),
             "stop_sequence": None,
             "usage": {
                 "input_tokens": prompt - cached,
@@ -243,6 +292,19 @@ class SimulatedModelServer:
                 "cache_creation_input_tokens": 0,
             },
         }
+
+
+def _cut(text: str, cap: int, counter: TokenCounter) -> str:
+    """``text`` cut until its message counts at most ``cap`` tokens."""
+    while text and count_message({"role": "assistant", "content": text}, counter) > cap:
+        text = text[: len(text) * 9 // 10]
+    return text
+
+
+def _stop_reason(reply: Mapping[str, Any], cut: bool) -> str:
+    if cut:
+        return "max_tokens"
+    return "tool_use" if reply.get("tool_calls") else "end_turn"
 
 
 def from_anthropic_request(body: Mapping[str, Any]) -> list[Message]:

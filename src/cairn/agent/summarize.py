@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from cairn.agent.messages import SYSTEM_ROLES, Message, system, text_of, user
 from cairn.agent.pricing import Usage
 from cairn.agent.providers import Completion, default_client, provider_for
-from cairn.agent.tokens import DEFAULT_COUNTER, TokenCounter
+from cairn.agent.tokens import DEFAULT_COUNTER, TokenCounter, count_messages
 
 SUMMARY_HEADER = (
     "[Summary of the earlier part of this conversation, which was compacted. "
@@ -70,6 +70,8 @@ class Summary:
     text: str
     usage: Usage | None = None
     model: str | None = None
+    # The model's finish reason: "length" / "max_tokens" means it was cut off.
+    finish_reason: str | None = None
 
 
 SummaryResult = Summary | str
@@ -128,12 +130,22 @@ def transcript(messages: Sequence[Message]) -> str:
 
 
 # -- the model summarizer -------------------------------------------------------------------
+# Finish reasons that mean the reply was cut off at its token cap (OpenAI, Anthropic).
+TRUNCATED = frozenset({"length", "max_tokens"})
+DEFAULT_WINDOW = 128_000
+# Tokens left free in each summarizer request for framing the estimate does not see.
+_WINDOW_SLACK = 256
+
+
 class LLMSummarizer:
     """Asks a model for the running summary (see ``SUMMARY_PROMPT``).
 
     ``client`` is an openai or anthropic SDK client (default: one built from the
     environment). The answer is bounded twice: the prompt asks for at most
-    ``max_words`` words, and ``max_tokens`` caps the reply.
+    ``max_words`` words, and ``max_tokens`` (or the conversation's smaller
+    ``summary_tokens``) is sent as the reply's cap. ``window`` is the model's
+    context in tokens: a head too big for one request is folded in chunks that
+    fit, each chunk's summary becoming the next one's previous summary.
     """
 
     name = "llm"
@@ -145,6 +157,7 @@ class LLMSummarizer:
         model: str,
         max_words: int = 400,
         max_tokens: int = 800,
+        window: int = DEFAULT_WINDOW,
         prompt: str = SUMMARY_PROMPT,
         params: Mapping[str, Any] | None = None,
     ) -> None:
@@ -152,8 +165,15 @@ class LLMSummarizer:
         self.model = model
         self.max_words = max_words
         self.max_tokens = max_tokens
+        self.window = window
         self.prompt = prompt
-        self.params = dict(params) if params is not None else {"max_tokens": max_tokens}
+        self.params = dict(params or {})
+        if self._chunk_budget(DEFAULT_COUNTER) < _WINDOW_SLACK:
+            raise ValueError(
+                f"LLMSummarizer(window={window}, max_tokens={max_tokens}): the window must "
+                "hold the prompt, the previous summary, the reply and some messages; give a "
+                "larger window or a smaller max_tokens"
+            )
 
     @property
     def is_async(self) -> bool:
@@ -164,20 +184,91 @@ class LLMSummarizer:
         body = f"Previous summary:\n{previous}\n\nNew messages:\n{transcript(request.messages)}"
         return [system(self.prompt.format(max_words=self.max_words)), user(body)]
 
-    def __call__(self, request: SummaryRequest) -> Summary | Awaitable[Summary]:
-        result = self._provider.complete(
-            self.request_messages(request), model=self.model, tools=None, params=self.params
-        )
-        if inspect.isawaitable(result):
-            return self._finish(result)
-        assert isinstance(result, Completion)
-        return self._summary(result)
+    def request_params(self, request: SummaryRequest) -> dict[str, Any]:
+        """The call's parameters: the reply's cap unless ``params`` set one."""
+        params = dict(self.params)
+        if "max_tokens" not in params and "max_completion_tokens" not in params:
+            params["max_tokens"] = min(self.max_tokens, request.max_tokens)
+        return params
 
-    async def _finish(self, pending: Awaitable[Completion]) -> Summary:
-        return self._summary(await pending)
+    def _chunk_budget(self, counter: TokenCounter) -> int:
+        """Tokens of messages one request may carry: the window less the prompt,
+        a previous summary and the reply (each at most ``max_tokens``)."""
+        empty = SummaryRequest(None, [], self.max_tokens, counter)
+        framing = count_messages(self.request_messages(empty), counter)
+        return self.window - framing - 2 * self.max_tokens - _WINDOW_SLACK
+
+    def chunks(self, request: SummaryRequest) -> list[list[Message]]:
+        """``request.messages`` in consecutive groups that each fit one request
+        (a single message too big for one is clipped to fit)."""
+        budget = self._chunk_budget(request.counter)
+        groups: list[list[Message]] = [[]]
+        used = 0
+        for message in request.messages:
+            size = request.counter.count(transcript([message])) + 1
+            if size > budget:
+                message, size = _clipped(message, budget, request.counter), budget
+            if used + size > budget and groups[-1]:
+                groups.append([])
+                used = 0
+            groups[-1].append(message)
+            used += size
+        return groups
+
+    def __call__(self, request: SummaryRequest) -> Summary | Awaitable[Summary]:
+        if self.is_async:
+            return self._acall(request)
+        summary: Summary | None = None
+        for part in self.chunks(request):
+            completion = self._send(request, summary, part)
+            assert isinstance(completion, Completion)
+            summary = _folded(summary, self._summary(completion))
+            if summary.finish_reason in TRUNCATED:
+                break
+        assert summary is not None
+        return summary
+
+    async def _acall(self, request: SummaryRequest) -> Summary:
+        summary: Summary | None = None
+        for part in self.chunks(request):
+            completion = await self._send(request, summary, part)  # type: ignore[misc]
+            summary = _folded(summary, self._summary(completion))
+            if summary.finish_reason in TRUNCATED:
+                break
+        assert summary is not None
+        return summary
+
+    def _send(
+        self, request: SummaryRequest, so_far: Summary | None, part: list[Message]
+    ) -> Completion | Awaitable[Completion]:
+        """One request: fold ``part`` into the summary so far (or the previous one)."""
+        previous = request.previous if so_far is None else so_far.text
+        one = SummaryRequest(previous, part, request.max_tokens, request.counter)
+        messages = self.request_messages(one)
+        params = self.request_params(request)
+        return self._provider.complete(messages, model=self.model, tools=None, params=params)
 
     def _summary(self, completion: Completion) -> Summary:
-        return Summary(text_of(completion.message).strip(), completion.usage, completion.model)
+        text = text_of(completion.message).strip()
+        return Summary(text, completion.usage, completion.model, completion.finish_reason)
+
+
+def _folded(before: Summary | None, latest: Summary) -> Summary:
+    """The latest chunk's summary, carrying the usage of every call so far."""
+    if before is None or before.usage is None or latest.usage is None:
+        return latest
+    return Summary(latest.text, before.usage + latest.usage, latest.model, latest.finish_reason)
+
+
+def _clipped(message: Message, budget: int, counter: TokenCounter) -> Message:
+    """``message`` as text cut to about ``budget`` tokens (for a summarizer's eyes
+    only: the stored row keeps all of it)."""
+    text = text_of(message) or transcript([message])
+    while text and counter.count(text) > budget - 16:
+        text = text[: len(text) * 3 // 4]
+    clipped = {key: value for key, value in message.items() if key != "tool_calls"}
+    clipped["content"] = f"{text} [... cut to fit the summarizer's window]"
+    return clipped
 
 
 # -- the offline summarizer ------------------------------------------------------------------
@@ -280,7 +371,11 @@ class ExtractiveSummarizer:
         while counter.count(text) > budget:
             longest = max(_LISTS, key=lambda name: len(parts[name]))
             if not parts[longest]:
-                return text[: budget * 2]
+                # Nothing left to drop: cut the text itself (a summary over the
+                # budget would be rejected, cairn.agent.compaction).
+                while text and counter.count(text) > budget:
+                    text = text[: len(text) * 3 // 4]
+                return text
             parts[longest].pop(0)
             text = render_sections(parts)
         return text

@@ -12,9 +12,11 @@ estimate, documented as one:
   about 2 characters per token.
 * Each message adds 4 tokens for its framing, each tool call 4 more.
 
-Real tokenizers differ by model (o200k packs CJK tighter than cl100k), so expect
-the estimate within roughly ±30% of a real count; where a provider reports usage
-cairn uses that instead (see ``Conversation.tokens``).
+Real tokenizers differ by model (o200k packs CJK tighter than cl100k). Measured
+against o200k_base and cl100k_base (``bench.token_estimate``, docs/agents.md):
+English prose and code within a few percent in total, JSON about 14% under,
+Japanese about 24% over with o200k and within 3% with cl100k. Where a provider
+reports usage cairn uses that instead (see ``Conversation.tokens``).
 """
 
 from __future__ import annotations

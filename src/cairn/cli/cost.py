@@ -1,5 +1,6 @@
 """``cairn cost``: tokens and estimated cost per task and per batch, and what
-compaction saved (the tokens that would have been sent without it)."""
+compaction saved: gross (the tokens that would have been sent without it), the
+summarizer's cost, and net (``cairn.agent.costs``)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ _COLUMNS = (
     "tokens out",
     "est. cost $",
     "saved tokens",
-    "est. saved $",
+    "gross saved $",
+    "summarizer $",
+    "net saved $",
     "in without compaction",
 )
 
@@ -63,7 +66,8 @@ def cost_command(
     as_json: JsonOption = False,
 ) -> None:
     """Tokens in and out and the estimated cost of recorded model calls, per batch (or
-    with --batch, per task), with what compaction saved. Costs are estimates."""
+    with --batch, per task), with what compaction saved: gross, the summarizer's
+    cost, and net. Costs are estimates."""
     table = _prices(prices)
     with opened_store(store) as opened:
         if batch is not None:
@@ -99,5 +103,7 @@ def _cells(line: CostLine) -> list[str]:
         f"{line.cost:.4f}",
         str(line.saved_tokens),
         f"{line.saved_cost:.4f}",
+        f"{line.summarizer_cost:.4f}",
+        f"{line.net_saved_cost:.4f}",
         str(line.tokens_without_compaction),
     ]

@@ -1,0 +1,106 @@
+"""A model provider's errors as cairn's own, with anything that looks like a key removed.
+
+The openai and anthropic SDKs raise their own classes (``RateLimitError``,
+``AuthenticationError``, ``APIConnectionError``...). A step's retry policy
+reads cairn's classes, so each provider call turns them into:
+
+* ``RetryAfter`` for HTTP 429, waiting what the provider asked: its
+  ``retry-after-ms`` header (which the SDKs read first), else ``Retry-After``
+  (seconds or an HTTP-date), else ``DEFAULT_RETRY_AFTER``; a 503 that names a
+  wait is waited out the same way;
+* ``Permanent`` for 401 and 403 (a wrong or unauthorised key: retrying cannot
+  fix it) and the other 4xx (the request itself is wrong);
+* ``Transient`` for 5xx, 408, 409, timeouts and dropped connections;
+* ``Permanent`` for any other SDK error (one raised before a request was sent).
+
+The error is what gets stored (its message and traceback go into the task's
+history), so its text is redacted first: ``sk-...`` and ``sk-ant-...`` keys,
+``Bearer`` tokens and the client's own configured key become ``[redacted]``. It
+is raised ``from None``: the SDK's error, whose text may echo the key, is not
+chained, so no traceback carries it into the store. The SDK's error stays on
+the new one as ``provider_error`` for code that catches it in this process.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from cairn.errors import Permanent, RetryAfter, Transient
+from cairn.outside_errors import DEFAULT_RETRY_AFTER, http_status_of, retry_after_seconds
+
+REDACTED = "[redacted]"
+# Provider keys (OpenAI sk-..., sk-proj-..., Anthropic sk-ant-...) and bearer tokens.
+_KEYS = re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}|\bBearer\s+[A-Za-z0-9._~+/=\-]+", re.IGNORECASE)
+_SDKS = ("openai", "anthropic")
+# Statuses worth calling again for: a timeout, a conflict, a throttle, the server's fault.
+_TRANSIENT = frozenset({408, 409, 429})
+_THROTTLED = 429
+# A secret shorter than this is not redacted by value: it would blank common words.
+_MIN_SECRET = 8
+
+
+def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """``text`` without anything that looks like a key, nor any of ``secrets``."""
+    for secret in secrets:
+        if secret and len(secret) >= _MIN_SECRET:
+            text = text.replace(secret, REDACTED)
+    return _KEYS.sub(REDACTED, text)
+
+
+def client_secrets(client: Any) -> tuple[str, ...]:
+    """The credentials an SDK client was configured with (never stored: only used
+    to cut them out of error text)."""
+    found = (getattr(client, name, None) for name in ("api_key", "auth_token"))
+    return tuple(value for value in found if isinstance(value, str) and value)
+
+
+def is_sdk_error(error: BaseException) -> bool:
+    """True for an error raised by the openai or anthropic SDK."""
+    return type(error).__module__.split(".", 1)[0] in _SDKS
+
+
+def _header_seconds(error: BaseException) -> float | None:
+    headers = getattr(getattr(error, "response", None), "headers", None)
+    if headers is None:
+        return None
+    millis = headers.get("retry-after-ms")
+    if isinstance(millis, str):
+        try:
+            value = float(millis)
+        except ValueError:
+            value = float("nan")
+        if value == value and value >= 0:  # not NaN, not negative
+            return value / 1000.0
+    seconds = headers.get("retry-after")
+    return retry_after_seconds(seconds if isinstance(seconds, str) else None)
+
+
+def _retryable(status: int) -> bool:
+    return status >= 500 or status in _TRANSIENT
+
+
+def _connection_error(error: BaseException) -> bool:
+    """The SDKs' ``APIConnectionError`` (and its ``APITimeoutError``): no answer came."""
+    return any(cls.__name__ == "APIConnectionError" for cls in type(error).__mro__)
+
+
+def provider_error(
+    error: BaseException, secrets: Iterable[str | None] = (), *, provider: str = ""
+) -> Exception:
+    """cairn's error for the SDK error ``error`` (see the module doc), redacted."""
+    status = http_status_of(error)
+    where = f"{provider} " if provider else ""
+    text = redact(f"{where}{type(error).__name__}: {error}", secrets)
+    mapped: Exception
+    asked = _header_seconds(error) if status is not None else None
+    if status == _THROTTLED or (status == 503 and asked is not None):
+        wait = DEFAULT_RETRY_AFTER if asked is None else asked
+        mapped = RetryAfter(wait, f"{text} (HTTP {status}: retry after {wait:g}s)")
+    elif _connection_error(error) or (status is not None and _retryable(status)):
+        mapped = Transient(text)
+    else:
+        mapped = Permanent(text)
+    vars(mapped)["provider_error"] = error
+    return mapped
