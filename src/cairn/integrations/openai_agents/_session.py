@@ -156,7 +156,7 @@ def _entries(conv: Conversation) -> list[tuple[int, int, dict[str, Any]]]:
     rows = [
         (row.idx, row.message)
         for row in conv._window.rows()
-        if not (row.kind == "summary" and (row.meta or {}).get("cleared"))
+        if not (row.kind == "summary" and (row.meta or {}).get("session_cleared"))
     ]
     return items_of(rows)
 
@@ -165,7 +165,7 @@ def _clear(conv: Conversation) -> None:
     """Append (or, replaying, re-read) the summary row that empties the session."""
     if conv.replaying:
         row = conv.row_at(conv.position)
-        if row.kind != "summary" or not (row.meta or {}).get("cleared"):
+        if row.kind != "summary" or not (row.meta or {}).get("session_cleared"):
             conv.diverge(row, "clear_session()")
         conv.take(row)
         return
@@ -173,7 +173,7 @@ def _clear(conv: Conversation) -> None:
     tail = conv._window.tail
     message = summary_message("")
     meta = {
-        "cleared": True,
+        "session_cleared": True,
         "covers_until": conv.position - 1,
         "archived_messages": before.archived_messages + len(tail),
         "archived_tokens": before.archived_tokens + sum(row.tokens for row in tail),
