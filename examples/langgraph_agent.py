@@ -55,6 +55,15 @@ READ_TOOL = {
 Hook = Callable[[str], None]  # called with "model", "model returned" or "tool"
 
 
+# cairn's crash harness kills a cairn task at each of its boundaries; this graph
+# is not a cairn task (LangGraph runs it, cairn only keeps its checkpoints), so
+# it is crash-tested by its own SIGKILL test instead, named here.
+CRASH_CHECK = {
+    "crash_tested_by": "tests/acceptance/test_langgraph_sigkill.py",
+    "why": "a LangGraph graph, not a cairn task: its boundaries are LangGraph's checkpoints",
+}
+
+
 def read_document(name: str) -> str:
     """The (deterministic) text of a document, about 400 characters."""
     number = int(name.split("-")[1])

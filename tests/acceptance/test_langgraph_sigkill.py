@@ -143,10 +143,16 @@ def test_killed_at_random_moments_each_kill_costs_at_most_one_step(tmp_path: Pat
     with SimulatedModelServer(model()) as server:
         for target in (2, 5, 8):
             process = start(tmp_path, server)
-            reached = wait_until(lambda: server.requests >= target, TIMEOUT)  # noqa: B023
-            os.kill(process.pid, signal.SIGKILL)
+            # An earlier round may have left less work than this target: a run
+            # that finishes on its own first is a round without a kill.
+            settled = wait_until(
+                lambda: server.requests >= target or process.poll() is not None,  # noqa: B023
+                TIMEOUT,
+            )
+            process.send_signal(signal.SIGKILL)  # a no-op once the run has exited
             code, _, stderr = finish(process)
-            assert reached, stderr
+            assert settled, stderr
+            assert code in (0, -signal.SIGKILL), stderr
             kills += code == -signal.SIGKILL
         code, stdout, stderr = finish(start(tmp_path, server))
         assert code == 0, stderr
