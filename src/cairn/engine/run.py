@@ -254,11 +254,15 @@ class TaskRun:
     # Whether the codec is cairn's JSON (inside a blob-store wrapper or not): its
     # ints and null are written here, without a call into the codec.
     json_scalars: bool = field(default=False, init=False)
+    # Whether the app has an observer: tested at each call site, so a step
+    # with none builds no keyword arguments for ``observe``.
+    observing: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         self.next_check = time.monotonic() + self.poll_interval
         inner = self.codec.inner if isinstance(self.codec, BlobCodec) else self.codec
         self.json_scalars = isinstance(inner, JsonCodec)
+        self.observing = self.engine is not None and self.engine.observer is not no_observer
 
     def next_seq(self) -> int:
         """The position of the next history entry: a step boundary, where a

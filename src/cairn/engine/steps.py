@@ -148,7 +148,8 @@ def step_machine(
     while True:
         started = run.now()
         run.hook(f"before_{kind}", run.task_id, seq, name)
-        run.observe("call_started", seq, kind, name, call=spent.total + 1)
+        if run.observing:
+            run.observe("call_started", seq, kind, name, call=spent.total + 1)
         work = Call(fn, args, kwargs, (run, what))
         try:
             if limit is None:
@@ -230,7 +231,8 @@ def _completed(run: TaskRun, what: EntryLabel, value: Any, spent: _Spent, starte
     spent.used += 1
     run.write(_attempt_entry(run, what, "completed", spent, started, output=output))
     run.hook(f"after_{kind}", run.task_id, seq, name)
-    run.observe("call_returned", seq, kind, name, call=spent.total, value=value)
+    if run.observing:
+        run.observe("call_returned", seq, kind, name, call=spent.total, value=value)
     # Hand back the decoded value, so the first run sees exactly what a replay
     # would: the two can never behave differently. Immutable plain scalars
     # decode to themselves, so they skip the round trip.
