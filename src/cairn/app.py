@@ -34,6 +34,7 @@ from cairn.engine.run import FaultHook, TaskRun, no_fault
 from cairn.errors import (
     ConfigurationError,
     ResultTimeout,
+    TaskArgumentsError,
     TaskBusy,
     TaskCancelled,
     TaskConflict,
@@ -51,7 +52,7 @@ from cairn.signals import send_signal
 from cairn.store import DEFAULT_URL, Store, open_store
 from cairn.store.records import NewTask, TaskRecord
 from cairn.store.sqlite import Synchronous
-from cairn.task import TaskDef, item_key, step
+from cairn.task import TaskDef, check_task_function, item_key, step
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -203,6 +204,7 @@ class Cairn:
         def register(func: Callable[..., Any]) -> TaskDef[..., Any]:
             task_def = TaskDef(name=name or func.__name__, fn=func, retry=retry, max_duration=limit)
             check_name("task name", task_def.name)
+            check_task_function(task_def.name, func)
             existing = self._tasks.get(task_def.name)
             if existing is not None and existing.fn is not func:
                 raise TaskConflict(
@@ -567,7 +569,8 @@ class Cairn:
                 "another batch name."
             )
 
-        def new_task(item: Mapping[str, Any]) -> NewTask:
+        def new_task(index: int, item: Mapping[str, Any]) -> NewTask:
+            _check_item(task_def, index, item)
             args = task_def.encode_arguments(self.codec, item)
             ikey = key(item) if key is not None else item_key(item)
             tid = check_name("task id", f"{batch}/{ikey}")
@@ -576,9 +579,9 @@ class Cairn:
         now = self.clock.now()
         tasks: Iterable[NewTask]
         if isinstance(items, Sequence):
-            tasks = [new_task(item) for item in items]
+            tasks = [new_task(index, item) for index, item in enumerate(items)]
         else:
-            tasks = (new_task(item) for item in items)
+            tasks = (new_task(index, item) for index, item in enumerate(items))
         return self.store.enqueue(tasks, now)
 
     def run_batch(
@@ -622,6 +625,20 @@ class Cairn:
             raise TaskConflict(f"task {task_def.name!r} is not async; use run_batch for sync tasks")
         self.enqueue(batch, task_def, items, key=key)
         return await _batch.run_async(self.engine(), batch, concurrency, choose_progress(progress))
+
+
+def _check_item(task_def: TaskDef[..., Any], index: int, item: object) -> None:
+    """Refuse an item that is not a mapping of argument names to values, by its index."""
+    if isinstance(item, Mapping):
+        return
+    shown = repr(item)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    raise TaskArgumentsError(
+        f"item {index} of the items for task {task_def.name!r} is {shown} "
+        f"({type(item).__name__}), not a mapping of argument names to values. Write each "
+        "item as a dict of the task's arguments after ctx, for example "
+        '[{"app_id": "a1"}, {"app_id": "a2"}].'
+    )
 
 
 def _positive_seconds(value: float | timedelta | None, what: str) -> float | None:

@@ -3,7 +3,8 @@ retry, cancel, and break things on purpose (demo, chaos).
 
 Every command that reads a store takes ``--store URL`` (or ``$CAIRN_STORE``). Bad
 input (an unknown URL scheme, a file that is not a cairn store, one written by a
-newer cairn, an unknown task) prints one red line and exits with code 2.
+newer cairn, an unknown task, and any cairn or driver error a command lets
+through: ``_errors.CairnGroup``) prints one red line and exits with code 2.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import typer
 
 from cairn.store import DEFAULT_URL
 
+from ._errors import CairnGroup
 from .backup import backup_command
 from .batches import batches_command
 from .cancel import cancel_command
@@ -46,6 +48,7 @@ app = typer.Typer(
         "their own and never read CAIRN_STORE."
     ),
     no_args_is_help=True,
+    cls=CairnGroup,
     add_completion=False,
     # Tracebacks are for cairn's own bugs; never print local variables (task args may be secret).
     pretty_exceptions_show_locals=False,

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 import typer
 
 from cairn.errors import CairnError
-from cairn.store import DEFAULT_URL, AdminStore, open_store, sqlite_path
+from cairn.store import DEFAULT_URL, AdminStore, check_store_url, open_store, sqlite_path
 from cairn.store.sqlite import inspect_file
 
 from ._consoles import fail
@@ -45,7 +45,9 @@ StoreOption = Annotated[
 
 
 def store_file(url: str) -> Path | None:
-    """The SQLite file ``url`` names, or None for a store that is not a file."""
+    """The SQLite file ``url`` names, or None for a store that is not a file.
+    A malformed URL (``sqlite:x.db``) raises ``ConfigurationError``."""
+    check_store_url(url)
     if "://" not in url:
         return Path(url)
     if urlsplit(url).scheme == "sqlite":

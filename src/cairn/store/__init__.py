@@ -6,6 +6,7 @@ reports, export and maintenance, and ``admin(store)`` gives a store's admin side
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -15,9 +16,40 @@ from cairn.store.capabilities import Capabilities
 from cairn.store.protocol import Store
 from cairn.store.sqlite import SQLiteStore, Synchronous
 
-__all__ = ["AdminStore", "Capabilities", "SQLiteStore", "Store", "admin", "open_store"]
+__all__ = [
+    "ACCEPTED_FORMS",
+    "AdminStore",
+    "Capabilities",
+    "SQLiteStore",
+    "Store",
+    "admin",
+    "check_store_url",
+    "open_store",
+]
 
 DEFAULT_URL = "sqlite:///.cairn/cairn.db"
+
+
+ACCEPTED_FORMS = (
+    "sqlite:///relative/path.db, sqlite:////absolute/path.db, a plain file path, or "
+    "postgresql://user@host:5432/dbname (optionally ?schema=NAME&pool_size=N"
+    "&reconnect_timeout=SECONDS and any libpq parameter)"
+)
+# "sqlite:x.db", "postgres:/db": a scheme without "//" is a mistyped URL, not a
+# file name (a one-letter "scheme" is a Windows drive, C:\x.db).
+_SCHEME_WITHOUT_SLASHES = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:(?!//)")
+
+
+def check_store_url(url: str) -> None:
+    """Refuse a store URL that is malformed, naming the forms cairn accepts."""
+    if not url.strip():
+        raise ConfigurationError(f"the store URL is empty. Write {ACCEPTED_FORMS}.")
+    if "://" not in url and _SCHEME_WITHOUT_SLASHES.match(url):
+        scheme = url.split(":", 1)[0]
+        raise ConfigurationError(
+            f"store URL {url!r} starts with {scheme}: but has no //, so it is neither a "
+            f"URL nor a file path cairn will guess at. Write {ACCEPTED_FORMS}."
+        )
 
 
 def sqlite_path(url: str) -> Path:
@@ -36,6 +68,7 @@ def open_store(url: str, *, synchronous: Synchronous = "NORMAL", create: bool = 
 
     ``create=False`` refuses to set up a store that does not exist yet (read-only
     callers such as the CLI); a SQLite caller checks the file itself first."""
+    check_store_url(url)
     scheme = urlsplit(url).scheme if "://" in url else ""
     if scheme == "":
         return SQLiteStore(Path(url), synchronous=synchronous)
@@ -46,7 +79,5 @@ def open_store(url: str, *, synchronous: Synchronous = "NORMAL", create: bool = 
 
         return PostgresStore(url, create=create)
     raise ConfigurationError(
-        f"unknown store URL scheme {scheme!r} in {url!r}. cairn understands "
-        "sqlite:///path/to/cairn.db (or a plain file path) and "
-        "postgresql://user@host:5432/dbname."
+        f"unknown store URL scheme {scheme!r} in {url!r}. Write {ACCEPTED_FORMS}."
     )

@@ -109,6 +109,33 @@ def own_options(conninfo: str) -> str:
     return dict(parse_qsl(urlsplit(conninfo).query)).get("options", "")
 
 
+def _check_conninfo(driver: Any, conninfo: str) -> None:
+    """Refuse a URL libpq cannot parse (a mistyped parameter such as ``sslmod``)
+    before a pool is built on it, naming the forms cairn accepts."""
+    try:
+        driver.conninfo.conninfo_to_dict(conninfo)
+    except driver.Error as exc:
+        detail = " ".join(str(exc).split())
+        raise ConfigurationError(
+            f"store URL {_redacted(conninfo)!r} is not a PostgreSQL URL libpq can read: "
+            f"{detail}. cairn's own parameters are {', '.join(_OWN_PARAMS)}; every other "
+            "one must be a libpq parameter (https://www.postgresql.org/docs/current/"
+            "libpq-connect.html#LIBPQ-PARAMKEYWORDS). Write "
+            "postgresql://user@host:5432/dbname?schema=NAME."
+        ) from None
+
+
+def _own_number(own: dict[str, str], name: str, default: str, kind: Callable[[str], T]) -> T:
+    """cairn's own numeric URL parameter ``name``, refused clearly if it is no number."""
+    text = own.get(name, default)
+    try:
+        return kind(text)
+    except ValueError:
+        raise ConfigurationError(
+            f"the store URL's {name}={text!r} is not a number; write for example {name}={default}."
+        ) from None
+
+
 def _redacted(url: str) -> str:
     parts = urlsplit(url)
     if parts.password is None:
@@ -167,13 +194,14 @@ class PostgresStore(SQLStore):
     ) -> None:
         driver, pgpool = _driver()
         conninfo, own = split_url(url)
+        _check_conninfo(driver, conninfo)
         self.url = url
         self.schema = schema or own.get("schema", "cairn")
         if not self.schema.isidentifier():
             raise ConfigurationError(f"schema {self.schema!r} must be a plain SQL identifier")
-        self.pool_size = pool_size or int(own.get("pool_size", "10"))
+        self.pool_size = pool_size or _own_number(own, "pool_size", "10", int)
         self.reconnect_timeout = (
-            float(own.get("reconnect_timeout", "300"))
+            _own_number(own, "reconnect_timeout", "300", float)
             if reconnect_timeout is None
             else reconnect_timeout
         )
