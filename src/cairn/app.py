@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import shlex
+import sys
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -49,7 +50,7 @@ from cairn.progress import choose_progress
 from cairn.retry import NO_RETRY, Retry
 from cairn.schedule import Catchup, Schedule, check_spec, fire_due, make_schedule
 from cairn.signals import send_signal
-from cairn.store import DEFAULT_URL, Store, open_store
+from cairn.store import DEFAULT_URL, Store, creation_notice, open_store
 from cairn.store.records import NewTask, TaskRecord
 from cairn.store.sqlite import Synchronous
 from cairn.task import TaskDef, check_task_function, item_key, step
@@ -137,6 +138,9 @@ class Cairn:
             if self._store is None:
                 if self._store_arg is None or isinstance(self._store_arg, str):
                     self._store = open_store(self.store_url, synchronous=self._synchronous)
+                    defaulted = self._store_arg is None and not os.environ.get("CAIRN_STORE")
+                    for line in creation_notice(self._store, defaulted=defaulted):
+                        print(line, file=sys.stderr)  # which store: the first thing to check
                 else:
                     self._store = self._store_arg
             return self._store

@@ -9,8 +9,11 @@ through: ``_errors.CairnGroup``) prints one red line and exits with code 2.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
+from cairn import __version__
 from cairn.store import DEFAULT_URL
 
 from ._errors import CairnGroup
@@ -53,6 +56,29 @@ app = typer.Typer(
     # Tracebacks are for cairn's own bugs; never print local variables (task args may be secret).
     pretty_exceptions_show_locals=False,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"cairn {__version__}")
+        raise typer.Exit
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            callback=_print_version,
+            help="Print cairn's version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Options before any command."""
+
+
 app.command("batches")(batches_command)
 app.command("tasks")(tasks_command)
 app.command("show")(show_command)

@@ -15,6 +15,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from cairn.engine.owners import owner_is_gone
+
 # Free-text columns wrap on a narrow terminal, but not into a sliver.
 _FREE_MIN_WIDTH = 24
 # Space between two columns: padding on each side, or a collapsed gap on a terminal.
@@ -36,6 +38,15 @@ Cell = Text | str
 def status_text(status: str) -> Text:
     """A status word, coloured on a terminal."""
     return Text(status, style=STATUS_STYLES.get(status, ""))
+
+
+def task_status_text(status: str, owner: str | None) -> Text:
+    """A task's status word; a running task whose owning process is gone (by
+    ``engine.owners.owner_is_gone``, the rule claiming uses) says so, since it
+    will not move until a worker or run takes it over."""
+    if status == "running" and owner_is_gone(owner):
+        return Text("running (owner gone)", style=STATUS_STYLES["running"])
+    return status_text(status)
 
 
 def _plain_len(cell: Cell) -> int:

@@ -25,7 +25,7 @@ from ._field_text import (
 )
 from ._json_output import JsonOption, print_json, step_dict, task_detail_dict
 from ._store_option import DEFAULT_URL, StoreOption, opened_store
-from ._tables import RowTable, key_values, print_table, status_text
+from ._tables import RowTable, key_values, print_table, status_text, task_status_text
 
 TaskArgument = Annotated[str, typer.Argument(metavar="TASK", help="The task id.")]
 
@@ -94,7 +94,7 @@ def _header(view: TaskView) -> list[tuple[str, Text | str]]:
         ("task", task.id),
         ("batch", task.batch or MISSING),
         ("function", task.name),
-        ("status", status_text(task.status)),
+        ("status", task_status_text(task.status, task.owner)),
         ("attempts", attempts),
     ]
     if task.status == "running":

@@ -24,6 +24,7 @@ __all__ = [
     "Store",
     "admin",
     "check_store_url",
+    "creation_notice",
     "open_store",
 ]
 
@@ -81,3 +82,23 @@ def open_store(url: str, *, synchronous: Synchronous = "NORMAL", create: bool = 
     raise ConfigurationError(
         f"unknown store URL scheme {scheme!r} in {url!r}. Write {ACCEPTED_FORMS}."
     )
+
+
+def creation_notice(store: Store, *, defaulted: bool = False) -> list[str]:
+    """What to tell the user on stderr when opening ``store`` just created it
+    (nothing if it was there): where it is, and, for the default store, that
+    its path is relative to the current directory.
+
+    ``defaulted``: the URL is ``DEFAULT_URL`` because nothing named a store.
+    """
+    if getattr(store, "found_schema", None) != 0:
+        return []
+    where = str(store.path.resolve()) if isinstance(store, SQLiteStore) else store.identity
+    lines = [f"cairn: created a new store at {where}"]
+    if defaulted:
+        lines.append(
+            f"cairn: warning: the default store ({DEFAULT_URL}) is relative to the current "
+            "directory, so run from another directory you get another, empty store. Set "
+            "CAIRN_STORE (or pass --store, or Cairn(store=...)) to use one store from anywhere."
+        )
+    return lines

@@ -231,6 +231,8 @@ class PostgresStore(SQLStore):
         self._listener: psycopg.Connection[Any] | None = None
         self._listener_lock = threading.Lock()
         self._listen_delay = 0.0  # 0 while listening; the next retry's wait otherwise
+        self.schema_version = latest_version("postgres")
+        self.found_schema = self.schema_version  # set by _migrate; 0 when it creates the schema
         try:
             self._migrate(create=create)
         except BaseException:
@@ -269,6 +271,7 @@ class PostgresStore(SQLStore):
                 conn.execute(_LOCK_MIGRATIONS, (_MIGRATE_LOCK,))
                 conn.execute(_CREATE_SCHEMA.format(schema=self.schema).encode())
                 current = self._version(conn)
+                self.found_schema = current
                 for migration in migrations("postgres")[current:]:
                     conn.execute(migration.sql.encode())  # a script: no parameters to bind
                     conn.execute(_SET_VERSION, (str(migration.version),))
