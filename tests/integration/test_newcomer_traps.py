@@ -6,6 +6,7 @@ and a running task whose owner is gone says so.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from datetime import datetime, timedelta
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
-from cairn import Cairn, Context, __version__
+from cairn import Cairn, Context, Permanent, __version__
 from cairn.cli import app as cli_app
 from cairn.clock import FakeClock
 from cairn.engine.owners import Owner, current_owner
@@ -218,3 +219,43 @@ def test_tasks_and_show_mark_a_running_task_whose_owner_is_gone(
     shown = cli("show", dead, "--store", url)
     assert "running (owner gone)" in shown.stdout
     assert "running (owner gone)" not in cli("show", live, "--store", url).stdout
+
+
+# -- long values in tables -----------------------------------------------------------------
+
+_LONG_ERROR = "the reporting API refused the request because the quota of the day is spent"
+
+
+def test_long_values_are_cut_with_an_ellipsis_on_a_terminal_and_whole_with_wide(
+    tmp_path: Path,
+) -> None:
+    """On a 100-column terminal, ``cairn tasks`` fits every row in 100 columns,
+    cutting the error with "…" and never the id or a time; ``--wide`` shows the
+    cell whole (wrapped), as plain output has it."""
+    url = f"sqlite:///{tmp_path / 'cairn.db'}"
+    with Cairn(url, clock=FakeClock()) as app:
+
+        @app.task
+        def fetch(ctx: Context, n: int) -> int:
+            raise Permanent(_LONG_ERROR)
+
+        app.run_batch("b", fetch, [{"n": 1}], progress=False)
+    terminal = {"TTY_COMPATIBLE": "1", "COLUMNS": "100", "NO_COLOR": "1"}
+    cut = CliRunner().invoke(cli_app, ["tasks", "--store", url], env=terminal)
+    lines = [_unstyled(line) for line in cut.stdout.splitlines()]
+    assert max(len(line) for line in lines) <= 100
+    row = next(line for line in lines if line.startswith("b/n=1"))
+    assert row.rstrip().endswith("…")
+    assert "Z  " in row  # both times whole
+    assert _LONG_ERROR not in cut.stdout
+    wide = CliRunner().invoke(cli_app, ["tasks", "--store", url, "--wide"], env=terminal)
+    assert "…" not in wide.stdout
+    plain = cli("tasks", "--store", url)
+    # The cell whole, as plain output (which no terminal cuts) has it.
+    whole = plain.stdout.splitlines()[1].split("0.00s", 1)[1].split()
+    assert " ".join(whole) in " ".join(_unstyled(wide.stdout).split())
+    assert "because" in whole
+
+
+def _unstyled(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
