@@ -24,6 +24,7 @@ from .chaos import chaos_command
 from .conversation import conversation_command
 from .cost import cost_command
 from .demo import demo_command
+from .enqueue import enqueue_command
 from .fidelity import fidelity_command
 from .metrics import metrics_command
 from .move import export_command, import_command
@@ -89,6 +90,7 @@ app.command("demo")(demo_command)
 app.command("chaos")(chaos_command)
 app.add_typer(ops_app, name="ops")
 app.command("worker")(worker_command)
+app.command("enqueue")(enqueue_command)
 app.command("migrate")(migrate_command)
 app.command("schedules")(schedules_command)
 app.command("conversation")(conversation_command)
