@@ -6,6 +6,7 @@ the enqueued batch is then run by ``cairn worker``.
 from __future__ import annotations
 
 import itertools
+import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,7 +42,12 @@ def target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[st
     url = f"sqlite:///{tmp_path / 'cairn.db'}"
     (tmp_path / f"{module}.py").write_text(_APP.format(url=url), encoding="utf-8")
     monkeypatch.setattr(sys, "path", list(sys.path))  # load_app adds the cwd
+    # `cairn worker` sets up logging on the root logger, to a stream CliRunner closes.
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     yield f"{module}:app", url
+    root.handlers[:] = handlers
+    root.setLevel(level)
     sys.modules.pop(module, None)
 
 
