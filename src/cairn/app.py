@@ -276,7 +276,7 @@ class Cairn:
         ``schedule:NAME/<time in UTC>``. Firings missed while no worker ran:
         ``catchup="latest"`` runs the most recent one, ``"all"`` every one,
         ``"none"`` none. ``name`` (default: the task's) is what the store records.
-        Needs ``pip install 'cairn[schedule]'``.
+        Needs ``pip install 'cairn-durable[schedule]'``.
         """
         check_spec(cron, tz, catchup)
 

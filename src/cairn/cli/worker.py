@@ -84,7 +84,7 @@ OtlpOption = Annotated[
     typer.Option(
         "--otlp",
         metavar="URL",
-        help="Send live OpenTelemetry spans to this OTLP/HTTP traces URL (cairn[otel]).",
+        help="Send live OpenTelemetry spans to this OTLP/HTTP traces URL (cairn-durable[otel]).",
     ),
 ]
 ServiceOption = Annotated[
@@ -194,4 +194,4 @@ def _start_tracing(app: Cairn, endpoint: str, service: str | None) -> Any:
 
         return trace_live(app, endpoint=endpoint, service=service)
     except (ConfigurationError, ImportError) as exc:
-        fail(f"--otlp needs OpenTelemetry: pip install 'cairn[otel]' ({exc})")
+        fail(f"--otlp needs OpenTelemetry: pip install 'cairn-durable[otel]' ({exc})")

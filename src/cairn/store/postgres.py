@@ -1,6 +1,6 @@
 """The PostgreSQL store, for work spread over many processes and machines.
 
-``pip install 'cairn[postgres]'`` (psycopg 3). Same contract, same SQL and same
+``pip install 'cairn-durable[postgres]'`` (psycopg 3). Same contract, same SQL and same
 meaning as the SQLite store (``cairn.store.sqlbase``); what differs:
 
 * Tables live in a schema of their own (``?schema=`` in the URL, default
@@ -83,7 +83,7 @@ def _driver() -> Any:
         from cairn.store import pgpool
     except ImportError as exc:
         raise ConfigurationError(
-            "the PostgreSQL store needs psycopg 3: pip install 'cairn[postgres]'"
+            "the PostgreSQL store needs psycopg 3: pip install 'cairn-durable[postgres]'"
         ) from exc
     return psycopg, pgpool
 
@@ -262,7 +262,7 @@ class PostgresStore(SQLStore):
                 raise SchemaTooNew(
                     f"schema {self.schema!r} of {_redacted(self.url)} was written by a newer "
                     f"cairn (schema {version}; this cairn knows up to {latest}). Upgrade "
-                    "cairn (`pip install -U cairn`) to use it. Nothing was changed."
+                    "cairn (`pip install -U cairn-durable`) to use it. Nothing was changed."
                 )
             if version == latest:
                 return

@@ -130,7 +130,7 @@ def inspect_file(path: Path, access: Access | None = None) -> int:
     if version > latest_version("sqlite"):
         raise SchemaTooNew(
             f"{path} was written by a newer cairn (schema {version}; this cairn knows up "
-            f"to {latest_version('sqlite')}). Upgrade cairn (`pip install -U cairn`) to "
+            f"to {latest_version('sqlite')}). Upgrade cairn (`pip install -U cairn-durable`) to "
             "use it. The file was not changed."
         )
     return version
