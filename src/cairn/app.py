@@ -50,7 +50,7 @@ from cairn.progress import choose_progress
 from cairn.retry import NO_RETRY, Retry
 from cairn.schedule import Catchup, Schedule, check_spec, fire_due, make_schedule
 from cairn.signals import send_signal
-from cairn.store import DEFAULT_URL, Store, creation_notice, open_store
+from cairn.store import DEFAULT_URL, Store, check_store_url, creation_notice, open_store
 from cairn.store.records import NewTask, TaskRecord
 from cairn.store.sqlite import Synchronous
 from cairn.task import TaskDef, check_task_function, item_key, step
@@ -82,6 +82,8 @@ class Cairn:
         inline_limit: int = DEFAULT_INLINE_LIMIT,
         limits: Mapping[str, Limit] | None = None,
     ) -> None:
+        if isinstance(store, str):
+            check_store_url(store)  # a malformed URL is refused here, not at first use
         self._store_arg = store
         self._synchronous = synchronous
         self._store: Store | None = None
@@ -124,6 +126,7 @@ class Cairn:
                 raise ConfigurationError(
                     "the app's store is already open; call use_store() before running"
                 )
+            check_store_url(url)
             self._store_arg = url
             self._offloader = None  # the default blob store sits beside the store
             self._offloading.clear()

@@ -182,21 +182,28 @@ def test_ctx_step_with_something_not_callable_fails_at_once(app: Cairn) -> None:
 # -- malformed store URLs --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("url", ["sqlite:/x.db", "sqlite:x.db", "postgres:/db", "   "])
+def test_cairn_refuses_a_url_without_slashes_when_constructed() -> None:
+    """``Cairn("sqlite:/x.db")`` raises at once, before any task is registered, and
+    names the forms cairn accepts."""
+    with pytest.raises(ConfigurationError, match=r"starts with sqlite: but has no //"):
+        Cairn("sqlite:/x.db")
+    app = Cairn("sqlite:///ok.db")
+    with pytest.raises(ConfigurationError, match=r"sqlite:////absolute/path.db"):
+        app.use_store("postgres:db")
+
+
+@pytest.mark.parametrize(
+    "url", ["sqlite:/x.db", "sqlite:x.db", "postgres:/db", "   ", "sqlite://x.db", "mysql://h/db"]
+)
 def test_a_malformed_store_url_is_refused_and_creates_nothing(
     url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``Cairn("sqlite:/x.db")`` and its cousins are refused with the accepted forms,
-    and no directory named ``sqlite:`` appears."""
+    """``Cairn("sqlite:/x.db")`` and its cousins are refused with the accepted forms
+    (by ``Cairn()`` itself where the URL alone shows it), and no directory named
+    ``sqlite:`` appears."""
     monkeypatch.chdir(tmp_path)
-    app = Cairn(url)
-
-    @app.task
-    def noop(ctx: Context) -> int:
-        return 1
-
     with pytest.raises(ConfigurationError) as refused:
-        app.run(noop)
+        Cairn(url).store  # noqa: B018 - the URL is refused before any file is made
     assert "sqlite:///relative/path.db, sqlite:////absolute/path.db" in str(refused.value)
     assert "postgresql://user@host:5432/dbname" in str(refused.value)
     assert list(tmp_path.iterdir()) == []

@@ -57,10 +57,7 @@ def sqlite_path(url: str) -> Path:
     """The file path inside a ``sqlite:///`` URL (``sqlite:////abs`` for absolute)."""
     rest = url[len("sqlite://") :]
     if not rest.startswith("/") or rest == "/":
-        raise ConfigurationError(
-            f"store URL {url!r} has no path. Write sqlite:///relative/path.db or "
-            "sqlite:////absolute/path.db."
-        )
+        raise ConfigurationError(f"store URL {url!r} has no path. Write {ACCEPTED_FORMS}.")
     return Path(rest[1:])
 
 
