@@ -140,3 +140,17 @@ def test_an_unknown_task_or_an_empty_file_is_refused(
     assert missing.exit_code == 2
     assert "no items file at" in missing.stderr
     assert not (tmp_path / "cairn.db").exists()
+
+
+def test_items_can_come_from_stdin(target: tuple[str, str]) -> None:
+    """``-`` reads the lines from stdin, checked the same way."""
+    app, url = target
+    runner = CliRunner()
+    good = runner.invoke(
+        cli_app, ["enqueue", app, "piped", "review", "-"], input='{"app_id": "s1"}\n'
+    )
+    assert good.exit_code == 0, good.output
+    assert _task_ids(url) == ["piped/app_id=s1"]
+    bad = runner.invoke(cli_app, ["enqueue", app, "piped", "review", "-"], input="{}\n[1]\n")
+    assert bad.exit_code == 2
+    assert "error: stdin line 1: task 'review' cannot take the arguments {}" in bad.stderr
