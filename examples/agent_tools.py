@@ -10,7 +10,8 @@ same context, and no model call that had returned is sent again.
 Offline by default: the model is a simulated OpenAI-compatible server started
 in this process. With ``OPENAI_API_KEY`` (and optionally ``OPENAI_BASE_URL``,
 for vLLM, Ollama, a llama.cpp server...) or ``ANTHROPIC_API_KEY`` set, it talks
-to that provider instead (``pip install 'cairn[openai]'`` or ``'cairn[anthropic]'``)::
+to that provider instead (``pip install 'cairn-durable[openai]'`` or
+``'cairn-durable[anthropic]'``)::
 
     python examples/agent_tools.py --docs 30 --store sqlite:////tmp/agent.db
     cairn conversation research/shelf --store /tmp/agent.db --all

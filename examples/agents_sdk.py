@@ -15,7 +15,7 @@ in this process (``cairn.agent.simulate``), reached over HTTP through the SDK's
 ``OpenAIChatCompletionsModel``. With ``OPENAI_BASE_URL`` (vLLM, Ollama, a
 llama.cpp server...) or ``OPENAI_API_KEY`` set, it talks to that endpoint::
 
-    pip install 'cairn[openai-agents]'
+    pip install 'cairn-durable[openai-agents]'
     python examples/agents_sdk.py --docs 12 --store sqlite:////tmp/agents.db
     cairn conversation agents-sdk/shelf --store /tmp/agents.db --all
     cairn cost --store /tmp/agents.db

@@ -1,4 +1,5 @@
-"""A LangGraph agent checkpointed in a cairn store (``pip install 'cairn[langgraph,openai]'``).
+"""A LangGraph agent checkpointed in a cairn store
+(``pip install 'cairn-durable[langgraph,openai]'``).
 
 A two-node graph: ``model`` asks an OpenAI-compatible chat model what to do,
 ``tools`` runs the document reader it asks for, and back, until the model

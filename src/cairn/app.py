@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import shlex
+import sys
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -34,6 +35,7 @@ from cairn.engine.run import FaultHook, TaskRun, no_fault
 from cairn.errors import (
     ConfigurationError,
     ResultTimeout,
+    TaskArgumentsError,
     TaskBusy,
     TaskCancelled,
     TaskConflict,
@@ -48,10 +50,10 @@ from cairn.progress import choose_progress
 from cairn.retry import NO_RETRY, Retry
 from cairn.schedule import Catchup, Schedule, check_spec, fire_due, make_schedule
 from cairn.signals import send_signal
-from cairn.store import DEFAULT_URL, Store, open_store
+from cairn.store import DEFAULT_URL, Store, check_store_url, creation_notice, open_store
 from cairn.store.records import NewTask, TaskRecord
 from cairn.store.sqlite import Synchronous
-from cairn.task import TaskDef, checked_policy, derived_version, item_key, step
+from cairn.task import TaskDef, check_task_function, checked_policy, derived_version, item_key, step
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -83,6 +85,8 @@ class Cairn:
         rerun_models: bool = False,
         version: str | None = None,
     ) -> None:
+        if isinstance(store, str):
+            check_store_url(store)  # a malformed URL is refused here, not at first use
         self._store_arg = store
         self._synchronous = synchronous
         self._store: Store | None = None
@@ -130,6 +134,7 @@ class Cairn:
                 raise ConfigurationError(
                     "the app's store is already open; call use_store() before running"
                 )
+            check_store_url(url)
             self._store_arg = url
             self._offloader = None  # the default blob store sits beside the store
             self._offloading.clear()
@@ -144,6 +149,9 @@ class Cairn:
             if self._store is None:
                 if self._store_arg is None or isinstance(self._store_arg, str):
                     self._store = open_store(self.store_url, synchronous=self._synchronous)
+                    defaulted = self._store_arg is None and not os.environ.get("CAIRN_STORE")
+                    for line in creation_notice(self._store, defaulted=defaulted):
+                        print(line, file=sys.stderr)  # which store: the first thing to check
                 else:
                     self._store = self._store_arg
             return self._store
@@ -232,6 +240,7 @@ class Cairn:
                 rerun_models=rerun_models,
             )
             check_name("task name", task_def.name)
+            check_task_function(task_def.name, func)
             existing = self._tasks.get(task_def.name)
             if existing is not None and existing.fn is not func:
                 raise TaskConflict(
@@ -302,7 +311,7 @@ class Cairn:
         ``schedule:NAME/<time in UTC>``. Firings missed while no worker ran:
         ``catchup="latest"`` runs the most recent one, ``"all"`` every one,
         ``"none"`` none. ``name`` (default: the task's) is what the store records.
-        Needs ``pip install 'cairn[schedule]'``.
+        Needs ``pip install 'cairn-durable[schedule]'``.
         """
         check_spec(cron, tz, catchup)
 
@@ -601,7 +610,8 @@ class Cairn:
             )
         version = self.version
 
-        def new_task(item: Mapping[str, Any]) -> NewTask:
+        def new_task(index: int, item: Mapping[str, Any]) -> NewTask:
+            _check_item(task_def, index, item)
             args = task_def.encode_arguments(self.codec, item)
             ikey = key(item) if key is not None else item_key(item)
             tid = check_name("task id", f"{batch}/{ikey}")
@@ -610,9 +620,9 @@ class Cairn:
         now = self.clock.now()
         tasks: Iterable[NewTask]
         if isinstance(items, Sequence):
-            tasks = [new_task(item) for item in items]
+            tasks = [new_task(index, item) for index, item in enumerate(items)]
         else:
-            tasks = (new_task(item) for item in items)
+            tasks = (new_task(index, item) for index, item in enumerate(items))
         return self.store.enqueue(tasks, now)
 
     def run_batch(
@@ -656,6 +666,20 @@ class Cairn:
             raise TaskConflict(f"task {task_def.name!r} is not async; use run_batch for sync tasks")
         self.enqueue(batch, task_def, items, key=key)
         return await _batch.run_async(self.engine(), batch, concurrency, choose_progress(progress))
+
+
+def _check_item(task_def: TaskDef[..., Any], index: int, item: object) -> None:
+    """Refuse an item that is not a mapping of argument names to values, by its index."""
+    if isinstance(item, Mapping):
+        return
+    shown = repr(item)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    raise TaskArgumentsError(
+        f"item {index} of the items for task {task_def.name!r} is {shown} "
+        f"({type(item).__name__}), not a mapping of argument names to values. Write each "
+        "item as a dict of the task's arguments after ctx, for example "
+        '[{"app_id": "a1"}, {"app_id": "a2"}].'
+    )
 
 
 def _positive_seconds(value: float | timedelta | None, what: str) -> float | None:

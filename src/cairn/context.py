@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import random as _random
+import sys
 import uuid as _uuid
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -26,6 +27,7 @@ from cairn.engine.patches import patched
 from cairn.engine.run import TaskRun, adrive, current, drive, in_event_loop
 from cairn.engine.steps import sleep_machine, step_machine
 from cairn.engine.waits import Signal, seconds_of, wait_for
+from cairn.errors import ConfigurationError
 from cairn.keys import bounded_key
 from cairn.names import check_name
 from cairn.retry import NO_RETRY, Retry
@@ -80,6 +82,27 @@ def _outside_context(fn: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+def _misused(call: str, name: object, fn: object) -> ConfigurationError:
+    """The error for ``ctx.step`` called without a name first or with something that
+    cannot be called, naming the line that called it. A ``ConfigurationError``: no
+    retry policy retries it, since the code, not the moment, is wrong."""
+    caller = sys._getframe(2)  # the task code that called ctx.step
+    where = f"{caller.f_code.co_filename}:{caller.f_lineno}"
+    if not isinstance(name, str):
+        problem = f"its first argument is {_shown(name)}, not the step's name"
+    else:
+        problem = f"its second argument is {_shown(fn)}, not a function to call"
+    return ConfigurationError(
+        f'{call}(...) at {where}: {problem}. Write {call}("fetch", fetch, *args): a name '
+        "that stays the same across runs, then the function and its arguments."
+    )
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 class Context:
     """Handed to every task function as its first argument."""
 
@@ -131,7 +154,7 @@ class Context:
     def step(
         self,
         name: str,
-        fn: Callable[..., Any],
+        fn: Callable[..., Any] | None = None,
         /,
         *args: Any,
         retry: Retry | None = None,
@@ -146,6 +169,9 @@ class Context:
         ``limit`` names one of the app's shared limits (``Cairn(limits=...)``):
         each call of ``fn`` waits for, and holds, one of its permits.
         """
+        named: object = name  # typed str, but a newcomer may pass the function here
+        if fn is None or not isinstance(named, str) or not callable(fn):
+            raise _misused("ctx.step", name, fn)
         if limit is not None:
             self._run.limits.get(limit)  # an unknown name fails here, replay or not
         machine = step_machine(

@@ -54,7 +54,7 @@ MAX_ROUNDS = 50
 # a schedule changed by another deploy is noticed.
 RECHECK = timedelta(seconds=60)
 
-_INSTALL = "pip install 'cairn[schedule]'"
+_INSTALL = "pip install 'cairn-durable[schedule]'"
 
 
 def _croniter() -> Any:

@@ -55,6 +55,14 @@ class TaskDef(Generic[P, R]):
         try:
             signature.bind(None, **kwargs)
         except TypeError as exc:
+            first = next(iter(signature.parameters), None)
+            if first is not None and first in kwargs:
+                raise TaskArgumentsError(
+                    f"task {self.name!r} was given {first}= but its first parameter, "
+                    f"{first!r}, is where the context goes. Its signature is "
+                    f"{self.name}{signature}; write def {self.name}(ctx: Context, "
+                    f"{first}, ...). Nothing was recorded."
+                ) from exc
             raise TaskArgumentsError(
                 f"task {self.name!r} cannot take the arguments {dict(kwargs)!r}: {exc}. "
                 f"Its signature is {self.name}{signature}; pass the arguments after the "
@@ -93,6 +101,48 @@ def derived_version(tasks: Mapping[str, TaskDef[..., Any]]) -> str:
     name versions yourself."""
     parts = sorted(f"{name}={fingerprint_of(task.fn)}" for name, task in tasks.items())
     return "code-" + hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12]
+
+
+_CONTEXT_ANNOTATIONS = frozenset({"Context", "Any", "object"})
+
+
+def check_task_function(name: str, fn: Callable[..., Any]) -> None:
+    """Refuse, when it is registered, a task function that cannot take the context
+    as its first argument: one with no positional parameter, or whose first
+    parameter is annotated as something other than ``Context``."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return  # a builtin or C callable: nothing to check before it runs
+    positional = [
+        p
+        for p in signature.parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+    ]
+    first = positional[0] if positional else None
+    if first is not None and (first.kind is first.VAR_POSITIONAL or _names_context(first)):
+        return
+    # Postponed annotations print quoted ('str'); the user wrote them bare.
+    shown = str(signature).replace("'", "")
+    found = "has no positional parameter"
+    if first is not None:
+        found = f"takes {str(first).replace(chr(39), '')} first"
+    raise TaskArgumentsError(
+        f"task {name!r}{shown} {found}; a task function takes the context first, "
+        f"then its arguments: def {getattr(fn, '__name__', name)}(ctx: Context, ...)."
+    )
+
+
+def _names_context(param: inspect.Parameter) -> bool:
+    """True unless ``param`` is annotated as something a context is not."""
+    annotation = param.annotation
+    if annotation is param.empty:
+        return True
+    if isinstance(annotation, str):  # from __future__ import annotations
+        return annotation.strip("'\" ").rsplit(".", 1)[-1] in _CONTEXT_ANNOTATIONS
+    if isinstance(annotation, type):
+        return issubclass(Context, annotation)
+    return annotation is Any
 
 
 def item_key(kwargs: Mapping[str, Any]) -> str:

@@ -1,7 +1,7 @@
 """Post a chat message at most once per key: the daily-report case.
 
 ``post_once`` sends Slack-compatible JSON (``{"text": ...}``) to a webhook
-through httpx (``pip install 'cairn[notify]'``), guarded by an operation key
+through httpx (``pip install 'cairn-durable[notify]'``), guarded by an operation key
 such as ``op_key("daily-report", day)``: rerunning the whole pipeline never posts
 the same report twice. The webhook URL is not recorded (it is a secret); the
 record holds the key, the HTTP status and the start of the reply.
@@ -31,7 +31,9 @@ def _httpx() -> Any:
     try:
         import httpx
     except ImportError as exc:
-        raise ConfigurationError("cairn.webhook needs httpx: pip install 'cairn[notify]'") from exc
+        raise ConfigurationError(
+            "cairn.webhook needs httpx: pip install 'cairn-durable[notify]'"
+        ) from exc
     return httpx
 
 

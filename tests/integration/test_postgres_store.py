@@ -185,7 +185,7 @@ def test_a_schema_from_a_newer_cairn_is_refused_and_left_unchanged(pg_url: str) 
     with pytest.raises(SchemaTooNew) as refused:
         open_store(pg_url)
     message = str(refused.value)
-    for part in ("999", f"up to {latest_version('postgres')}", "pip install -U cairn"):
+    for part in ("999", f"up to {latest_version('postgres')}", "pip install -U cairn-durable"):
         assert part in message
     assert "Nothing was changed" in message
     assert snapshot(pg_url) == before

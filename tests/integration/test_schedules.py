@@ -120,7 +120,7 @@ def test_without_croniter_the_error_says_what_to_install(tmp_path: Path) -> None
     result = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
     )
-    assert "pip install 'cairn[schedule]'" in result.stdout
+    assert "pip install 'cairn-durable[schedule]'" in result.stdout
 
 
 # -- the CLI -------------------------------------------------------------------------------

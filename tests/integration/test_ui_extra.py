@@ -34,7 +34,7 @@ def test_cairn_ui_without_the_extra_says_what_to_install(db_path: Path) -> None:
     install command; no traceback."""
     done = _cli("ui", "--port", "0", "--store", f"sqlite:///{db_path}")
     assert done.returncode == 2
-    assert "pip install 'cairn[ui]'" in done.stderr
+    assert "pip install 'cairn-durable[ui]'" in done.stderr
     assert "uvicorn" in done.stderr
     assert "Traceback" not in done.stderr
 

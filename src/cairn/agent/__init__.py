@@ -8,8 +8,8 @@ Inside a task::
 
 See ``cairn.agent.conversation`` for how conversations are stored and replayed,
 ``cairn.agent.llm`` for recorded calls, and docs/agents.md for the whole story.
-The model SDKs are optional extras: ``pip install 'cairn[openai]'`` or
-``'cairn[anthropic]'``.
+The model SDKs are optional extras: ``pip install 'cairn-durable[openai]'`` or
+``'cairn-durable[anthropic]'``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Model providers behind one small interface: the openai and anthropic SDKs.
 
-Both SDKs are optional extras (``pip install 'cairn[openai]'``, ``'cairn[anthropic]'``)
+Both SDKs are optional extras (``pip install 'cairn-durable[openai]'``, ``'cairn-durable[anthropic]'``)
 and imported only when used. Any OpenAI-compatible endpoint works through the
 openai SDK's ``base_url``: OpenAI itself, vLLM, Ollama, a llama.cpp server.
 
@@ -351,5 +351,5 @@ def _import(name: str) -> Any:
         return __import__(name)
     except ImportError as exc:
         raise ConfigurationError(
-            f"calling models through {name} needs its SDK: pip install 'cairn[{name}]'"
+            f"calling models through {name} needs its SDK: pip install 'cairn-durable[{name}]'"
         ) from exc

@@ -1,5 +1,5 @@
 """A blob store in an S3 bucket (AWS, Cloudflare R2, MinIO, any S3-compatible
-service), through boto3: ``pip install 'cairn[s3]'``.
+service), through boto3: ``pip install 'cairn-durable[s3]'``.
 
 URL: ``s3://bucket/prefix?endpoint_url=http://127.0.0.1:9000&region=auto``.
 Without ``endpoint_url`` it is read from ``$CAIRN_S3_ENDPOINT_URL``, then left to
@@ -26,7 +26,7 @@ def _client(endpoint_url: str | None, region: str | None) -> Any:
         import boto3
     except ImportError as err:
         raise ConfigurationError(
-            "an s3:// blob store needs boto3: pip install 'cairn[s3]'"
+            "an s3:// blob store needs boto3: pip install 'cairn-durable[s3]'"
         ) from err
     return boto3.client("s3", endpoint_url=endpoint_url, region_name=region)
 

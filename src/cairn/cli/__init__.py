@@ -3,15 +3,20 @@ retry, cancel, and break things on purpose (demo, chaos).
 
 Every command that reads a store takes ``--store URL`` (or ``$CAIRN_STORE``). Bad
 input (an unknown URL scheme, a file that is not a cairn store, one written by a
-newer cairn, an unknown task) prints one red line and exits with code 2.
+newer cairn, an unknown task, and any cairn or driver error a command lets
+through: ``_errors.CairnGroup``) prints one red line and exits with code 2.
 """
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
+from cairn import __version__
 from cairn.store import DEFAULT_URL
 
+from ._errors import CairnGroup
 from .backup import backup_command
 from .batches import batches_command
 from .cancel import cancel_command
@@ -20,6 +25,7 @@ from .check import check_command
 from .conversation import conversation_command
 from .cost import cost_command
 from .demo import demo_command
+from .enqueue import enqueue_command
 from .fidelity import fidelity_command
 from .metrics import metrics_command
 from .move import export_command, import_command
@@ -48,10 +54,34 @@ app = typer.Typer(
         "their own and never read CAIRN_STORE."
     ),
     no_args_is_help=True,
+    cls=CairnGroup,
     add_completion=False,
     # Tracebacks are for cairn's own bugs; never print local variables (task args may be secret).
     pretty_exceptions_show_locals=False,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"cairn {__version__}")
+        raise typer.Exit
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            callback=_print_version,
+            help="Print cairn's version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Options before any command."""
+
+
 app.command("batches")(batches_command)
 app.command("tasks")(tasks_command)
 app.command("show")(show_command)
@@ -64,6 +94,7 @@ app.command("demo")(demo_command)
 app.command("chaos")(chaos_command)
 app.add_typer(ops_app, name="ops")
 app.command("worker")(worker_command)
+app.command("enqueue")(enqueue_command)
 app.command("migrate")(migrate_command)
 app.command("schedules")(schedules_command)
 app.command("conversation")(conversation_command)

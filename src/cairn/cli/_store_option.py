@@ -1,7 +1,9 @@
 """The ``--store`` option and the store it names: opened, checked, read safely.
 
-The CLI never creates or migrates a store: every command opens an existing cairn
-store or stops with one red line and exit code 2, leaving every file as it was.
+Reading commands never create or migrate a store: they open an existing cairn
+store or stop with one red line and exit code 2, leaving every file as it was.
+The commands that write one (``migrate``, ``import``, ``worker``) may create it,
+and name it on stderr when they do.
 """
 
 from __future__ import annotations
@@ -15,14 +17,22 @@ from urllib.parse import urlsplit
 import typer
 
 from cairn.errors import CairnError
-from cairn.store import DEFAULT_URL, AdminStore, open_store, sqlite_path
+from cairn.store import (
+    DEFAULT_URL,
+    AdminStore,
+    check_store_url,
+    creation_notice,
+    open_store,
+    sqlite_path,
+)
 from cairn.store.sqlite import inspect_file
 
-from ._consoles import fail
+from ._consoles import fail, note
 
 __all__ = [
     "DEFAULT_URL",
     "StoreOption",
+    "created_note",
     "opened_store",
     "require_batch",
     "store_file",
@@ -45,7 +55,9 @@ StoreOption = Annotated[
 
 
 def store_file(url: str) -> Path | None:
-    """The SQLite file ``url`` names, or None for a store that is not a file."""
+    """The SQLite file ``url`` names, or None for a store that is not a file.
+    A malformed URL (``sqlite:x.db``) raises ``ConfigurationError``."""
+    check_store_url(url)
     if "://" not in url:
         return Path(url)
     if urlsplit(url).scheme == "sqlite":
@@ -68,17 +80,19 @@ def _check_existing_file(path: Path) -> None:
 
 
 @contextmanager
-def opened_store(url: str) -> Iterator[AdminStore]:
-    """The existing store at ``url``, closed afterwards.
+def opened_store(url: str, *, create: bool = False) -> Iterator[AdminStore]:
+    """The existing store at ``url``, closed afterwards; with ``create``, a new
+    one if there is none yet (named on stderr, see ``created_note``).
 
     Any cairn error raised while it is open (a bad URL, a foreign file, an unknown
     task) becomes one red line and exit code 2.
     """
     try:
         path = store_file(url)
-        if path is not None:
+        if path is not None and not create:
             _check_existing_file(path)
-        store = open_store(url, create=False)
+        store = open_store(url, create=create)
+        created_note(store, url)
         try:
             yield store
         finally:
@@ -86,6 +100,13 @@ def opened_store(url: str) -> Iterator[AdminStore]:
     except CairnError as exc:
         # A store turns every driver error into one of cairn's (store/driver_errors.py).
         fail(str(exc))
+
+
+def created_note(store: AdminStore, url: str) -> None:
+    """Name ``store`` on stderr if opening it just created it (with a warning when
+    it is the default store, relative to the current directory)."""
+    for line in creation_notice(store, defaulted=url == DEFAULT_URL):
+        note(line)
 
 
 def require_batch(store: AdminStore, name: str) -> None:

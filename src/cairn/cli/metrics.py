@@ -50,7 +50,7 @@ def metrics_command(
             "--serve",
             metavar="[HOST]:PORT",
             help="Serve the metrics for Prometheus at http://HOST:PORT/metrics instead "
-            "(HOST defaults to 127.0.0.1; needs cairn[prometheus]).",
+            "(HOST defaults to 127.0.0.1; needs cairn-durable[prometheus]).",
         ),
     ] = None,
     store: StoreOption = DEFAULT_URL,

@@ -46,11 +46,12 @@ def import_command(
     store: StoreOption = DEFAULT_URL,
     blobs: BlobsOption = None,
 ) -> None:
-    """Add the batch in FILE to the store: all of it, or nothing if any of its ids is
-    taken. Tasks that were running come in pending; a worker resumes them."""
+    """Add the batch in FILE to the store (created if there is none yet): all of it,
+    or nothing if any of its ids is taken. Tasks that were running come in pending;
+    a worker resumes them."""
     if not file.is_file():
         fail(f"no export file at {file}")
-    with opened_store(store) as opened:
+    with opened_store(store, create=True) as opened:
         try:
             with file.open(encoding="utf-8") as lines:
                 done = import_batch(opened, blobs_for(store, blobs), lines, str(file))

@@ -21,13 +21,16 @@ def _provider(endpoint: str | None, service: str | None) -> Any:
     try:
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
     except ImportError:
-        fail("cairn otel-export needs OpenTelemetry: pip install 'cairn[otel]'")
+        fail("cairn otel-export needs OpenTelemetry: pip install 'cairn-durable[otel]'")
     if endpoint is None:
         return provider_for(ConsoleSpanExporter(), service)
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     except ImportError:
-        fail("--otlp needs pip install 'cairn[otel]' (opentelemetry-exporter-otlp-proto-http)")
+        fail(
+            "--otlp needs pip install 'cairn-durable[otel]' "
+            "(opentelemetry-exporter-otlp-proto-http)"
+        )
     return provider_for(OTLPSpanExporter(endpoint=endpoint), service)
 
 

@@ -25,7 +25,14 @@ from ._field_text import (
 )
 from ._json_output import JsonOption, print_json, step_dict, task_detail_dict
 from ._store_option import DEFAULT_URL, StoreOption, opened_store
-from ._tables import RowTable, key_values, print_table, status_text
+from ._tables import (
+    RowTable,
+    WideOption,
+    key_values,
+    print_table,
+    status_text,
+    task_status_text,
+)
 
 TaskArgument = Annotated[str, typer.Argument(metavar="TASK", help="The task id.")]
 
@@ -57,7 +64,10 @@ def get_task_or_fail(store: AdminStore, task_id: str) -> TaskRecord:
 
 
 def show_command(
-    task_id: TaskArgument, store: StoreOption = DEFAULT_URL, as_json: JsonOption = False
+    task_id: TaskArgument,
+    store: StoreOption = DEFAULT_URL,
+    as_json: JsonOption = False,
+    wide: WideOption = False,
 ) -> None:
     """Show a task: status, attempts, arguments, result or error, and every step."""
     with opened_store(store) as opened:
@@ -70,7 +80,7 @@ def show_command(
     console = stdout_console()
     print_table(console, key_values(_header(view)))
     console.print()
-    _print_timeline(console, view.steps)
+    _print_timeline(console, view.steps, wide=wide)
 
 
 def _json(view: TaskView) -> dict[str, object]:
@@ -94,7 +104,7 @@ def _header(view: TaskView) -> list[tuple[str, Text | str]]:
         ("task", task.id),
         ("batch", task.batch or MISSING),
         ("function", task.name),
-        ("status", status_text(task.status)),
+        ("status", task_status_text(task.status, task.owner)),
         ("attempts", attempts),
     ]
     if task.status == "running":
@@ -130,12 +140,16 @@ def _header(view: TaskView) -> list[tuple[str, Text | str]]:
     return rows
 
 
-def _print_timeline(console: Console, steps: list[StepView]) -> None:
+def _print_timeline(console: Console, steps: list[StepView], *, wide: bool) -> None:
     if not steps:
         console.print("no steps recorded yet")
         return
     table = RowTable(
-        console, _STEP_COLUMNS, right=("seq", "attempts", "duration (ms)"), free=("error",)
+        console,
+        _STEP_COLUMNS,
+        right=("seq", "attempts", "duration (ms)"),
+        free=("error",),
+        wide=wide,
     )
     for step in steps:
         # A spawn names the child it started, so `cairn show CHILD` is one copy away.

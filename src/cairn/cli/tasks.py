@@ -24,7 +24,7 @@ from ._consoles import fail, note, stdout_console
 from ._field_text import error_line, human_duration, seconds_between, short_time
 from ._json_output import JsonOption, print_json, stream_json_list, task_dict
 from ._store_option import DEFAULT_URL, StoreOption, opened_store, require_batch, streamed
-from ._tables import RowTable, status_text
+from ._tables import RowTable, WideOption, task_status_text
 from .ops import parse_since
 
 DEFAULT_LIMIT = 200
@@ -129,6 +129,7 @@ def tasks_command(
     older_than: OlderOption = None,
     newer_than: NewerOption = None,
     as_json: JsonOption = False,
+    wide: WideOption = False,
 ) -> None:
     """List tasks with their status, attempts, times and last error.
 
@@ -143,13 +144,15 @@ def tasks_command(
         if batch is not None:
             require_batch(opened, batch)
         if paged:
-            _print_page(_page(opened, query, older_than, newer_than, limit), as_json=as_json)
+            _print_page(
+                _page(opened, query, older_than, newer_than, limit), as_json=as_json, wide=wide
+            )
             return
         # One row past the limit tells whether more exist, without counting them all.
         fetch = None if limit == 0 else limit + 1
         with streamed(iter_tasks(opened, query, limit=fetch)) as rows:
             shown = islice(rows, None if limit == 0 else limit)
-            count = _print(shown, as_json=as_json)
+            count = _print(shown, as_json=as_json, wide=wide)
             more = next(rows, None) is not None
     if more:
         note(f"showing the first {limit} task(s); more exist (raise --limit, or --limit 0 for all)")
@@ -166,7 +169,7 @@ def _page(
         fail(str(exc))
 
 
-def _print_page(page: TaskPage, *, as_json: bool) -> None:
+def _print_page(page: TaskPage, *, as_json: bool, wide: bool) -> None:
     if as_json:
         print_json(
             {
@@ -177,7 +180,7 @@ def _print_page(page: TaskPage, *, as_json: bool) -> None:
             }
         )
         return
-    shown = _print(iter(page.rows), as_json=False)
+    shown = _print(iter(page.rows), as_json=False, wide=wide)
     note(f"{shown} of {page.total} matching task(s), newest first")
     if page.newer is not None:
         note(f"newer: add --newer-than {page.newer}")
@@ -185,14 +188,16 @@ def _print_page(page: TaskPage, *, as_json: bool) -> None:
         note(f"older: add --older-than {page.older}")
 
 
-def _print(rows: Iterator[TaskRecord], *, as_json: bool) -> int:
+def _print(rows: Iterator[TaskRecord], *, as_json: bool, wide: bool) -> int:
     if as_json:
         return stream_json_list(task_dict(task) for task in rows)
-    table = RowTable(stdout_console(), _COLUMNS, right=("attempts", "duration"), free=("error",))
+    table = RowTable(
+        stdout_console(), _COLUMNS, right=("attempts", "duration"), free=("error",), wide=wide
+    )
     for task in rows:
         table.add_row(
             task.id,
-            status_text(task.status),
+            task_status_text(task.status, task.owner),
             str(task.attempts - task.retry_base),
             short_time(task.started_at),
             short_time(task.finished_at),

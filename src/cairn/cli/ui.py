@@ -49,7 +49,7 @@ def ui_command(
     except ImportError as exc:
         fail(
             f"the dashboard needs the ui extra ({exc.name or exc} is not installed): "
-            "pip install 'cairn[ui]'"
+            "pip install 'cairn-durable[ui]'"
         )
     try:
         threshold = parse_duration(stall_after)

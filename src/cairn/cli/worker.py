@@ -16,11 +16,11 @@ from cairn.errors import CairnError, ConfigurationError
 from cairn.observe._time import parse_duration
 from cairn.observe.notifiers import notifiers_for
 from cairn.observe.stalls import StallWatcher
-from cairn.store import open_store
 from cairn.worker import Worker
 
 from ._consoles import fail
 from ._log_option import LogFormatOption, set_up_logging
+from ._store_option import opened_store
 
 
 def load_app(target: str) -> Cairn:
@@ -93,7 +93,7 @@ OtlpOption = Annotated[
     typer.Option(
         "--otlp",
         metavar="URL",
-        help="Send live OpenTelemetry spans to this OTLP/HTTP traces URL (cairn[otel]).",
+        help="Send live OpenTelemetry spans to this OTLP/HTTP traces URL (cairn-durable[otel]).",
     ),
 ]
 ServiceOption = Annotated[
@@ -195,13 +195,19 @@ def migrate_command(
         ),
     ],
 ) -> None:
-    """Create the store's tables, or upgrade them to this cairn's schema."""
-    try:
-        opened = open_store(store)
-    except CairnError as exc:
-        fail(str(exc))
-    opened.close()
-    typer.echo(f"{store}: schema is current")
+    """Create the store's tables, or upgrade them to this cairn's schema, and say
+    which it did."""
+    with opened_store(store, create=True) as opened:
+        typer.echo(f"{store}: {migration_done(opened.found_schema, opened.schema_version)}")
+
+
+def migration_done(found: int, latest: int) -> str:
+    """What opening the store did to its schema, in one phrase."""
+    if found == 0:
+        return f"created the schema at version {latest}"
+    if found < latest:
+        return f"upgraded the schema from version {found} to {latest}"
+    return f"the schema is already current (version {latest})"
 
 
 def _start_tracing(app: Cairn, endpoint: str, service: str | None) -> Any:
@@ -211,4 +217,4 @@ def _start_tracing(app: Cairn, endpoint: str, service: str | None) -> Any:
 
         return trace_live(app, endpoint=endpoint, service=service)
     except (ConfigurationError, ImportError) as exc:
-        fail(f"--otlp needs OpenTelemetry: pip install 'cairn[otel]' ({exc})")
+        fail(f"--otlp needs OpenTelemetry: pip install 'cairn-durable[otel]' ({exc})")

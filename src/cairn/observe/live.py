@@ -1,6 +1,6 @@
 """Live OpenTelemetry spans, from the engine's observer hook as the work happens.
 
-``pip install 'cairn[otel]'``, then ``provider = trace_live(app)`` (OTLP/HTTP to
+``pip install 'cairn-durable[otel]'``, then ``provider = trace_live(app)`` (OTLP/HTTP to
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``endpoint=``; or any ``exporter=``). Spans go
 through a batch span processor (many spans a request); ``provider.shutdown()``
 at exit sends the rest. The tree, one trace per batch:
@@ -36,7 +36,9 @@ from cairn.store.sqlmetrics import INTERNAL_PREFIX
 try:
     from cairn.observe.spanids import DerivedIds, batch_span, call_span, parent_context, task_span
 except ImportError as exc:  # the otel extra is not installed
-    raise ConfigurationError("live tracing needs OpenTelemetry: pip install 'cairn[otel]'") from exc
+    raise ConfigurationError(
+        "live tracing needs OpenTelemetry: pip install 'cairn-durable[otel]'"
+    ) from exc
 
 if TYPE_CHECKING:
     from cairn.app import Cairn

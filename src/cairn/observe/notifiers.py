@@ -2,7 +2,7 @@
 
 A notifier sends inside a cairn task, through ``ctx.once`` with the key it is
 given, so each message is posted at most once per key even if the sender is
-killed and started again. HTTP notifiers need httpx (``cairn[notify]``).
+killed and started again. HTTP notifiers need httpx (``cairn-durable[notify]``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """OpenTelemetry spans for finished tasks and their steps, built after the fact.
 
-``pip install 'cairn[otel]'``. For tasks that ran without live tracing
+``pip install 'cairn-durable[otel]'``. For tasks that ran without live tracing
 (``cairn.observe.live``), this reads what the store recorded (each task's first
 start and finish, each step's start and finish of its last attempt) and emits
 the same tree the live spans make: a span per batch (its tasks' first start to
@@ -41,7 +41,7 @@ def _trace() -> Any:
         from opentelemetry import trace
     except ImportError as exc:
         raise ConfigurationError(
-            "OpenTelemetry export needs opentelemetry-api/sdk: pip install 'cairn[otel]'"
+            "OpenTelemetry export needs opentelemetry-api/sdk: pip install 'cairn-durable[otel]'"
         ) from exc
     return trace
 

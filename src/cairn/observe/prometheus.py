@@ -1,6 +1,6 @@
 """A Prometheus exporter: the metrics, computed from the store at each scrape.
 
-``pip install 'cairn[prometheus]'``. ``cairn metrics --serve :9464`` serves
+``pip install 'cairn-durable[prometheus]'``. ``cairn metrics --serve :9464`` serves
 ``/metrics``; ``StoreCollector(store, window, now)`` plugs the same numbers
 into a registry of your own. The families follow Prometheus' conventions
 (docs/observability.md lists them): counters end in ``_total``, durations are
@@ -35,7 +35,8 @@ def _client() -> Any:
         import prometheus_client
     except ImportError as exc:
         raise ConfigurationError(
-            "the Prometheus exporter needs prometheus-client: pip install 'cairn[prometheus]'"
+            "the Prometheus exporter needs prometheus-client: "
+            "pip install 'cairn-durable[prometheus]'"
         ) from exc
     return prometheus_client
 

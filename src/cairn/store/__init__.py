@@ -6,6 +6,7 @@ reports, export and maintenance, and ``admin(store)`` gives a store's admin side
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -15,19 +16,48 @@ from cairn.store.capabilities import Capabilities
 from cairn.store.protocol import Store
 from cairn.store.sqlite import SQLiteStore, Synchronous
 
-__all__ = ["AdminStore", "Capabilities", "SQLiteStore", "Store", "admin", "open_store"]
+__all__ = [
+    "ACCEPTED_FORMS",
+    "AdminStore",
+    "Capabilities",
+    "SQLiteStore",
+    "Store",
+    "admin",
+    "check_store_url",
+    "creation_notice",
+    "open_store",
+]
 
 DEFAULT_URL = "sqlite:///.cairn/cairn.db"
+
+
+ACCEPTED_FORMS = (
+    "sqlite:///relative/path.db, sqlite:////absolute/path.db, a plain file path, or "
+    "postgresql://user@host:5432/dbname (optionally ?schema=NAME&pool_size=N"
+    "&reconnect_timeout=SECONDS and any libpq parameter)"
+)
+# "sqlite:x.db", "postgres:/db": a scheme without "//" is a mistyped URL, not a
+# file name (a one-letter "scheme" is a Windows drive, C:\x.db).
+_SCHEME_WITHOUT_SLASHES = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:(?!//)")
+
+
+def check_store_url(url: str) -> None:
+    """Refuse a store URL that is malformed, naming the forms cairn accepts."""
+    if not url.strip():
+        raise ConfigurationError(f"the store URL is empty. Write {ACCEPTED_FORMS}.")
+    if "://" not in url and _SCHEME_WITHOUT_SLASHES.match(url):
+        scheme = url.split(":", 1)[0]
+        raise ConfigurationError(
+            f"store URL {url!r} starts with {scheme}: but has no //, so it is neither a "
+            f"URL nor a file path cairn will guess at. Write {ACCEPTED_FORMS}."
+        )
 
 
 def sqlite_path(url: str) -> Path:
     """The file path inside a ``sqlite:///`` URL (``sqlite:////abs`` for absolute)."""
     rest = url[len("sqlite://") :]
     if not rest.startswith("/") or rest == "/":
-        raise ConfigurationError(
-            f"store URL {url!r} has no path. Write sqlite:///relative/path.db or "
-            "sqlite:////absolute/path.db."
-        )
+        raise ConfigurationError(f"store URL {url!r} has no path. Write {ACCEPTED_FORMS}.")
     return Path(rest[1:])
 
 
@@ -36,6 +66,7 @@ def open_store(url: str, *, synchronous: Synchronous = "NORMAL", create: bool = 
 
     ``create=False`` refuses to set up a store that does not exist yet (read-only
     callers such as the CLI); a SQLite caller checks the file itself first."""
+    check_store_url(url)
     scheme = urlsplit(url).scheme if "://" in url else ""
     if scheme == "":
         return SQLiteStore(Path(url), synchronous=synchronous)
@@ -46,7 +77,25 @@ def open_store(url: str, *, synchronous: Synchronous = "NORMAL", create: bool = 
 
         return PostgresStore(url, create=create)
     raise ConfigurationError(
-        f"unknown store URL scheme {scheme!r} in {url!r}. cairn understands "
-        "sqlite:///path/to/cairn.db (or a plain file path) and "
-        "postgresql://user@host:5432/dbname."
+        f"unknown store URL scheme {scheme!r} in {url!r}. Write {ACCEPTED_FORMS}."
     )
+
+
+def creation_notice(store: Store, *, defaulted: bool = False) -> list[str]:
+    """What to tell the user on stderr when opening ``store`` just created it
+    (nothing if it was there): where it is, and, for the default store, that
+    its path is relative to the current directory.
+
+    ``defaulted``: the URL is ``DEFAULT_URL`` because nothing named a store.
+    """
+    if getattr(store, "found_schema", None) != 0:
+        return []
+    where = str(store.path.resolve()) if isinstance(store, SQLiteStore) else store.identity
+    lines = [f"cairn: created a new store at {where}"]
+    if defaulted:
+        lines.append(
+            f"cairn: warning: the default store ({DEFAULT_URL}) is relative to the current "
+            "directory, so run from another directory you get another, empty store. Set "
+            "CAIRN_STORE (or pass --store, or Cairn(store=...)) to use one store from anywhere."
+        )
+    return lines

@@ -41,6 +41,11 @@ __all__ = ["AdminStore", "admin"]
 class AdminStore(Store, Protocol):
     """A store with its admin side: listings, reports, moving and maintenance."""
 
+    # The schema version this cairn writes, and the one the store held when this
+    # object opened it: 0 if opening created it, lower if opening upgraded it.
+    schema_version: int
+    found_schema: int
+
     # -- listings, views and operator actions ----------------------------------------
     def list_tasks(
         self,

@@ -1,6 +1,6 @@
 """The PostgreSQL store, for work spread over many processes and machines.
 
-``pip install 'cairn[postgres]'`` (psycopg 3). Same contract, same SQL and same
+``pip install 'cairn-durable[postgres]'`` (psycopg 3). Same contract, same SQL and same
 meaning as the SQLite store (``cairn.store.sqlbase``); what differs:
 
 * Tables live in a schema of their own (``?schema=`` in the URL, default
@@ -83,7 +83,7 @@ def _driver() -> Any:
         from cairn.store import pgpool
     except ImportError as exc:
         raise ConfigurationError(
-            "the PostgreSQL store needs psycopg 3: pip install 'cairn[postgres]'"
+            "the PostgreSQL store needs psycopg 3: pip install 'cairn-durable[postgres]'"
         ) from exc
     return psycopg, pgpool
 
@@ -107,6 +107,33 @@ def redacted(url: str) -> str:
 def own_options(conninfo: str) -> str:
     """The ``options=`` the user's URL passes to the server, if any."""
     return dict(parse_qsl(urlsplit(conninfo).query)).get("options", "")
+
+
+def _check_conninfo(driver: Any, conninfo: str) -> None:
+    """Refuse a URL libpq cannot parse (a mistyped parameter such as ``sslmod``)
+    before a pool is built on it, naming the forms cairn accepts."""
+    try:
+        driver.conninfo.conninfo_to_dict(conninfo)
+    except driver.Error as exc:
+        detail = " ".join(str(exc).split())
+        raise ConfigurationError(
+            f"store URL {_redacted(conninfo)!r} is not a PostgreSQL URL libpq can read: "
+            f"{detail}. cairn's own parameters are {', '.join(_OWN_PARAMS)}; every other "
+            "one must be a libpq parameter (https://www.postgresql.org/docs/current/"
+            "libpq-connect.html#LIBPQ-PARAMKEYWORDS). Write "
+            "postgresql://user@host:5432/dbname?schema=NAME."
+        ) from None
+
+
+def _own_number(own: dict[str, str], name: str, default: str, kind: Callable[[str], T]) -> T:
+    """cairn's own numeric URL parameter ``name``, refused clearly if it is no number."""
+    text = own.get(name, default)
+    try:
+        return kind(text)
+    except ValueError:
+        raise ConfigurationError(
+            f"the store URL's {name}={text!r} is not a number; write for example {name}={default}."
+        ) from None
 
 
 def _redacted(url: str) -> str:
@@ -167,13 +194,14 @@ class PostgresStore(SQLStore):
     ) -> None:
         driver, pgpool = _driver()
         conninfo, own = split_url(url)
+        _check_conninfo(driver, conninfo)
         self.url = url
         self.schema = schema or own.get("schema", "cairn")
         if not self.schema.isidentifier():
             raise ConfigurationError(f"schema {self.schema!r} must be a plain SQL identifier")
-        self.pool_size = pool_size or int(own.get("pool_size", "10"))
+        self.pool_size = pool_size or _own_number(own, "pool_size", "10", int)
         self.reconnect_timeout = (
-            float(own.get("reconnect_timeout", "300"))
+            _own_number(own, "reconnect_timeout", "300", float)
             if reconnect_timeout is None
             else reconnect_timeout
         )
@@ -203,6 +231,8 @@ class PostgresStore(SQLStore):
         self._listener: psycopg.Connection[Any] | None = None
         self._listener_lock = threading.Lock()
         self._listen_delay = 0.0  # 0 while listening; the next retry's wait otherwise
+        self.schema_version = latest_version("postgres")
+        self.found_schema = self.schema_version  # set by _migrate; 0 when it creates the schema
         try:
             self._migrate(create=create)
         except BaseException:
@@ -232,7 +262,7 @@ class PostgresStore(SQLStore):
                 raise SchemaTooNew(
                     f"schema {self.schema!r} of {_redacted(self.url)} was written by a newer "
                     f"cairn (schema {version}; this cairn knows up to {latest}). Upgrade "
-                    "cairn (`pip install -U cairn`) to use it. Nothing was changed."
+                    "cairn (`pip install -U cairn-durable`) to use it. Nothing was changed."
                 )
             if version == latest:
                 return
@@ -241,6 +271,7 @@ class PostgresStore(SQLStore):
                 conn.execute(_LOCK_MIGRATIONS, (_MIGRATE_LOCK,))
                 conn.execute(_CREATE_SCHEMA.format(schema=self.schema).encode())
                 current = self._version(conn)
+                self.found_schema = current
                 for migration in migrations("postgres")[current:]:
                     conn.execute(migration.sql.encode())  # a script: no parameters to bind
                     conn.execute(_SET_VERSION, (str(migration.version),))

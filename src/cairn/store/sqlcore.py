@@ -46,6 +46,9 @@ class SQLCore(ABC):
 
     url: str
     identity: str
+    # The schema version this cairn writes, and the one found on opening (0: created).
+    schema_version: int
+    found_schema: int
     capabilities: ClassVar[Capabilities]
     # Appended to the claim query's inner SELECT: FOR UPDATE SKIP LOCKED where
     # the backend has row locks, so concurrent claimers never wait on each other.

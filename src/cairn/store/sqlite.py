@@ -130,7 +130,7 @@ def inspect_file(path: Path, access: Access | None = None) -> int:
     if version > latest_version("sqlite"):
         raise SchemaTooNew(
             f"{path} was written by a newer cairn (schema {version}; this cairn knows up "
-            f"to {latest_version('sqlite')}). Upgrade cairn (`pip install -U cairn`) to "
+            f"to {latest_version('sqlite')}). Upgrade cairn (`pip install -U cairn-durable`) to "
             "use it. The file was not changed."
         )
     return version
@@ -191,6 +191,10 @@ class SQLiteStore(SQLStore):
         # raises StoreReadOnly.
         self.read_only = self._access.read_only
         version = inspect_file(self.path, self._access)
+        self.schema_version = latest_version("sqlite")
+        # The schema version the file held when this store opened it (0: created
+        # now); read again under the write lock if a migration runs.
+        self.found_schema = version
         if not self.path.exists():
             prepare_new(self.path)
         self._migrate(version)
@@ -280,6 +284,7 @@ class SQLiteStore(SQLStore):
         if conn.execute(_HAS_META).fetchone():
             row = conn.execute(_VERSION).fetchone()
             current = int(row[0]) if row else 0
+        self.found_schema = current
         for migration in migrations("sqlite")[current:]:
             for statement in _statements(migration.sql):
                 conn.execute(statement)

@@ -1,4 +1,4 @@
-"""A LangGraph checkpointer on cairn's stores: ``pip install 'cairn[langgraph]'``.
+"""A LangGraph checkpointer on cairn's stores: ``pip install 'cairn-durable[langgraph]'``.
 
 ``CairnSaver(store)`` is a ``BaseCheckpointSaver`` (sync and async) on a cairn
 SQLite file or PostgreSQL schema, beside the store's own tables. A list channel
@@ -14,7 +14,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     from cairn.errors import ConfigurationError
 
     raise ConfigurationError(
-        "cairn.integrations.langgraph needs LangGraph: pip install 'cairn[langgraph]'"
+        "cairn.integrations.langgraph needs LangGraph: pip install 'cairn-durable[langgraph]'"
     ) from exc
 
 from cairn.integrations.langgraph._packing import CheckpointFormatError

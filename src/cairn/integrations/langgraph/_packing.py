@@ -78,7 +78,7 @@ def unknown_tag(kind: str) -> CheckpointFormatError:
     return CheckpointFormatError(
         f"a stored LangGraph value is tagged {kind!r}, which this cairn cannot "
         "read: it was written by a newer cairn, or with a serializer this saver was "
-        "not given. Upgrade cairn (`pip install -U 'cairn[langgraph]'`), or open the "
+        "not given. Upgrade cairn (`pip install -U 'cairn-durable[langgraph]'`), or open the "
         "saver with the same serde= that wrote it. Nothing was changed."
     )
 
@@ -90,7 +90,7 @@ def check_format(checkpoint: Any, where: str) -> None:
         raise CheckpointFormatError(
             f"{where} is in LangGraph checkpoint format v={version!r}; this cairn knows "
             f"v={', '.join(map(str, KNOWN_FORMATS))}. It was made by a newer LangGraph "
-            "than this cairn supports: upgrade cairn (`pip install -U 'cairn[langgraph]'`) "
+            "than this cairn supports: upgrade cairn (`pip install -U 'cairn-durable[langgraph]'`) "
             "or pin langgraph-checkpoint to the version you used before. Nothing was "
             "written or changed."
         )

@@ -97,7 +97,7 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
                 raise CheckpointFormatError(
                     f"the LangGraph tables in {self.store.identity} are in format "
                     f"{rows[0][0]}, written by a newer cairn (this one knows up to "
-                    f"{t.FORMAT}). Upgrade cairn (`pip install -U 'cairn[langgraph]'`). "
+                    f"{t.FORMAT}). Upgrade cairn (`pip install -U 'cairn-durable[langgraph]'`). "
                     "Nothing was changed."
                 )
             if not rows:

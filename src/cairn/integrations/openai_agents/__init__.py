@@ -1,4 +1,4 @@
-"""Durable agents in the OpenAI Agents SDK (``pip install 'cairn[openai-agents]'``).
+"""Durable agents in the OpenAI Agents SDK (``pip install 'cairn-durable[openai-agents]'``).
 
 Inside a cairn task::
 
@@ -28,7 +28,7 @@ except ImportError as exc:  # pragma: no cover - the test extra installs it
 
     raise ConfigurationError(
         "cairn.integrations.openai_agents needs the OpenAI Agents SDK: "
-        "pip install 'cairn[openai-agents]'"
+        "pip install 'cairn-durable[openai-agents]'"
     ) from exc
 
 from cairn.errors import AgentDefinitionChanged
