@@ -1,8 +1,9 @@
 """Model providers behind one small interface: the openai and anthropic SDKs.
 
-Both SDKs are optional extras (``pip install 'cairn-durable[openai]'``, ``'cairn-durable[anthropic]'``)
-and imported only when used. Any OpenAI-compatible endpoint works through the
-openai SDK's ``base_url``: OpenAI itself, vLLM, Ollama, a llama.cpp server.
+Both SDKs are optional extras (``pip install 'cairn-durable[openai]'``,
+``'cairn-durable[anthropic]'``) and imported only when used. Any
+OpenAI-compatible endpoint works through the openai SDK's ``base_url``:
+OpenAI itself, vLLM, Ollama, a llama.cpp server.
 
 Messages are kept in the OpenAI chat shape everywhere in cairn; the Anthropic
 provider converts them on the way out and the reply on the way back. Clients
