@@ -161,7 +161,12 @@ def research(graph: Any, docs: int) -> str:
     if not state.values:
         question = HumanMessage(f"Read the {docs} documents of the shelf.")
         result = graph.invoke({"messages": [question]}, config, durability="sync")
-    elif state.next:
+    elif state.next or state.tasks:
+        # Not done while a step has tasks: ``next`` leaves out the tasks whose
+        # writes are stored, so a kill after a step's last task finished and
+        # before its checkpoint was written shows ``next == ()`` and a task with
+        # writes. ``invoke(None)`` applies those writes (it runs nothing again)
+        # and goes on.
         result = graph.invoke(None, config, durability="sync")
     else:
         result = state.values

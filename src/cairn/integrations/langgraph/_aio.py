@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -22,7 +23,8 @@ from langgraph.checkpoint.base import (
 
 
 class AsyncMethods:
-    """``aget_tuple``, ``alist``, ``aput``, ``aput_writes``, ``adelete_thread``."""
+    """``aget_tuple``, ``alist``, ``aput``, ``aput_writes``, ``adelete_thread``,
+    ``adelete_for_runs``, ``acopy_thread``, ``aprune``."""
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         raise NotImplementedError  # the saver's
@@ -56,6 +58,15 @@ class AsyncMethods:
         raise NotImplementedError  # the saver's
 
     def delete_thread(self, thread_id: str) -> None:
+        raise NotImplementedError  # the saver's
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        raise NotImplementedError  # the saver's
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        raise NotImplementedError  # the saver's
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         raise NotImplementedError  # the saver's
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -95,3 +106,12 @@ class AsyncMethods:
 
     async def adelete_thread(self, thread_id: str) -> None:
         await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await asyncio.to_thread(partial(self.prune, thread_ids, strategy=strategy))

@@ -126,3 +126,61 @@ DELETE_THREAD = (
     "DELETE FROM cairn_lg_blobs WHERE thread_id = ?",
     "DELETE FROM cairn_lg_writes WHERE thread_id = ?",
 )
+
+# delete_for_runs, copy_thread, prune (cairn.integrations.langgraph._housekeeping).
+# A run id is inside the stored metadata, so delete_for_runs reads every row's.
+ALL_METADATA = (
+    "SELECT thread_id, checkpoint_ns, checkpoint_id, metadata_type, metadata"
+    " FROM cairn_lg_checkpoints"
+)
+NAMESPACE_BODIES = (
+    "SELECT checkpoint_id, type, checkpoint FROM cairn_lg_checkpoints"
+    " WHERE thread_id = ? AND checkpoint_ns = ?"
+)
+NAMESPACE_LINKS = (
+    "SELECT channel, version, kind, base FROM cairn_lg_blobs"
+    " WHERE thread_id = ? AND checkpoint_ns = ?"
+)
+THREAD_NAMESPACES = (
+    "SELECT checkpoint_ns FROM cairn_lg_checkpoints WHERE thread_id = ?"
+    " UNION SELECT checkpoint_ns FROM cairn_lg_blobs WHERE thread_id = ?"
+)
+LATEST_PER_NAMESPACE = (
+    "SELECT checkpoint_ns, MAX(checkpoint_id) FROM cairn_lg_checkpoints"
+    " WHERE thread_id = ? GROUP BY checkpoint_ns"
+)
+DELETE_CHECKPOINT = (
+    "DELETE FROM cairn_lg_checkpoints"
+    " WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
+)
+DELETE_CHECKPOINT_WRITES = (
+    "DELETE FROM cairn_lg_writes WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
+)
+DELETE_OLDER = (
+    "DELETE FROM cairn_lg_checkpoints"
+    " WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id < ?"
+)
+DELETE_OLDER_WRITES = (
+    "DELETE FROM cairn_lg_writes WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id < ?"
+)
+DELETE_BLOB = (
+    "DELETE FROM cairn_lg_blobs"
+    " WHERE thread_id = ? AND checkpoint_ns = ? AND channel = ? AND version = ?"
+)
+# Each copies the source thread's rows under the target's id (the first ?), and
+# keeps a row the target already has.
+COPY_THREAD = (
+    "INSERT INTO cairn_lg_checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id,"
+    " type, checkpoint, metadata_type, metadata) SELECT CAST(? AS TEXT), checkpoint_ns,"
+    " checkpoint_id, parent_id, type, checkpoint, metadata_type, metadata"
+    " FROM cairn_lg_checkpoints WHERE thread_id = ?"
+    " ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO NOTHING",
+    "INSERT INTO cairn_lg_blobs (thread_id, checkpoint_ns, channel, version, kind, base,"
+    " type, data) SELECT CAST(? AS TEXT), checkpoint_ns, channel, version, kind, base,"
+    " type, data FROM cairn_lg_blobs WHERE thread_id = ?"
+    " ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING",
+    "INSERT INTO cairn_lg_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx,"
+    " channel, type, data, task_path) SELECT CAST(? AS TEXT), checkpoint_ns, checkpoint_id,"
+    " task_id, idx, channel, type, data, task_path FROM cairn_lg_writes WHERE thread_id = ?"
+    " ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING",
+)

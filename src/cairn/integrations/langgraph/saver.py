@@ -35,6 +35,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from cairn.errors import NotACairnStore
+from cairn.integrations.langgraph import _housekeeping as h
 from cairn.integrations.langgraph import _tables as t
 from cairn.integrations.langgraph._aio import AsyncMethods
 from cairn.integrations.langgraph._lists import Key, Known, ListCache, Stored, base_for, rebuild
@@ -154,6 +155,25 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
         """Delete every checkpoint, value and write of ``thread_id``."""
         self._pinned.call(self._delete_thread, thread_id)
 
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete every checkpoint whose metadata's ``run_id`` is one of ``run_ids``,
+        with its writes (the rows other checkpoints' values stand on stay)."""
+        self._pinned.call(self._delete_for_runs, frozenset(str(r) for r in run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint, value and write of one thread to another."""
+        self._pinned.call(self._copy_thread, source_thread_id, target_thread_id)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``"keep_latest"``: keep only each namespace's newest checkpoint of each
+        thread (its values whole, its writes); ``"delete"``: delete the threads."""
+        if strategy not in h.STRATEGIES:
+            raise ValueError(
+                f"prune's strategy is {strategy!r}; CairnSaver knows "
+                f"{' and '.join(map(repr, h.STRATEGIES))}. Nothing was deleted."
+            )
+        self._pinned.call(self._prune, list(thread_ids), strategy)
+
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names, or the thread's latest; None if none."""
         return self._pinned.call(self._get_tuple, config)
@@ -242,6 +262,32 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
 
         self._write(delete)
         self._lists.forget_thread(thread)
+
+    def _delete_for_runs(self, run_ids: frozenset[str]) -> None:
+        touched = self._write(lambda tx: h.delete_runs(tx, run_ids, self._load))
+        for thread in {thread for thread, _ in touched}:
+            self._lists.forget_thread(thread)
+
+    def _copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        source, _ = check_ids(source_thread_id, "")
+        target, _ = check_ids(target_thread_id, "")
+        self._write(lambda tx: h.copy_thread(tx, source, target))
+        self._lists.forget_thread(target)
+
+    def _prune(self, thread_ids: builtins.list[str], strategy: str) -> None:
+        threads = [check_ids(thread_id, "")[0] for thread_id in thread_ids]
+
+        def prune(tx: Tx) -> None:
+            for thread in threads:
+                if strategy == "delete":
+                    for statement in t.DELETE_THREAD:
+                        tx.exec(statement, (thread,))
+                else:
+                    h.keep_latest(tx, thread, self._load)
+
+        self._write(prune)
+        for thread in threads:
+            self._lists.forget_thread(thread)
 
     def _write(self, work: Any) -> Any:
         with self.store._writing():
