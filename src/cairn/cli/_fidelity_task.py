@@ -52,6 +52,17 @@ def earlier_archive(
     return [r.message for r in earlier if r.kind == "message"], origin
 
 
+def check_probes(
+    rows: Sequence[StoredMessage], before: list[Message] | None, settings: dict[str, Any]
+) -> None:
+    """Raise ``NothingToProbe`` if the conversation has no point to probe (before
+    any model client is made or any task written)."""
+    cap, seed = int(settings["max_probes"]), int(settings["seed"])
+    points, candidates, _ = recorded_points(rows, cap=cap, seed=seed, before=before)
+    if not points:
+        raise nothing_to_probe(candidates)
+
+
 def run_probes(
     store_url: str,
     blobs_url: str | None,
@@ -69,9 +80,6 @@ def run_probes(
     one recorded ``ctx.llm_call``); the report and that task's id. Nothing to
     probe raises ``NothingToProbe`` before any task is made."""
     cap, seed = int(settings["max_probes"]), int(settings["seed"])
-    points, candidates, _ = recorded_points(rows, cap=cap, seed=seed, before=before)
-    if not points:
-        raise nothing_to_probe(candidates)
     same = same_tool if settings["compare"] == "tool" else None
     made: list[FidelityReport] = []
     app = Cairn(store_url, blobs=blobs_url)

@@ -32,7 +32,7 @@ from cairn.errors import CairnError
 
 from ._blobs_option import BlobsOption, blobs_for
 from ._consoles import fail, stdout_console
-from ._fidelity_task import earlier_archive, run_probes
+from ._fidelity_task import check_probes, earlier_archive, run_probes
 from ._json_output import JsonOption, print_json
 from ._store_option import DEFAULT_URL, StoreOption, opened_store
 from ._tables import RowTable
@@ -46,7 +46,9 @@ def fidelity_command(
     name: NameOption = None,
     max_probes: Annotated[
         int,
-        typer.Option("--max-probes", help="Probe at most this many turns (a sample beyond)."),
+        typer.Option(
+            "--max-probes", "--probes", help="Probe at most this many turns (a sample beyond)."
+        ),
     ] = DEFAULT_MAX_PROBES,
     seed: Annotated[int, typer.Option("--seed", help="The sample's seed.")] = 0,
     baseline: Annotated[
@@ -77,10 +79,6 @@ def fidelity_command(
             before, origin = earlier_archive(opened, rows, reader)
         except (CairnError, ValueError, KeyError) as exc:
             fail(f"cannot read the archive of the conversation this one was handed off from: {exc}")
-    try:
-        client = default_client()
-    except CairnError as exc:
-        fail(str(exc))
     settings: dict[str, Any] = {
         "max_probes": max_probes,
         "seed": seed,
@@ -88,11 +86,19 @@ def fidelity_command(
         "compare": compare,
     }
     try:
+        check_probes(rows, before, settings)
+    except NothingToProbe as exc:
+        fail(f"task {task_id!r}, conversation {conv!r}: {exc}", code=1)
+    except ValueError as exc:
+        fail(str(exc))
+    try:
+        client = default_client()
+    except CairnError as exc:
+        fail(str(exc))
+    try:
         report, probe_task = run_probes(
             store, blobs, rows, before, origin, task_id, conv, model, client, params, settings
         )
-    except NothingToProbe as exc:
-        fail(f"task {task_id!r}, conversation {conv!r}: {exc}", code=1)
     except ValueError as exc:
         fail(str(exc))
     if as_json:
