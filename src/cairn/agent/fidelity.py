@@ -9,12 +9,11 @@ point it also asks a second time with the full history (the baseline): how
 often the full history agrees with itself is the noise floor, and the score is
 reported against it, both with 95% Wilson intervals (``FidelityReport``):
 
-* ``within the noise floor``: the compressed context agrees as often as the
-  full history agrees with itself (its rate is inside the baseline's band, or
-  above it);
-* ``below the noise floor``: its whole interval is under the band: the
-  compression changed decisions;
-* ``inconclusive``: in between; more probes would tell.
+* ``below the noise floor``: the score's whole interval is under the
+  baseline's: the compression changed decisions, clearly more often than the
+  model changes its own mind;
+* ``within the noise floor``: the two intervals overlap: no loss the probes can
+  tell from noise (with few probes the intervals are wide: read them too).
 
 Every decision point is probed, up to ``max_probes`` (beyond it, a seeded
 stratified sample: ``cairn.agent.fidelity_points.stratified``). No point to
@@ -152,11 +151,7 @@ class FidelityReport:
             return "no baseline"
         floor, _ = self.baseline.interval
         _, high = self.score.interval
-        if self.rate >= floor:
-            return "within the noise floor"
-        if high < floor:
-            return "below the noise floor"
-        return "inconclusive"
+        return "below the noise floor" if high < floor else "within the noise floor"
 
     def to_json(self) -> dict[str, Any]:
         return {
