@@ -126,8 +126,8 @@ class RuleReader(DocReader):
         if tool not in offered:
             return {"role": "assistant", "content": f"I have no {tool} tool."}
         arguments = json.dumps({"name": f"doc-{number:02d}"})
-        call = {"id": f"call_{number:02d}", "type": "function"}
-        call["function"] = {"name": tool, "arguments": arguments}
+        function = {"name": tool, "arguments": arguments}
+        call = {"id": f"call_{number:02d}", "type": "function", "function": function}
         return {"role": "assistant", "content": None, "tool_calls": [call]}
 
 

@@ -200,3 +200,119 @@ def test_a_cap_probes_a_stratified_sample_and_the_library_measures_the_same(
     assert first.positions == again.positions
     assert first.rate == 0.0
     assert first.verdict == "below the noise floor"
+
+
+# -- handoff: Day 2 against Day 1's archive followed by Day 2 -----------------------------
+DAY1_STOP = 14
+
+
+def _day1(path: Path, server: Any, archive: str, blobs: Path | None = None) -> dict[str, Any]:
+    """Day 1 reads up to doc DAY1_STOP (compacting, keeping the rule) and hands off."""
+    app = Cairn(
+        f"sqlite:///{path}", clock=FakeClock(), blobs=None if blobs is None else blobs.as_uri()
+    )
+    task = rule_task(app, openai_client(server), RuleSummary(keep=True))
+    doc: dict[str, Any] = app.run(
+        task,
+        task_id="day1",
+        goal=f"Read every document. {RULE}",
+        stop_after=DAY1_STOP,
+        archive=archive,
+    )
+    app.close()
+    return doc
+
+
+def _day2(path: Path, server: Any, doc: dict[str, Any], blobs: Path | None = None) -> None:
+    """Day 2, on another store, goes on from the handoff in batch ``day2``."""
+    app = Cairn(
+        f"sqlite:///{path}", clock=FakeClock(), blobs=None if blobs is None else blobs.as_uri()
+    )
+    task = rule_task(app, openai_client(server), RuleSummary(keep=True))
+    report = app.run_batch(
+        "day2",
+        task,
+        [{"goal": "Go on.", "start_from": doc}],
+        key=lambda _: "reader",
+        progress=False,
+    )
+    assert report.completed == 1
+    app.close()
+
+
+def _day2_report(cli: CliRunner, store: Path, *args: str) -> dict[str, Any]:
+    result = cli.invoke(
+        cli_app,
+        ["fidelity", "day2/reader", "--model", "m", "--json", *args, "--store", str(store)],
+    )
+    assert result.exit_code == 0, result.output
+    report: dict[str, Any] = json.loads(result.output)
+    return report
+
+
+def test_a_handed_off_conversation_is_compared_against_day_1s_archive_plus_day_2(
+    cli: CliRunner, tmp_path: Path, server: Any
+) -> None:
+    """Day 1 hands off with its archive inline; Day 2 runs on another store and
+    keeps the archive (in its own blob store; its first row names the blob).
+    cairn fidelity on Day 2's store compares each Day 2 decision with the one
+    made on Day 1's archive followed by Day 2's messages: faithful, so within the
+    noise floor (8 of its decision points, sampled). Compared with Day 2's own
+    rows alone (no archive), where the "full" history lacks the rule the summary
+    kept, it would score near 0: the defect this fixes."""
+    doc = _day1(tmp_path / "day1.db", server, "inline")
+    assert len(doc["archive"]["rows"]) > 2 * DAY1_STOP
+    _day2(tmp_path / "day2.db", server, doc)
+    opened = open_store(f"sqlite:///{tmp_path / 'day2.db'}")
+    try:
+        rows = list(iter_history(opened, "day2/reader", "main"))
+    finally:
+        opened.close()
+    origin = rows[0].meta["handoff"]  # type: ignore[index]
+    assert origin["archive"]["blob"].startswith("!blob:")
+    aware = _day2_report(cli, tmp_path / "day2.db", "--max-probes", "8")
+    assert aware["handoff"]["task_id"] == "day1"
+    assert aware["rate"] == aware["baseline"]["rate"] == 1.0
+    assert aware["verdict"] == "within the noise floor"
+    decide = next_tool_call(openai_client(server), model="m")
+    unaware = fidelity(rows, None, decide, max_probes=8, same=same_tool)
+    assert unaware.rate < 0.2
+    print(f"\nDay 2: aware {aware['rate']:.1%}, without the archive {unaware.rate:.1%}")
+
+
+def test_the_archive_blob_travels_with_cairn_export(
+    cli: CliRunner, tmp_path: Path, server: Any
+) -> None:
+    """Day 1 hands off with its archive in a blob store it shares with Day 2;
+    `cairn export` of Day 2's batch carries that blob (its reference is inside a
+    message's meta), `cairn import` puts it in a third store's own blob store, and
+    cairn fidelity there reads Day 1's archive from it; `cairn gc` keeps it."""
+    shared = tmp_path / "shared-blobs"
+    doc = _day1(tmp_path / "day1.db", server, "blob", blobs=shared)
+    assert doc["archive"]["blob"].startswith("!blob:")
+    _day2(tmp_path / "day2.db", server, doc, blobs=shared)
+    export = tmp_path / "day2.cairn"
+    moved = cli.invoke(
+        cli_app,
+        [
+            "export",
+            str(export),
+            "--batch",
+            "day2",
+            "--store",
+            str(tmp_path / "day2.db"),
+            "--blobs",
+            shared.as_uri(),
+        ],
+    )
+    assert moved.exit_code == 0, moved.output
+    assert "1 blob(s)" in moved.output
+    third = tmp_path / "third.db"
+    landed = cli.invoke(cli_app, ["import", str(export), "--store", str(third)])
+    assert landed.exit_code == 0, landed.output
+    kept = cli.invoke(cli_app, ["gc", "--grace", "0m", "--store", str(third)])
+    assert kept.exit_code == 0, kept.output
+    assert "kept 1 referenced" in kept.output
+    report = _day2_report(cli, third, "--max-probes", "4")
+    assert report["handoff"]["task_id"] == "day1"
+    assert report["rate"] == 1.0
