@@ -87,7 +87,8 @@ def test_conversation_shows_the_active_context_and_with_all_the_archive(
 ) -> None:
     """By default the table lists only the active rows (system, summary, tail);
     --all lists every row, archived ones marked; --jsonl exports one line per row;
-    --handoff prints a handoff document; an unknown conversation exits 2."""
+    --handoff prints a handoff document, with --archive every row in it; an
+    unknown conversation exits 2."""
     rows = _rows(store)
     active = run(cli, store, "conversation", TASK)
     assert active.exit_code == 0, active.output
@@ -103,6 +104,9 @@ def test_conversation_shows_the_active_context_and_with_all_the_archive(
     handoff = json.loads(run(cli, store, "conversation", TASK, "--handoff").output)
     assert handoff["format"] == "cairn.handoff"
     assert handoff["summary"]
+    assert "archive" not in handoff
+    carried = json.loads(run(cli, store, "conversation", TASK, "--handoff", "--archive").output)
+    assert [row["idx"] for row in carried["archive"]["rows"]] == [r.idx for r in rows]
     missing = run(cli, store, "conversation", TASK, "--name", "other")
     assert missing.exit_code == 2
     assert "no conversation 'other'" in missing.output
