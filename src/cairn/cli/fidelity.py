@@ -107,6 +107,9 @@ def fidelity_command(
     _print(report, probe_task)
 
 
+SHOWN = 10  # disagreements in the table; --json has them all
+
+
 def _temperature(text: str) -> dict[str, Any]:
     if text.strip().lower() == "none":
         return {}
@@ -147,7 +150,7 @@ def _print(report: FidelityReport, probe_task: str) -> None:
             right=("position", "tokens full", "tokens compacted"),
             free=("full history", "compacted"),
         )
-        for d in report.disagreements:
+        for d in report.disagreements[:SHOWN]:
             table.add_row(
                 str(d.position),
                 repr(d.full),
@@ -156,3 +159,6 @@ def _print(report: FidelityReport, probe_task: str) -> None:
                 str(d.compressed_tokens),
             )
         table.print()
+        hidden = len(report.disagreements) - SHOWN
+        if hidden > 0:
+            console.print(f"... and {hidden} more disagreement(s); --json lists them all")
