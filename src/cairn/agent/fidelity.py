@@ -205,17 +205,14 @@ def fidelity(
     """
     count = counter or DEFAULT_COUNTER
     recorded = [h for h in history if isinstance(h, StoredMessage)]
-    if recorded and summarizer is None:
+    from_record = bool(recorded) and summarizer is None
+    if from_record:
         prior = None if before is None else [normalize(m) for m in before]
         points, candidates, messages = recorded_points(
             recorded, cap=max_probes, seed=seed, probes=probes, before=prior
         )
     else:
-        messages = [
-            h.message if isinstance(h, StoredMessage) else normalize(h)
-            for h in history
-            if not (isinstance(h, StoredMessage) and h.kind == "summary")
-        ]
+        messages = _plain(history)
         points, candidates = simulated_points(
             messages,
             summarizer or ExtractiveSummarizer(max_tokens=summary_tokens),
@@ -229,14 +226,9 @@ def fidelity(
         )
     if not points:
         raise nothing_to_probe(candidates)
-    # The tools each probe offers: what the recorded call had; else (an older
-    # record, or plain messages) every tool the history called, to both sides alike.
-    found = bool(recorded) and summarizer is None and all(p.tools is not None for p in points)
-    if not found:
-        union = _tools_called(messages)
-        points = [p if p.tools is not None else _with_tools(p, union) for p in points]
+    found = from_record and all(p.tools is not None for p in points)
     return _measure(
-        points,
+        points if found else _tools_filled(points, messages),
         decide,
         same or _equal,
         count,
@@ -247,12 +239,27 @@ def fidelity(
     )
 
 
+def _plain(history: Sequence[Mapping[str, Any] | StoredMessage]) -> list[Message]:
+    """The messages of ``history``, summaries left out."""
+    return [
+        h.message if isinstance(h, StoredMessage) else normalize(h)
+        for h in history
+        if not (isinstance(h, StoredMessage) and h.kind == "summary")
+    ]
+
+
 def _equal(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def _with_tools(point: Point, tools: list[dict[str, Any]]) -> Point:
-    return Point(point.position, point.full, point.compressed, tools, point.stratum)
+def _tools_filled(points: Sequence[Point], messages: Sequence[Message]) -> list[Point]:
+    """The points, those whose call's tools were not recorded (an older record,
+    or plain messages) given every tool the history called, to both sides alike."""
+    union = _tools_called(messages)
+    return [
+        p if p.tools is not None else Point(p.position, p.full, p.compressed, union, p.stratum)
+        for p in points
+    ]
 
 
 def _tools_called(messages: Sequence[Message]) -> list[dict[str, Any]]:

@@ -156,8 +156,7 @@ def _conversation_call(
     def finish(completion: Completion) -> dict[str, Any]:
         stats = conv.stats
         meta = _completion_meta(provider, completion, prices)
-        meta["context_tokens"] = stats.active_tokens
-        meta["full_tokens"] = stats.full_tokens
+        meta.update(context_tokens=stats.active_tokens, full_tokens=stats.full_tokens)
         usage = completion.usage
         uncompacted = conv.uncompacted_input(usage.input_tokens)
         meta["uncompacted_input"] = uncompacted

@@ -85,16 +85,7 @@ def fidelity_command(
         "baseline": baseline,
         "compare": compare,
     }
-    try:
-        check_probes(rows, before, settings)
-    except NothingToProbe as exc:
-        fail(f"task {task_id!r}, conversation {conv!r}: {exc}", code=1)
-    except ValueError as exc:
-        fail(str(exc))
-    try:
-        client = default_client()
-    except CairnError as exc:
-        fail(str(exc))
+    client = _checked(rows, before, settings, f"task {task_id!r}, conversation {conv!r}")
     try:
         report, probe_task = run_probes(
             store, blobs, rows, before, origin, task_id, conv, model, client, params, settings
@@ -105,6 +96,26 @@ def fidelity_command(
         print_json({**report.to_json(), "probe_task": probe_task})
         return
     _print(report, probe_task)
+
+
+def _checked(
+    rows: list[StoredMessage],
+    before: list[Any] | None,
+    settings: dict[str, Any],
+    where: str,
+) -> Any:
+    """The model client, once the conversation is known to have points to probe
+    (nothing to probe exits 1 before any client is made)."""
+    try:
+        check_probes(rows, before, settings)
+    except NothingToProbe as exc:
+        fail(f"{where}: {exc}", code=1)
+    except ValueError as exc:
+        fail(str(exc))
+    try:
+        return default_client()
+    except CairnError as exc:
+        fail(str(exc))
 
 
 SHOWN = 10  # disagreements in the table; --json has them all
