@@ -15,6 +15,12 @@ This module adds the models the tests script:
   included), so identical context gives an identical request, and a request
   that is sent twice shows up in ``server.repeats``.
 - ``Scripted``: answers from a fixed list, in order.
+- ``RuleReader``: reads documents like ``DocReader``, but with the tool a rule
+  said once at the start names (``RULE``): while the rule is in its context it
+  calls ``archive_fetch``, without it ``read_document``, so a summary that drops
+  the rule really changes its decisions (the fidelity tests). At temperature 0
+  it is deterministic; at any other it calls the other tool with probability
+  ``noise`` (seeded), as a sampled model varies.
 
 And what the in-process crash tests share: ``Crash`` (a stand-in for the process
 dying), ``crash_at`` (a fault hook raising it), ``resume`` (the app of the
@@ -24,6 +30,7 @@ process that restarts), and ``reader_task``, a tool-using agent on a conversatio
 from __future__ import annotations
 
 import json
+import random
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -93,11 +100,56 @@ class Scripted:
         return dict(reply)
 
 
+RULE = "Fetch documents with archive_fetch."
+FETCH = "archive_fetch"
+READ = "read_document"
+
+
+class RuleReader(DocReader):
+    """The model of a reader whose tool depends on a rule (see the module doc)."""
+
+    def __init__(self, docs: int, *, noise: float = 0.0, seed: int = 0) -> None:
+        super().__init__(docs)
+        self.noise = noise
+        self._rng = random.Random(seed)
+
+    def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
+        messages = request["messages"]
+        number = self.next_doc(messages)
+        if number >= self.docs:
+            return {"role": "assistant", "content": f"Read all {self.docs} documents. Done."}
+        ruled = any(RULE in text_of(m) for m in messages)
+        tool = FETCH if ruled else READ
+        if request.get("temperature", 1.0) != 0 and self._rng.random() < self.noise:
+            tool = READ if tool == FETCH else FETCH
+        offered = [t["function"]["name"] for t in request.get("tools") or []]
+        if tool not in offered:
+            return {"role": "assistant", "content": f"I have no {tool} tool."}
+        arguments = json.dumps({"name": f"doc-{number:02d}"})
+        function = {"name": tool, "arguments": arguments}
+        call = {"id": f"call_{number:02d}", "type": "function", "function": function}
+        return {"role": "assistant", "content": None, "tool_calls": [call]}
+
+
 READ_TOOL = {
     "type": "function",
     "function": {
         "name": "read_document",
         "description": "Read one document by name.",
+        "parameters": {
+            "type": "object",
+            "properties": {"name": {"type": "string"}},
+            "required": ["name"],
+        },
+    },
+}
+
+
+FETCH_TOOL = {
+    "type": "function",
+    "function": {
+        "name": FETCH,
+        "description": "Fetch one document from the archive by name.",
         "parameters": {
             "type": "object",
             "properties": {"name": {"type": "string"}},

@@ -87,7 +87,8 @@ def test_conversation_shows_the_active_context_and_with_all_the_archive(
 ) -> None:
     """By default the table lists only the active rows (system, summary, tail);
     --all lists every row, archived ones marked; --jsonl exports one line per row;
-    --handoff prints a handoff document; an unknown conversation exits 2."""
+    --handoff prints a handoff document, with --archive every row in it; an
+    unknown conversation exits 2."""
     rows = _rows(store)
     active = run(cli, store, "conversation", TASK)
     assert active.exit_code == 0, active.output
@@ -103,6 +104,9 @@ def test_conversation_shows_the_active_context_and_with_all_the_archive(
     handoff = json.loads(run(cli, store, "conversation", TASK, "--handoff").output)
     assert handoff["format"] == "cairn.handoff"
     assert handoff["summary"]
+    assert "archive" not in handoff
+    carried = json.loads(run(cli, store, "conversation", TASK, "--handoff", "--archive").output)
+    assert [row["idx"] for row in carried["archive"]["rows"]] == [r.idx for r in rows]
     missing = run(cli, store, "conversation", TASK, "--name", "other")
     assert missing.exit_code == 2
     assert "no conversation 'other'" in missing.output
@@ -163,9 +167,13 @@ def test_fidelity_agrees_when_the_compacted_context_keeps_what_decides(
     cli: CliRunner, store: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """cairn fidelity asks the model (here the fake server, found through
-    OPENAI_BASE_URL) for its next tool call with the full history and with the
-    compacted context at turns that had one; the reading model decides from the
-    latest document read, which the tail keeps, so every probe agrees."""
+    OPENAI_BASE_URL) for its next tool call with the full history, with the
+    compacted context, and with the full history again, at turns that had a
+    compacted context (a stratified sample of 4 of them here), offering the tools
+    the recorded call had, at temperature 0; the reading model decides from the
+    latest document read, which the tail keeps, so every probe agrees and the
+    score is within the noise floor. The probes are a task of their own whose
+    calls `cairn cost` counts."""
     with model_server(DocReader(12)) as server:
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", "test")
@@ -173,7 +181,37 @@ def test_fidelity_agrees_when_the_compacted_context_keeps_what_decides(
         result = run(cli, store, "fidelity", TASK, "--model", "m", "--probes", "4", "--json")
         assert result.exit_code == 0, result.output
         report = json.loads(result.output)
-        assert server.requests == 2 * report["probes"]
+        assert server.requests == 3 * report["probes"]
+        bodies = server.bodies
     assert report["probes"] == 4
+    assert report["candidates"] > 4
     assert report["rate"] == 1.0
+    assert report["baseline"]["rate"] == 1.0
+    assert report["verdict"] == "within the noise floor"
+    assert report["tools"] == "recorded"
     assert report["disagreements"] == []
+    assert all(body["temperature"] == 0 for body in bodies)
+    assert all(
+        [t["function"]["name"] for t in body["tools"]] == ["read_document"] for body in bodies
+    )
+    cost = json.loads(run(cli, store, "cost", "--task", report["probe_task"], "--json").output)
+    assert cost["total"]["calls"] == 3 * report["probes"]
+    assert cost["total"]["input_tokens"] > 0
+
+
+def test_fidelity_of_a_conversation_never_compacted_is_an_error_not_100_percent(
+    cli: CliRunner, tmp_path: Path
+) -> None:
+    """A conversation with no model turn after a compaction has nothing to
+    measure: cairn fidelity says so and exits 1, and asks the model nothing."""
+    path = tmp_path / "short.db"
+    with model_server(DocReader(2)) as server:
+        app = Cairn(f"sqlite:///{path}", clock=FakeClock())
+        app.run(reader_task(app, openai_client(server)), task_id="short", goal="Read.")
+        app.close()
+        before = server.requests
+        result = run(cli, path, "fidelity", "short", "--model", "m")
+        assert server.requests == before
+    assert result.exit_code == 1, result.output
+    assert "nothing to probe" in result.output
+    assert "100%" not in result.output

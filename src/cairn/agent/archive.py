@@ -134,9 +134,12 @@ class ConversationView:
         return [by_idx[row.idx] for row in self.window.rows()]
 
     def handoff(
-        self, metadata: Mapping[str, Any] | None = None, *, now: datetime
+        self, metadata: Mapping[str, Any] | None = None, *, now: datetime, archive: Any = None
     ) -> dict[str, Any]:
-        return build_handoff(self.task_id, self.name, self.window, self.stats, metadata, now)
+        """The handoff document; ``archive`` its archive part (``archive_part``)."""
+        return build_handoff(
+            self.task_id, self.name, self.window, self.stats, metadata, now, archive
+        )
 
 
 def load_conversation(

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import json
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from cairn.agent._window import Row, Window
@@ -58,7 +58,7 @@ from cairn.agent.archive import StoredMessage, iter_history
 from cairn.agent.clearing import Cleared, ToolResultClearing, to_clear
 from cairn.agent.compaction import compaction_machine
 from cairn.agent.conversation_stats import ConversationStats, stats_of
-from cairn.agent.handoff import build_handoff, seed_rows
+from cairn.agent.handoff import archive_part, build_handoff, seed_rows
 from cairn.agent.message_blobs import MessageReader, offload_content
 from cairn.agent.messages import Message, dumps, normalize, text_of
 from cairn.agent.pricing import DEFAULT_PRICES, PriceTable
@@ -139,6 +139,8 @@ class Conversation:
         self._inline_limit = -1 if run.offloader is None else run.offloader.inline_limit
         self._reader = MessageReader(run.offloader)
         self.handed_off: dict[str, Any] | None = None
+        # The tool schemas the reply rows recorded so far, by digest (cairn.agent.llm).
+        self.tool_schemas: dict[str, list[dict[str, Any]]] = {}
 
     # -- what the agent reads --------------------------------------------------------
     @property
@@ -296,13 +298,25 @@ class Conversation:
             if include_summaries or stored.kind == "message":
                 yield stored
 
-    def handoff(self, metadata: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def handoff(
+        self, metadata: Mapping[str, Any] | None = None, *, archive: str | None = None
+    ) -> dict[str, Any]:
         """The compressed state as a portable JSON document: system prompt, summary,
-        tail, counts and ``metadata``. Start a new task from it with
+        tail, counts and ``metadata``; with ``archive="inline"`` or ``"blob"``, every
+        row so far too (``cairn.agent.handoff``). Start a new task from it with
         ``ctx.conversation(name, start_from=doc)``."""
+        rows = None if archive is None else [row.to_json() for row in self.history()]
+        part = archive_part(rows or [], archive, self._offload_text())
         return build_handoff(
-            self.task_id, self.name, self._window, self.stats, metadata, self._run.now()
+            self.task_id, self.name, self._window, self.stats, metadata, self._run.now(), part
         )
+
+    def _offload_text(self) -> Callable[[str], str] | None:
+        """Writes a text to the app's blob store and returns its reference."""
+        offloader = self._offloader
+        if offloader is None:
+            return None
+        return lambda text: offload_content(text, offloader)
 
     # -- the machinery (used by cairn.agent's own modules) ----------------------------------
     def open(self, system: str | Mapping[str, Any] | None, start_from: Any) -> None:
@@ -315,7 +329,9 @@ class Conversation:
         self._cache = {row.idx: row for row in rows}
         self._end = rows[-1].idx + 1 if rows else 0
         self._restored = Window.from_rows(rows)
-        seed = seed_rows(system, start_from, self.counter)
+        # A handoff's archive is written to the blob store only when seeding.
+        offload = self._offload_text() if self._end == 0 else None
+        seed = seed_rows(system, start_from, self.counter, offload)
         if self._end == 0 and seed:
             seed_records = [self.record(r) for r in seed]
             if not self._run.append_messages(self._conv_id, seed_records):
@@ -358,6 +374,8 @@ class Conversation:
             self._edited = True
         elif row.meta is not None and "usage" in row.meta:
             usage = row.meta["usage"]
+            if "tool_schemas" in row.meta:
+                self.tool_schemas[row.meta["tools"]] = row.meta["tool_schemas"]
             if "uncompacted_input" in row.meta:
                 self._last_call = (
                     row.idx,

@@ -1,41 +1,113 @@
 """Fidelity: does the compressed history lead to the same decisions as the full one?
 
-``fidelity(history, summarizer, decide, probes)`` replays a conversation's
-compaction (the same rules as a live conversation: compact before a model turn
-when the context is over ``threshold``, keep ``keep_tail``, reject a summary
-cut off or over ``summary_tokens``, hold off after a miss), and at the chosen
-points asks ``decide`` twice, once with the full history up to that point and
-once with the compressed one. ``decide`` is usually a model asked "what is the
-next tool call?" (``next_tool_call``). The report gives the agreement rate and
-lists every disagreement.
+``fidelity(history, summarizer, decide)`` asks ``decide`` (usually a model asked
+"what is the next tool call?": ``next_tool_call``) at each decision point after
+a compaction, once with the full history up to that point and once with the
+compressed context, and counts how often the two answers agree. Two answers
+can differ without any loss: a model is not perfectly repeatable. So at each
+point it also asks a second time with the full history (the baseline): how
+often the full history agrees with itself is the noise floor, and the score is
+reported against it, both with 95% Wilson intervals (``FidelityReport``):
+
+* ``below the noise floor``: the score's whole interval is under the
+  baseline's: the compression changed decisions, clearly more often than the
+  model changes its own mind;
+* ``within the noise floor``: the two intervals overlap: no loss the probes can
+  tell from noise (with few probes the intervals are wide: read them too).
+
+Every decision point is probed, up to ``max_probes`` (beyond it, a seeded
+stratified sample: ``cairn.agent.fidelity_points.stratified``). No point to
+probe is an error (``NothingToProbe``), never a 100% score.
 
 Given the stored rows of a recorded conversation (``iter_history``) and no
-summarizer, it uses the summaries that were really made, so it measures what
-the agent actually saw; ``cairn fidelity TASK`` does that.
+summarizer, it uses the summaries that were really made and offers each probe
+the tools the recorded call had, so it measures what the agent actually saw;
+``cairn fidelity TASK`` does that. With ``before`` (the archive of the
+conversation it was handed off from), the full history is that archive
+followed by this conversation's own messages.
 """
 
 from __future__ import annotations
 
+import inspect
+import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from cairn.agent._window import Row, Window, split_point
 from cairn.agent.archive import StoredMessage
-from cairn.agent.compaction import hold_after, margin, rejection
+from cairn.agent.fidelity_points import (
+    Point,
+    recorded_points,
+    simulated_contexts,
+    simulated_points,
+)
 from cairn.agent.messages import Message, normalize
 from cairn.agent.providers import Completion, default_client, provider_for
-from cairn.agent.summarize import (
-    ExtractiveSummarizer,
-    Summarizer,
-    SummaryRequest,
-    as_summary,
-    summary_message,
-    summary_text,
-)
+from cairn.agent.summarize import ExtractiveSummarizer, Summarizer
 from cairn.agent.tokens import DEFAULT_COUNTER, TokenCounter, count_message
 
-Decide = Callable[[list[Message]], Any]
+__all__ = [
+    "Decision",
+    "Disagreement",
+    "FidelityReport",
+    "NothingToProbe",
+    "Rate",
+    "fidelity",
+    "next_tool_call",
+    "same_tool",
+    "simulated_contexts",
+]
+
+Decide = Callable[..., Any]
+DEFAULT_MAX_PROBES = 200
+Z95 = 1.959963984540054
+
+
+class NothingToProbe(ValueError):
+    """The history has no decision point after a compaction: nothing to measure."""
+
+
+def nothing_to_probe(candidates: int) -> NothingToProbe:
+    """The error for a history with no point chosen among ``candidates``."""
+    if candidates:
+        return NothingToProbe(
+            f"nothing to probe: none of the {candidates} model turns after a compaction "
+            "was chosen (the positions asked for are not among them)"
+        )
+    return NothingToProbe(
+        "nothing to probe: no model turn came after a compaction, so the compressed and "
+        "the full history never differed at a decision (fidelity measures what "
+        "compaction changed; a conversation that was never compacted has nothing to measure)"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """Agreements out of probes, with a 95% Wilson score interval."""
+
+    agreements: int
+    probes: int
+
+    @property
+    def rate(self) -> float:
+        return self.agreements / self.probes
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        n, p = self.probes, self.rate
+        centre = (p + Z95**2 / (2 * n)) / (1 + Z95**2 / n)
+        half = Z95 * math.sqrt(p * (1 - p) / n + Z95**2 / (4 * n * n)) / (1 + Z95**2 / n)
+        return max(0.0, centre - half), min(1.0, centre + half)
+
+    def to_json(self) -> dict[str, Any]:
+        low, high = self.interval
+        return {
+            "agreements": self.agreements,
+            "probes": self.probes,
+            "rate": self.rate,
+            "ci95": [round(low, 4), round(high, 4)],
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,23 +123,47 @@ class Disagreement:
 
 @dataclass(frozen=True, slots=True)
 class FidelityReport:
-    """Agreement between decisions made on the full and the compressed history."""
+    """Agreement between decisions made on the full and the compressed history,
+    and (``baseline``) of the full history with itself."""
 
     probes: int
     agreements: int
     disagreements: list[Disagreement]
     positions: list[int]
+    baseline: Rate | None = None
+    candidates: int = 0
+    tools: str = "recorded"
+    handoff: dict[str, Any] | None = field(default=None)
 
     @property
     def rate(self) -> float:
-        """Agreements over probes (1.0 when there was nothing to probe)."""
-        return self.agreements / self.probes if self.probes else 1.0
+        """Agreements over probes."""
+        return self.agreements / self.probes
+
+    @property
+    def score(self) -> Rate:
+        return Rate(self.agreements, self.probes)
+
+    @property
+    def verdict(self) -> str:
+        """Where the score stands against the noise floor (see the module doc)."""
+        if self.baseline is None:
+            return "no baseline"
+        floor, _ = self.baseline.interval
+        _, high = self.score.interval
+        return "below the noise floor" if high < floor else "within the noise floor"
 
     def to_json(self) -> dict[str, Any]:
         return {
             "probes": self.probes,
             "agreements": self.agreements,
             "rate": self.rate,
+            "ci95": self.score.to_json()["ci95"],
+            "baseline": None if self.baseline is None else self.baseline.to_json(),
+            "verdict": self.verdict,
+            "candidates": self.candidates,
+            "tools": self.tools,
+            "handoff": self.handoff,
             "positions": self.positions,
             "disagreements": [
                 {
@@ -82,191 +178,163 @@ class FidelityReport:
         }
 
 
-# -- the compressed contexts ------------------------------------------------------------
-def _turn_points(messages: Sequence[Message]) -> list[int]:
-    """Positions where the model decided: each assistant message."""
-    return [i for i, m in enumerate(messages) if m["role"] == "assistant"]
-
-
-def _choose(candidates: list[int], probes: int | Sequence[int]) -> list[int]:
-    if not isinstance(probes, int):
-        return sorted(set(probes))
-    if probes <= 0 or not candidates:
-        return []
-    if len(candidates) <= probes:
-        return candidates
-    step = len(candidates) / probes
-    return sorted({candidates[int(i * step + step / 2)] for i in range(probes)})
-
-
-def simulated_contexts(
-    messages: Sequence[Message],
-    points: Sequence[int],
-    summarizer: Summarizer,
-    *,
-    threshold: int,
-    keep_tail: int,
-    counter: TokenCounter,
-    summary_tokens: int,
-) -> dict[int, list[Message]]:
-    """The compressed context at each of ``points``, compacting as a live
-    conversation would (before each model turn, when over ``threshold``)."""
-    wanted, found = set(points), {}
-    window, last = Window(), max(points, default=-1)
-    misses, hold = 0, 0  # the hold after a miss, as cairn.agent.compaction keeps it
-    for idx, message in enumerate(messages[: last + 1]):
-        due = window.tokens() > threshold and window.tokens() >= hold
-        if message["role"] == "assistant" and due:
-            _compact(window, summarizer, keep_tail, counter, summary_tokens, idx)
-            if window.tokens() > threshold - margin(threshold):
-                misses += 1
-                hold = hold_after(misses, window.tokens(), keep_tail)
-            else:
-                misses, hold = 0, 0
-        if idx in wanted:
-            found[idx] = window.messages()
-        # Rows at even positions leave room for a summary row just before each.
-        window.add(Row(2 * idx, message, count_message(message, counter)))
-    return found
-
-
-def _compact(
-    window: Window,
-    summarizer: Summarizer,
-    keep_tail: int,
-    counter: TokenCounter,
-    summary_tokens: int,
-    idx: int,
-) -> None:
-    cut = split_point(window.tail, keep_tail)
-    if cut == 0:
-        return
-    head = window.tail[:cut]
-    previous = None if window.summary is None else summary_text(window.summary.message)
-    request = SummaryRequest(previous, [r.message for r in head], summary_tokens, counter)
-    summary = as_summary(summarizer(request))  # type: ignore[arg-type]
-    text = summary.text.strip()
-    if rejection(summary, text, counter, summary_tokens) is None:
-        message = summary_message(text)
-        tokens = count_message(message, counter)
-        window.add(Row(2 * idx - 1, message, tokens, "summary", head[-1].idx))
-
-
-def recorded_contexts(
-    rows: Sequence[StoredMessage], points: Sequence[int]
-) -> tuple[list[Message], dict[int, list[Message]]]:
-    """From a recorded conversation's rows: its messages, and the context the agent
-    really had at each of ``points`` (positions among the messages)."""
-    wanted, found = set(points), {}
-    messages: list[Message] = []
-    window = Window()
-    for stored in rows:
-        # With its meta, so that a reply row clears what its call had cleared.
-        row = Row(
-            stored.idx, stored.message, stored.tokens, stored.kind, stored.covers_until, stored.meta
-        )
-        if stored.kind == "message":
-            if len(messages) in wanted:
-                found[len(messages)] = window.messages()
-            messages.append(stored.message)
-        window.add(row)
-    return messages, found
-
-
 # -- the measure -----------------------------------------------------------------------
 def fidelity(
     history: Sequence[Mapping[str, Any] | StoredMessage],
     summarizer: Summarizer | None,
     decide: Decide,
-    probes: int | Sequence[int] = 10,
+    probes: int | Sequence[int] | None = None,
     *,
+    max_probes: int = DEFAULT_MAX_PROBES,
+    seed: int = 0,
+    baseline: bool = True,
+    before: Sequence[Mapping[str, Any]] | None = None,
+    handoff: Mapping[str, Any] | None = None,
     threshold: int = 8000,
     keep_tail: int = 2000,
     counter: TokenCounter | None = None,
     summary_tokens: int = 800,
     same: Callable[[Any, Any], bool] | None = None,
 ) -> FidelityReport:
-    """Ask ``decide`` with the full and the compressed history at ``probes`` points
-    (a count, spread over the model turns that had a compressed context, or
-    explicit positions) and report how often the answers agree (``same``,
-    default ``==``)."""
+    """Ask ``decide`` with the full and the compressed history at the decision
+    points after a compaction (all of them up to ``max_probes``, a stratified
+    sample of ``probes`` of them, or the explicit positions ``probes``), and with
+    the full history a second time unless ``baseline`` is False; report how often
+    the answers agree (``same``, default ``==``). ``decide`` takes the messages,
+    and ``tools=`` (what the recorded call offered) and ``label=`` if it names them.
+    """
     count = counter or DEFAULT_COUNTER
     recorded = [h for h in history if isinstance(h, StoredMessage)]
-    if recorded and summarizer is None:
-        messages, _ = recorded_contexts(recorded, [])
-        points = _choose(_compressed_turns_recorded(recorded), probes)
-        _, contexts = recorded_contexts(recorded, points)
+    from_record = bool(recorded) and summarizer is None
+    if from_record:
+        prior = None if before is None else [normalize(m) for m in before]
+        points, candidates, messages = recorded_points(
+            recorded, cap=max_probes, seed=seed, probes=probes, before=prior
+        )
     else:
-        messages = [
-            h.message if isinstance(h, StoredMessage) else normalize(h)
-            for h in history
-            if not (isinstance(h, StoredMessage) and h.kind == "summary")
-        ]
-        points = _choose(_over_threshold_turns(messages, threshold, count), probes)
-        contexts = simulated_contexts(
+        messages = _plain(history)
+        points, candidates = simulated_points(
             messages,
-            points,
             summarizer or ExtractiveSummarizer(max_tokens=summary_tokens),
+            probes=probes,
+            cap=max_probes,
+            seed=seed,
             threshold=threshold,
             keep_tail=keep_tail,
             counter=count,
             summary_tokens=summary_tokens,
         )
-    return _measure(messages, contexts, decide, same or _equal, count)
+    if not points:
+        raise nothing_to_probe(candidates)
+    found = from_record and all(p.tools is not None for p in points)
+    return _measure(
+        points if found else _tools_filled(points, messages),
+        decide,
+        same or _equal,
+        count,
+        baseline=baseline,
+        candidates=candidates,
+        tools="recorded" if found else "inferred",
+        handoff=None if handoff is None else dict(handoff),
+    )
+
+
+def _plain(history: Sequence[Mapping[str, Any] | StoredMessage]) -> list[Message]:
+    """The messages of ``history``, summaries left out."""
+    return [
+        h.message if isinstance(h, StoredMessage) else normalize(h)
+        for h in history
+        if not (isinstance(h, StoredMessage) and h.kind == "summary")
+    ]
 
 
 def _equal(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def _over_threshold_turns(
-    messages: Sequence[Message], threshold: int, counter: TokenCounter
-) -> list[int]:
-    total, points = 0, []
-    for idx, message in enumerate(messages):
-        if message["role"] == "assistant" and total > threshold:
-            points.append(idx)
-        total += count_message(message, counter)
-    return points
+def _tools_filled(points: Sequence[Point], messages: Sequence[Message]) -> list[Point]:
+    """The points, those whose call's tools were not recorded (an older record,
+    or plain messages) given every tool the history called, to both sides alike."""
+    union = _tools_called(messages)
+    return [
+        p if p.tools is not None else Point(p.position, p.full, p.compressed, union, p.stratum)
+        for p in points
+    ]
 
 
-def _compressed_turns_recorded(rows: Sequence[StoredMessage]) -> list[int]:
-    points, seen_summary, position = [], False, 0
-    for stored in rows:
-        if stored.kind == "summary":
-            seen_summary = True
-            continue
-        if seen_summary and stored.message["role"] == "assistant":
-            points.append(position)
-        position += 1
-    return points
+def _tools_called(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Every tool the whole history called (open parameters): offered to both
+    sides alike when the calls' own tools were not recorded."""
+    names: dict[str, None] = {}
+    for message in messages:
+        for call in message.get("tool_calls") or ():
+            names[str(call["function"]["name"])] = None
+    return [
+        {"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+        for n in names
+    ]
+
+
+def _asker(decide: Decide) -> Callable[[list[Message], Point, str], Any]:
+    """``decide`` called with what it accepts of the tools and the label."""
+    try:
+        names = set(inspect.signature(decide).parameters)
+    except (TypeError, ValueError):
+        names = set()
+
+    def ask(messages: list[Message], point: Point, side: str) -> Any:
+        extra: dict[str, Any] = {}
+        if "tools" in names:
+            extra["tools"] = point.tools
+        if "label" in names:
+            extra["label"] = f"probe {point.position} {side}"
+        return decide(messages, **extra)
+
+    return ask
 
 
 def _measure(
-    messages: Sequence[Message],
-    contexts: Mapping[int, list[Message]],
+    points: Sequence[Point],
     decide: Decide,
     same: Callable[[Any, Any], bool],
     counter: TokenCounter,
+    *,
+    baseline: bool,
+    candidates: int,
+    tools: str,
+    handoff: dict[str, Any] | None,
 ) -> FidelityReport:
-    agreements, disagreements = 0, []
-    for position in sorted(contexts):
-        full = list(messages[:position])
-        compressed = contexts[position]
-        full_decision, compressed_decision = decide(full), decide(compressed)
+    ask = _asker(decide)
+    agreements, repeats, disagreements = 0, 0, []
+    for point in points:
+        # Interleaved (full, compressed, full again), so drift in the model's
+        # answers over the run falls on both comparisons alike.
+        full_decision = ask(point.full, point, "full")
+        compressed_decision = ask(point.compressed, point, "compacted")
+        if baseline:
+            repeats += int(same(full_decision, ask(point.full, point, "full again")))
         if same(full_decision, compressed_decision):
             agreements += 1
             continue
         disagreements.append(
             Disagreement(
-                position,
+                point.position,
                 full_decision,
                 compressed_decision,
-                sum(count_message(m, counter) for m in full),
-                sum(count_message(m, counter) for m in compressed),
+                sum(count_message(m, counter) for m in point.full),
+                sum(count_message(m, counter) for m in point.compressed),
             )
         )
-    return FidelityReport(len(contexts), agreements, disagreements, sorted(contexts))
+    return FidelityReport(
+        len(points),
+        agreements,
+        disagreements,
+        [p.position for p in points],
+        Rate(repeats, len(points)) if baseline else None,
+        candidates,
+        tools,
+        handoff,
+    )
 
 
 # -- a model as the decision function -----------------------------------------------------
@@ -284,15 +352,16 @@ def same_tool(a: Decision, b: Decision) -> bool:
     return a.tool == b.tool
 
 
-def _tools_seen(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    names: dict[str, None] = {}
-    for message in messages:
-        for call in message.get("tool_calls") or ():
-            names[str(call["function"]["name"])] = None
-    return [
-        {"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
-        for n in names
-    ]
+def decision_of(message: Mapping[str, Any]) -> Decision:
+    """The decision an assistant message makes: its first tool call, or its text."""
+    calls = message.get("tool_calls") or []
+    if not calls:
+        return Decision(None, str(message.get("content") or "")[:200])
+    function = calls[0]["function"]
+    return Decision(str(function["name"]), str(function.get("arguments") or ""))
+
+
+DETERMINISTIC = {"temperature": 0}
 
 
 def next_tool_call(
@@ -302,22 +371,20 @@ def next_tool_call(
     tools: Sequence[Mapping[str, Any]] | None = None,
     params: Mapping[str, Any] | None = None,
 ) -> Decide:
-    """A ``decide`` function that asks a model for its next move. Without ``tools``
-    it offers every tool the history called (with open parameters)."""
+    """A ``decide`` function that asks a model for its next move, at temperature
+    0 unless ``params`` says otherwise (``params={}`` sends none, for a model
+    that refuses it). It offers ``tools`` if given, else the tools the recorded
+    call had (``fidelity`` passes them)."""
     provider = provider_for(client if client is not None else default_client())
     if provider.is_async:
         raise ValueError("fidelity runs outside any event loop: give it a sync client")
+    sent = dict(DETERMINISTIC if params is None else params)
 
-    def decide(messages: list[Message]) -> Decision:
-        offered = list(tools) if tools is not None else _tools_seen(messages)
-        result = provider.complete(
-            messages, model=model, tools=offered or None, params=dict(params or {})
-        )
+    def decide(messages: list[Message], tools: Any = None) -> Decision:
+        offered = list(tools if tools is not None else []) if given is None else given
+        result = provider.complete(messages, model=model, tools=offered or None, params=sent)
         assert isinstance(result, Completion)
-        calls = result.message.get("tool_calls") or []
-        if not calls:
-            return Decision(None, str(result.message.get("content") or "")[:200])
-        function = calls[0]["function"]
-        return Decision(str(function["name"]), str(function.get("arguments") or ""))
+        return decision_of(result.message)
 
+    given = None if tools is None else [dict(t) for t in tools]
     return decide

@@ -11,13 +11,24 @@ document holds no secrets and nothing store-specific::
      "tail": [ ...messages in the OpenAI chat shape... ],
      "counts": {"rows": 812, "compactions": 9, "archived_messages": 760,
                 "archived_tokens": 91000, "active_tokens": 4100, "full_tokens": 95000},
-     "metadata": { ...anything JSON the caller added... }}
+     "metadata": { ...anything JSON the caller added... },
+     "archive": {"rows": [...every stored row, as cairn conversation --jsonl writes it...]}
+              | {"blob": "!blob:{...}", "rows": 812}}     (only if asked for)
+
+``conv.handoff(archive="inline")`` puts the archive (every row up to this point,
+the compacted head included) in the document; ``archive="blob"`` writes it to the
+app's blob store and puts the reference there. A conversation started from a
+document with an archive keeps it (in its own blob store, when it has one: its
+first row's meta names the blob, and ``cairn export``, ``cairn backup`` and
+``cairn gc`` see that reference), so Day 2 can read Day 1's head on any store:
+``handoff_archive`` reads it back, and ``cairn fidelity`` compares Day 2 against
+Day 1's archive followed by Day 2's own messages.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any
@@ -34,6 +45,28 @@ FORMAT = "cairn.handoff"
 VERSION = 1
 
 
+ARCHIVE_MODES = ("inline", "blob")
+Offload = Callable[[str], str]
+
+
+def archive_part(rows: list[dict[str, Any]], mode: str | None, offload: Offload | None) -> Any:
+    """The document's ``archive`` for ``rows`` (stored rows as JSON): inline, a
+    blob reference, or None when not asked for."""
+    if mode is None:
+        return None
+    if mode not in ARCHIVE_MODES:
+        raise ValueError(f"archive must be 'inline', 'blob' or None, not {mode!r}")
+    if mode == "inline":
+        return {"rows": rows}
+    if offload is None:
+        raise ValueError(
+            "archive='blob' needs a blob store, and this app has none configured "
+            "(Cairn(blobs=...) or CAIRN_BLOBS); or use archive='inline'"
+        )
+    text = json.dumps({"rows": rows}, ensure_ascii=False, separators=(",", ":"))
+    return {"blob": offload(text), "rows": len(rows)}
+
+
 def build_handoff(
     task_id: str,
     name: str,
@@ -41,8 +74,10 @@ def build_handoff(
     stats: ConversationStats,
     metadata: Mapping[str, Any] | None,
     now: datetime,
+    archive: Any = None,
 ) -> dict[str, Any]:
-    """The handoff document of ``window`` (see the module doc)."""
+    """The handoff document of ``window`` (see the module doc); ``archive`` is
+    its ``archive`` part (``archive_part``), if any."""
     doc = {
         "format": FORMAT,
         "version": VERSION,
@@ -55,6 +90,8 @@ def build_handoff(
         "counts": asdict(stats),
         "metadata": dict(metadata or {}),
     }
+    if archive is not None:
+        doc["archive"] = archive
     json.dumps(doc)  # fail here, not in the reader, if metadata is not JSON
     return doc
 
@@ -76,10 +113,15 @@ def parse_handoff(doc: Mapping[str, Any] | str) -> dict[str, Any]:
 
 
 def seed_rows(
-    system: str | Mapping[str, Any] | None, start_from: Any, counter: TokenCounter
+    system: str | Mapping[str, Any] | None,
+    start_from: Any,
+    counter: TokenCounter,
+    offload: Offload | None = None,
 ) -> list[Row]:
     """The rows a new conversation starts with: its system prompt, and what a
-    handoff document carries (summary, then tail)."""
+    handoff document carries (summary, then tail). An inline archive goes to the
+    blob store through ``offload`` when there is one (its first row's meta then
+    holds the reference, not the whole archive)."""
     messages: list[tuple[Message, str]] = []
     doc = None if start_from is None else parse_handoff(start_from)
     prompt: Any = system if system is not None else (doc or {}).get("system")
@@ -95,7 +137,7 @@ def seed_rows(
     ]
     if doc is not None and rows:
         first = rows[0]
-        meta = {**(first.meta or {}), "handoff": _origin(doc)}
+        meta = {**(first.meta or {}), "handoff": _origin(doc, len(rows), offload)}
         rows[0] = Row(first.idx, first.message, first.tokens, first.kind, first.covers_until, meta)
     return rows
 
@@ -116,11 +158,34 @@ def _seed_row(
     return Row(idx, message, tokens, "summary", 0, meta)
 
 
-def _origin(doc: Mapping[str, Any]) -> dict[str, Any]:
-    return {
+def _origin(doc: Mapping[str, Any], seeded: int, offload: Offload | None) -> dict[str, Any]:
+    origin = {
         "task_id": doc.get("task_id"),
         "conversation": doc.get("conversation"),
         "created_at": doc.get("created_at"),
         "counts": doc.get("counts") or {},
         "metadata": doc.get("metadata") or {},
+        # How many rows the document seeded: fidelity's full history is the
+        # archive followed by the rows after these.
+        "seeded_rows": seeded,
     }
+    archive = doc.get("archive")
+    if isinstance(archive, Mapping):
+        rows = archive.get("rows")
+        if isinstance(rows, list) and offload is not None:
+            archive = archive_part(rows, "blob", offload)
+        origin["archive"] = dict(archive)
+    return origin
+
+
+def handoff_archive(origin: Mapping[str, Any], load: Callable[[str], str]) -> list[Message]:
+    """The messages of the archive a handoff carried (``origin``: what the first
+    row of the conversation it started recorded), read from the blob store with
+    ``load`` if it is there; [] if it carried none."""
+    archive = origin.get("archive")
+    if not isinstance(archive, Mapping):
+        return []
+    rows: Any = archive.get("rows")
+    if "blob" in archive:
+        rows = json.loads(load(str(archive["blob"])))["rows"]
+    return [normalize(row["message"]) for row in rows if row.get("kind") == "message"]

@@ -49,17 +49,30 @@ if TYPE_CHECKING:
 Tools = Sequence[Mapping[str, Any]] | None
 
 
+def digest(value: Any) -> str:
+    """A short, stable hash of a JSON value (key order does not matter)."""
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
 def model_fingerprint(model: str, system: Any, tools: Tools) -> str:
     """What produced a model call's entry: the model, and hashes of the system
     text and the tool schemas (docs/versions.md). The conversation and the user
     messages are the call's input, not its code: they are not in it."""
-
-    def digest(value: Any) -> str:
-        text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
-
     name = "_".join(str(model).split()) or "-"
     return f"model:{name} system:{digest(system)} tools:{digest(list(tools or []))}"
+
+
+def tools_meta(conv: Conversation, tools: Tools) -> dict[str, Any]:
+    """What a reply row records of the tools its call offered: their digest, and
+    the schemas themselves the first time the conversation offers that set (a
+    later call names the digest only), so that ``cairn fidelity`` can offer a
+    probe exactly the tools the call had."""
+    schemas = [dict(tool) for tool in tools or []]
+    key = digest(schemas)
+    if key in conv.tool_schemas:
+        return {"tools": key}
+    return {"tools": key, "tool_schemas": schemas}
 
 
 def _system_of(messages: Sequence[Mapping[str, Any]]) -> list[Any]:
@@ -143,8 +156,7 @@ def _conversation_call(
     def finish(completion: Completion) -> dict[str, Any]:
         stats = conv.stats
         meta = _completion_meta(provider, completion, prices)
-        meta["context_tokens"] = stats.active_tokens
-        meta["full_tokens"] = stats.full_tokens
+        meta.update(context_tokens=stats.active_tokens, full_tokens=stats.full_tokens)
         usage = completion.usage
         uncompacted = conv.uncompacted_input(usage.input_tokens)
         meta["uncompacted_input"] = uncompacted
@@ -152,6 +164,7 @@ def _conversation_call(
         meta["saved_cost"] = prices.saving(completion.model, saved, usage.cached_tokens)
         if cleared and cleared[0]:
             meta["cleared"] = cleared[0]
+        meta.update(tools_meta(conv, tools))
         message = normalize(completion.message)
         tokens = count_message(message, conv.counter) if usage.estimated else usage.output_tokens
         row = Row(conv.position, message, tokens, meta=meta)

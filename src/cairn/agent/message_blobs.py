@@ -58,6 +58,10 @@ class MessageReader:
             raise type(exc)(f"{where}: {exc}") from exc
         return record._replace(content=text)
 
+    def load(self, reference: str) -> str:
+        """The text a blob reference stands for, read back and checked."""
+        return self._offloader_or_fail(reference).load(reference)
+
     def _offloader_or_fail(self, reference: str) -> Offloader:
         if self._offloader is None:
             blobs = self._blobs

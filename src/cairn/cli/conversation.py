@@ -3,7 +3,7 @@
 By default the active context (system prompt, latest summary, the messages
 after it); ``--all`` adds the archived head, every row ever appended.
 ``--jsonl`` exports the rows as JSON Lines; ``--handoff`` prints the handoff
-document a Day 2 task can start from.
+document a Day 2 task can start from (``--archive``: with every row inline).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import typer
 from rich.text import Text
 
 from cairn.admin.conversations import ConversationDetail, call_costs, conversation_detail
-from cairn.agent.archive import StoredMessage, export_jsonl
+from cairn.agent.archive import StoredMessage, export_jsonl, iter_history
+from cairn.agent.handoff import archive_part
 from cairn.agent.message_blobs import MessageReader
 from cairn.agent.messages import text_of
 from cairn.clock import SystemClock
@@ -46,6 +47,9 @@ def conversation_command(
     handoff: Annotated[
         bool, typer.Option("--handoff", help="Print the handoff document (JSON).")
     ] = False,
+    archive: Annotated[
+        bool, typer.Option("--archive", help="With --handoff: carry every row inline.")
+    ] = False,
     store: StoreOption = DEFAULT_URL,
     blobs: BlobsOption = None,
     as_json: JsonOption = False,
@@ -57,8 +61,12 @@ def conversation_command(
         reader = MessageReader(blobs_for(store, blobs), store_url=opened.url)
         detail = conversation_detail(opened, task_id, name, blobs=reader, archive=show_all)
         calls = call_costs(opened, task_id) if as_json else []
+        carried = None
+        if handoff and archive:
+            everything = iter_history(opened, task_id, detail.view.name, blobs=reader)
+            carried = archive_part([row.to_json() for row in everything], "inline", None)
     if handoff:
-        print_json(detail.view.handoff(now=SystemClock().now()))
+        print_json(detail.view.handoff(now=SystemClock().now(), archive=carried))
         return
     shown = detail.shown()
     if jsonl:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from cairn.blobs.ref import PREFIX, is_ref, parse_ref
 from cairn.store.admin import AdminStore
 
 PREFIX_BYTES = PREFIX.encode()
+# A reference inside a JSON text (a handoff archive named in a message's meta:
+# cairn.agent.handoff), its quotes escaped: !blob:{\"sha256\":\"…\", ...
+_EMBEDDED = re.compile(r'!blob:\{\\"sha256\\":\\"([0-9a-f]{64})\\"')
 
 
 def hashes_in(values: Iterable[object]) -> set[str]:
@@ -20,6 +24,8 @@ def hashes_in(values: Iterable[object]) -> set[str]:
             value = raw.decode() if raw.startswith(PREFIX_BYTES) else None
         if isinstance(value, str) and is_ref(value):
             found.add(parse_ref(value).sha256)
+        elif isinstance(value, str) and PREFIX in value:
+            found.update(_EMBEDDED.findall(value))
     return found
 
 

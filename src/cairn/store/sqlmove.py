@@ -99,8 +99,15 @@ def _refs_in(table: str, column: str, prefix: str | bytes) -> tuple[str, tuple[o
     return f"SELECT {column} FROM {table} WHERE {where}", (prefix,)
 
 
+def _refs_inside(table: str, column: str) -> tuple[str, tuple[object, ...]]:
+    # The caller finds the references in the text (cairn.portable._refs).
+    return f"SELECT {column} FROM {table} WHERE {column} LIKE ?", (f"%{BLOB_PREFIX}%",)
+
+
 BLOB_REFERENCES: tuple[tuple[str, tuple[object, ...]], ...] = tuple(
-    _refs_in(table.name, c.name, BLOB_PREFIX.encode() if c.kind == "packed" else BLOB_PREFIX)
+    _refs_inside(table.name, c.name)
+    if c.refs_inside
+    else _refs_in(table.name, c.name, BLOB_PREFIX.encode() if c.kind == "packed" else BLOB_PREFIX)
     for table in tables.TABLES
     for c in table.columns
     if c.blob_refs

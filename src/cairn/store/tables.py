@@ -69,6 +69,9 @@ class Column:
     # May hold a reference to the blob store (cairn.blobs.ref): backup, export
     # and gc look here for the blobs a store uses.
     blob_refs: bool = False
+    # The references are inside its JSON text rather than the whole value (a
+    # message's meta naming a handoff's archive: cairn.agent.handoff).
+    refs_inside: bool = False
 
     @property
     def required(self) -> bool:
@@ -222,7 +225,7 @@ MESSAGES = Table(
         _int("tokens"),
         _text("kind"),
         Column("covers_until", "integer", nullable=True),
-        _text("meta", nullable=True),
+        Column("meta", "text", nullable=True, blob_refs=True, refs_inside=True),
         Column("created_at", "micros"),
     ),
 )
