@@ -118,7 +118,7 @@ def cairn_runner(synchronous: Synchronous, compact: bool) -> Runner:
             def load() -> int:
                 view = load_conversation(app.store, TASK_ID)
                 assert view is not None
-                return len(view.stored)
+                return len(view.messages)
 
             load_ms, loaded = timed_loads(load)
         return Growth(file_bytes(path), [t * 1e6 for t in timings], load_ms, loaded)

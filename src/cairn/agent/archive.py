@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import IO, Any
 
-from cairn.agent._window import Row, Window
+from cairn.agent._window import Row, Window, rows_of
 from cairn.agent.conversation_stats import ConversationStats, stats_of
 from cairn.agent.handoff import build_handoff
 from cairn.agent.message_blobs import MessageReader
@@ -27,7 +27,7 @@ from cairn.agent.summarize import summary_text
 from cairn.blobs import BlobStore, Offloader
 from cairn.clock import to_iso
 from cairn.store.protocol import Store
-from cairn.store.records import MessageRecord
+from cairn.store.records import ActiveRow, MessageRecord, created_of
 
 PAGE = 500
 
@@ -107,13 +107,35 @@ def export_jsonl(rows: Iterator[StoredMessage], out: IO[str]) -> int:
 
 @dataclass(frozen=True, slots=True)
 class ConversationView:
-    """A conversation's active context as stored, read outside any task."""
+    """A conversation's active context as stored, read outside any task.
+
+    ``records`` are the rows of the active context as the store read them and
+    ``parsed`` the same rows in memory, in the same order; ``stored`` is built
+    from both when asked for (the dashboard's archive view), not on every load.
+    """
 
     task_id: str
     name: str
     window: Window
     rows: int
-    stored: tuple[StoredMessage, ...] = ()
+    records: tuple[ActiveRow, ...] = ()
+    parsed: tuple[Row, ...] = ()
+
+    @property
+    def stored(self) -> tuple[StoredMessage, ...]:
+        """The active rows as the archive shows them (sharing the parsed messages)."""
+        return tuple(
+            StoredMessage(
+                row.idx,
+                row.kind,
+                row.message,
+                row.tokens,
+                row.covers_until,
+                row.meta,
+                created_of(rec[6]),
+            )
+            for row, rec in zip(self.parsed, self.records, strict=True)
+        )
 
     @property
     def messages(self) -> list[Message]:
@@ -147,16 +169,10 @@ def load_conversation(
 ) -> ConversationView | None:
     """The stored active context of conversation ``name``, or None if it has no rows.
     Reads only the active rows, however long the conversation has grown."""
-    records = reader_of(store, blobs).read(store.load_active_messages(task_id, name))
-    if not records:
+    stored = reader_of(store, blobs).read_rows(store.load_active_rows(task_id, name), task_id, name)
+    if not stored:
         return None
-    rows = [Row.of(record) for record in records]
-    # Built from the rows: each message's JSON is parsed once, not twice (the
-    # two views share the parsed dicts, which neither changes).
-    stored = tuple(
-        StoredMessage(
-            row.idx, row.kind, row.message, row.tokens, row.covers_until, row.meta, rec.created_at
-        )
-        for row, rec in zip(rows, records, strict=True)
+    rows = rows_of(stored)
+    return ConversationView(
+        task_id, name, Window.from_rows(rows), rows[-1].idx + 1, tuple(stored), tuple(rows)
     )
-    return ConversationView(task_id, name, Window.from_rows(rows), rows[-1].idx + 1, stored)

@@ -53,7 +53,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from cairn.agent._window import Row, Window
+from cairn.agent._window import Row, Window, rows_of
 from cairn.agent.archive import StoredMessage, iter_history
 from cairn.agent.clearing import Cleared, ToolResultClearing, to_clear
 from cairn.agent.compaction import compaction_machine
@@ -324,8 +324,8 @@ class Conversation:
         if conv_id is None:
             self._run.lost()
         self._conv_id = conv_id
-        records = self._reader.read(self._run.store.load_active_messages(self.task_id, self.name))
-        rows = [Row.of(record) for record in records]
+        loaded = self._run.store.load_active_rows(self.task_id, self.name)
+        rows = rows_of(self._reader.read_rows(loaded, self.task_id, self.name))
         self._cache = {row.idx: row for row in rows}
         self._end = rows[-1].idx + 1 if rows else 0
         self._restored = Window.from_rows(rows)

@@ -14,10 +14,12 @@ naming the task, the conversation, the message index and the blob's URI.
 
 from __future__ import annotations
 
+import json
+
 from cairn.blobs import BlobStore, Offloader, default_blobs_url, open_blobs
 from cairn.blobs.ref import PREFIX, parse_ref
 from cairn.errors import BlobError, BlobMissing
-from cairn.store.records import MessageRecord
+from cairn.store.records import ActiveRow, MessageRecord
 
 
 def offload_content(content: str, offloader: Offloader) -> str:
@@ -46,6 +48,21 @@ class MessageReader:
     def read(self, records: list[MessageRecord]) -> list[MessageRecord]:
         """``records`` with every offloaded message's content read back."""
         return [r if not r.content.startswith(PREFIX) else self.resolve(r) for r in records]
+
+    def read_rows(self, rows: list[ActiveRow], task_id: str, conv: str) -> list[ActiveRow]:
+        """``rows`` of conversation ``conv`` of ``task_id`` with every offloaded
+        message read back and parsed."""
+        return [r if type(r[1]) is dict else self.resolve_row(r, task_id, conv) for r in rows]
+
+    def resolve_row(self, row: ActiveRow, task_id: str, conv: str) -> ActiveRow:
+        """``row`` with its message read back from the blob store, parsed."""
+        idx, reference, *rest = row
+        where = f"task {task_id!r}, conversation {conv!r}, message {idx}"
+        try:
+            text = self._offloader_or_fail(str(reference)).load(str(reference))
+        except BlobError as exc:
+            raise type(exc)(f"{where}: {exc}") from exc
+        return (idx, json.loads(text), *rest)
 
     def resolve(self, record: MessageRecord) -> MessageRecord:
         """``record`` with its content read back from the blob store if offloaded."""

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from cairn.store.capabilities import Capabilities
 from cairn.store.records import (
+    ActiveRow,
     MessageRecord,
     NewTask,
     OperationClaim,
@@ -356,6 +357,11 @@ class Store(Protocol):
     def load_active_messages(self, task_id: str, conv: str) -> list[MessageRecord]:
         """Row 0 and every row after the latest summary's ``covers_until``, by idx:
         the rows of the active context, read in time proportional to their number."""
+        ...
+
+    def load_active_rows(self, task_id: str, conv: str) -> list[ActiveRow]:
+        """The rows ``load_active_messages`` reads, each message parsed: what a
+        resumed conversation needs, in one pass over the rows."""
         ...
 
     def load_messages(self, task_id: str, conv: str, start: int, limit: int) -> list[MessageRecord]:

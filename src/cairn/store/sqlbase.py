@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 from cairn.store import sql
 from cairn.store.driver_errors import DuplicateRow
 from cairn.store.records import (
+    ActiveRow,
     MessageRecord,
     NewTask,
     OperationClaim,
@@ -613,6 +614,11 @@ class SQLStore(SQLAdmin, SQLTransfer):
         params = (task_id, conv) * 3
         rows = self._exec(sql.LOAD_ACTIVE_MESSAGES, params).rows
         return [sql.message_record(task_id, conv, r) for r in rows]
+
+    def load_active_rows(self, task_id: str, conv: str) -> list[ActiveRow]:
+        rows = self._exec(sql.LOAD_ACTIVE_ROWS, (task_id, conv) * 3).rows
+        unpack = sql.unpack_message
+        return [(r[0], unpack(r[1]), r[2], r[3], r[4], r[5], r[6]) for r in rows]
 
     def load_messages(self, task_id: str, conv: str, start: int, limit: int) -> list[MessageRecord]:
         rows = self._exec(sql.LOAD_MESSAGES, (task_id, conv, start, limit)).rows

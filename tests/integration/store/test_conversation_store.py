@@ -15,7 +15,14 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from cairn.store import AdminStore, open_store
-from cairn.store.records import MessageKind, MessageRecord, NewTask, StepKind, StepRecord
+from cairn.store.records import (
+    MessageKind,
+    MessageRecord,
+    NewTask,
+    StepKind,
+    StepRecord,
+    created_of,
+)
 
 NOW = datetime(2026, 5, 24, 9, 0, tzinfo=UTC)
 TASK = "agent/run=1"
@@ -149,3 +156,42 @@ def test_message_content_and_time_read_back_exactly_whatever_the_stored_form(
     loaded = store.load_messages(TASK, "main", 0, 10)
     assert [r.content for r in loaded] == CONTENTS
     assert all(r.created_at == moment and r.created_at.tzinfo is UTC for r in loaded)
+
+
+def compact(message: dict[str, object]) -> str:
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+
+
+# Each stored form: plain messages of each role (short, long, with escapes), a
+# plain-looking one whose JSON is not the compact form (kept as its JSON), and
+# messages of other shapes (a tool result, a list content, keys in another order).
+FORMS = [
+    compact({"role": "system", "content": "You review apps."}),
+    compact({"role": "user", "content": 'quote " backslash \\ newline \n tab \t née ✓'}),
+    compact({"role": "assistant", "content": "the quarterly figures moved again, " * 60}),
+    '{"role":"user","content":"\\u00e9scaped"}',
+    compact({"role": "tool", "tool_call_id": "call_1", "content": "42"}),
+    compact({"role": "user", "content": [{"type": "text", "text": "parts"}]}),
+    compact({"content": "order", "role": "user"}),
+    compact({"role": "assistant", "content": None, "tool_calls": [{"id": "c", "x": "y" * 2000}]}),
+]
+
+
+def test_every_stored_form_reads_back_as_text_and_as_the_parsed_message(store: AdminStore) -> None:
+    """Whatever form a message is stored in (its text alone, compressed or not, or
+    its JSON), the record reads back the exact JSON text written, and the active
+    rows a resume reads (load_active_rows) hold the same message parsed, in order,
+    with the same created_at."""
+    fence = claimed_fence(store)
+    conv_id = opened_conversation(store, fence)
+    moment = datetime(2026, 5, 24, 11, 0, 0, 123457, tzinfo=UTC)
+    for idx, content in enumerate(FORMS):
+        role = json.loads(content)["role"]
+        row = MessageRecord(TASK, "main", idx, role, content, 5, "message", None, None, moment)
+        assert store.append_message(conv_id, row, fence)
+    assert [r.content for r in store.load_messages(TASK, "main", 0, 20)] == FORMS
+    assert [r.content for r in store.load_active_messages(TASK, "main")] == FORMS
+    active = store.load_active_rows(TASK, "main")
+    assert [row[0] for row in active] == list(range(len(FORMS)))
+    assert [row[1] for row in active] == [json.loads(c) for c in FORMS]
+    assert {created_of(row[6]) for row in active} == {moment}
