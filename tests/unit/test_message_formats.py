@@ -17,7 +17,7 @@ def compact(message: object) -> str:
     return json.dumps(message, ensure_ascii=False, separators=(",", ":"))
 
 
-texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=1500)
+texts = st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=1500)
 messages = st.one_of(
     st.builds(
         lambda r, t: {"role": r, "content": t},

@@ -441,7 +441,7 @@ def pack_content(text: str) -> bytes:
     return _PLAIN + raw if squeezed is None else _ZLIB + squeezed
 
 
-def unpack_content(stored: bytes) -> str:
+def unpack_content(stored: bytes | memoryview) -> str:
     """The JSON text (or blob reference) ``pack_content`` made ``stored`` from."""
     tag = stored[0] if stored else 0
     if tag == _JSON_TAG:
@@ -458,7 +458,7 @@ def unpack_content(stored: bytes) -> str:
     return _JSON.encode({"role": role, "content": text})
 
 
-def unpack_message(stored: bytes) -> dict[str, Any] | str:
+def unpack_message(stored: bytes | memoryview) -> dict[str, Any] | str:
     """The message ``pack_content`` stored as ``stored``, parsed; a blob reference
     comes back as its text (``cairn.agent.message_blobs`` reads it). Written for
     speed: a resume calls it once per active row."""
