@@ -35,8 +35,8 @@ except ImportError as exc:  # pragma: no cover - the test extra installs it
     ) from exc
 
 from cairn.errors import AgentDefinitionChanged
-from cairn.integrations.pydantic_ai._backend import SCOPE
+from cairn.integrations.pydantic_ai._backend import SCOPE, operation_key
 from cairn.integrations.pydantic_ai._durability import CairnDurability
 from cairn.integrations.pydantic_ai._fingerprint import fingerprint
 
-__all__ = ["SCOPE", "AgentDefinitionChanged", "CairnDurability", "fingerprint"]
+__all__ = ["SCOPE", "AgentDefinitionChanged", "CairnDurability", "fingerprint", "operation_key"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -56,6 +57,14 @@ ResultT = TypeVar("ResultT")
 SCOPE = "pydantic-ai"
 UnitConfig = dict[str, Any]
 _USAGE: TypeAdapter[RunUsage] = TypeAdapter(RunUsage)
+_KEY: ContextVar[str | None] = ContextVar("cairn_pydantic_ai_operation_key", default=None)
+
+
+def operation_key() -> str | None:
+    """Inside a ``{'cairn': {'once': True}}`` tool's call: its operation key, to
+    pass on as the outside system's idempotency key (or to look for in
+    ``reconcile``). None elsewhere."""
+    return _KEY.get()
 
 
 @dataclass
@@ -124,8 +133,12 @@ class CairnOperationBackend(CallableOperationBackend[UnitConfig]):
             async def body(*key: str) -> dict[str, Any]:
                 nonlocal ran
                 before = copy.copy(run_context.usage) if run_context is not None else None
-                with durable_unit_scope():
-                    value = operation.result_codec.dump(await operation.handler(params))
+                token = _KEY.set(key[0] if key else None)
+                try:
+                    with durable_unit_scope():
+                        value = operation.result_codec.dump(await operation.handler(params))
+                finally:
+                    _KEY.reset(token)
                 ran = True
                 recorded: dict[str, Any] = {"value": value}
                 if run_context is not None and before is not None:
