@@ -7,8 +7,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-import httpx
-from openai import AsyncOpenAI
+import httpx2
+from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 from pydantic import TypeAdapter
 from pydantic_ai import Agent, RunContext
 from pydantic_ai.models.openai import OpenAIChatModel
@@ -28,7 +28,7 @@ USAGE: TypeAdapter[RunUsage] = TypeAdapter(RunUsage)
 def chat_model(server: SimulatedModelServer) -> OpenAIChatModel:
     """Pydantic AI's Chat Completions model on ``server``, over HTTP (no SDK
     retries; no kept-alive connections, which would outlive each task's event loop)."""
-    http = httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0))
+    http = DefaultAsyncHttpxClient(limits=httpx2.Limits(max_keepalive_connections=0))
     client = AsyncOpenAI(base_url=server.base_url, api_key=API_KEY, max_retries=0, http_client=http)
     return OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(openai_client=client))
 
@@ -86,7 +86,7 @@ class Counted:
         delegate = self.delegate
 
         @self.agent.tool
-        async def summarize(ctx: RunContext[None], n: int) -> str:
+        async def summarize(ctx: RunContext[Any], n: int) -> str:
             """Summarize note ``n`` (by asking another agent)."""
             calls.append(n)
             result = await delegate.run(f"{DELEGATE_PROMPT} note {n}", usage=ctx.usage)

@@ -17,12 +17,12 @@ import pytest
 from pydantic_ai import Agent, RunContext
 
 from cairn import Cairn, Context, TaskDef, TaskFailed
-from cairn.store import admin
 from cairn.agent.costs import cost_report
 from cairn.agent.simulate import SimulatedModelServer
 from cairn.clock import FakeClock
 from cairn.errors import ConfigurationError
 from cairn.integrations.pydantic_ai import CairnDurability, operation_key
+from cairn.store import admin
 from cairn.testing import set_fault_hook
 from tests.agent_server import Crash, Scripted, crash_at, resume
 from tests.pydantic_ai_agents import Counted, Delegating, chat_model, lead_task, tool_call
@@ -147,7 +147,7 @@ def test_a_once_tool_killed_after_acting_is_reconciled_not_called_again(
         agent = Agent(chat_model(server), name="filer", capabilities=[CairnDurability()])
 
         @agent.tool(metadata={"cairn": {"once": True, "reconcile": reconcile}})
-        def file_report(ctx: RunContext[None], n: int) -> str:
+        def file_report(ctx: RunContext[Any], n: int) -> str:
             """File report ``n``."""
             key = operation_key()
             assert key is not None
@@ -156,7 +156,7 @@ def test_a_once_tool_killed_after_acting_is_reconciled_not_called_again(
 
         return agent
 
-    replies = [tool_call("call_0", "file_report", {"n": 0}), "Filed."]
+    replies: list[str | dict[str, Any]] = [tool_call("call_0", "file_report", {"n": 0}), "Filed."]
     with SimulatedModelServer(Scripted(replies)) as server:
         agent = build(server)
         app = Cairn(url, clock=clock)
@@ -172,7 +172,7 @@ def test_a_once_tool_killed_after_acting_is_reconciled_not_called_again(
     assert json.loads(ops[0].output or "null") is not None
 
 
-def filer_task(app: Cairn, agent: Agent[None, str]) -> TaskDef[..., str]:
+def filer_task(app: Cairn, agent: Agent[None, str]) -> TaskDef[..., Any]:
     @app.task(name="filer")
     async def filer(ctx: Context) -> str:
         return (await agent.run("file")).output

@@ -30,8 +30,7 @@ except ImportError as exc:  # pragma: no cover - the test extra installs it
     from cairn.errors import ConfigurationError
 
     raise ConfigurationError(
-        "cairn.integrations.pydantic_ai needs Pydantic AI: "
-        "pip install 'cairn-durable[pydantic-ai]'"
+        "cairn.integrations.pydantic_ai needs Pydantic AI: pip install 'cairn-durable[pydantic-ai]'"
     ) from exc
 
 from cairn.errors import AgentDefinitionChanged

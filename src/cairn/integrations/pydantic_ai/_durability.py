@@ -119,17 +119,17 @@ class CairnDurability(BaseDurabilityCapability[AgentDepsT]):
             operation_id: DurableOperationId, tool: object | None, tool_name: str
         ) -> UnitConfig | Literal[False]:
             resolve = self._build_resolve_tool_config({})
-            config: UnitConfig | Literal[False] = resolve(
-                tool if isinstance(tool, ToolsetTool) else None, tool_name
-            )
-            return config
+            config = resolve(tool if isinstance(tool, ToolsetTool) else None, tool_name)
+            return False if config is False else dict(config)
 
         config: RoleBasedOperationConfig[UnitConfig] = RoleBasedOperationConfig(
             model={}, event={}, capability={}, tool={}, resolve_tool=tool_config
         )
         return CairnOperationBackend(
             recording=self._recording,
-            namer=JournalOperationNamer(self.name, default_model_id=self.default_model_id or "default"),
+            namer=JournalOperationNamer(
+                self.name, default_model_id=self.default_model_id or "default"
+            ),
             config=config,
         )
 
