@@ -48,7 +48,7 @@ def test_a_resumed_run_repeats_nothing_and_its_usage_is_the_uncrashed_runs(
     that delegates to another agent with usage=ctx.usage), the run resumes in a
     new app: the server gets each request once, the tool runs once per call,
     the run's usage (the delegate's tokens included) equals an uncrashed run's,
-    and cairn cost counts each of the lead's model calls once; on every backend."""
+    and cairn cost counts every model call's tokens once; on every backend."""
     clean = clean_run(tmp_path)
     with SimulatedModelServer(Delegating(NOTES)) as server:
         counted = Counted(server)
@@ -66,8 +66,10 @@ def test_a_resumed_run_repeats_nothing_and_its_usage_is_the_uncrashed_runs(
     assert counted.calls == list(range(NOTES))
     assert result == clean
     assert result["output"] == ANSWER
-    assert report.total.calls == NOTES + 1  # the lead's requests: one per note, one answer
-    assert report.total.usage.input_tokens > 0
+    # The lead's requests (one per note, one answer), and one entry per delegation.
+    assert report.total.calls == NOTES + 1 + NOTES
+    assert report.total.usage.input_tokens == clean["usage"]["input_tokens"]
+    assert report.total.usage.output_tokens == clean["usage"]["output_tokens"]
 
 
 def test_a_resume_with_another_definition_is_refused_before_any_request(

@@ -45,7 +45,7 @@ from cairn.agent.pricing import Usage as CairnUsage
 from cairn.context import Context, current_context
 from cairn.engine.once import OncePolicy, once_machine
 from cairn.engine.run import adrive
-from cairn.engine.steps import step_machine
+from cairn.engine.steps import EntryLabel, record_completed, step_machine
 from cairn.errors import ConfigurationError
 from cairn.keys import bounded_key
 from cairn.retry import NO_RETRY, Retry
@@ -153,9 +153,13 @@ class CairnOperationBackend(CallableOperationBackend[UnitConfig]):
             recorded = await self._record(
                 operation.operation_id, name, body, unit_config, run_context
             )
-            if not ran and run_context is not None and "usage_delta" in recorded:
-                # Replayed: the body's additions to the run's usage were not made again.
-                run_context.usage.incr(_USAGE.validate_python(recorded["usage_delta"]))
+            if "usage_delta" in recorded:
+                delta = _USAGE.validate_python(recorded["usage_delta"])
+                if not ran and run_context is not None:
+                    # Replayed: the body's additions to the run's usage were not made again.
+                    run_context.usage.incr(delta)
+                if delta.requests and not isinstance(operation.operation_id, ModelRequestId):
+                    _record_delegated(name, delta, self._recording)
             record_durable_unit(executed=ran)
             return operation.result_codec.load(recorded["value"])
 
@@ -206,6 +210,29 @@ class CairnOperationBackend(CallableOperationBackend[UnitConfig]):
 
         recorded = await self._record(operation_id, name, recorded_body, config, None)
         return recorded["value"]
+
+
+def _record_delegated(name: str, delta: RunUsage, recording: Recording) -> None:
+    """The model requests a tool made (a delegate agent's, say) as one ``llm``
+    entry after the tool's own, so ``cairn cost`` counts their tokens: written
+    once, replayed (and never written again) on every later run."""
+    run = _task_context(name)._run
+    seq = run.next_seq()
+    label = f"pydantic-ai requests of {name}"
+    if run.replayed(seq, "llm", label) is not None:
+        return
+    usage = CairnUsage(delta.input_tokens, delta.output_tokens, delta.cache_read_tokens)
+    fields = {
+        "provider": "pydantic-ai",
+        "model": "(delegated)",
+        "usage": usage.to_dict(),
+        # Pydantic AI prices what it can; otherwise the call counts as unpriced.
+        "cost": float(delta.cost) if getattr(delta, "cost", None) else None,
+        "finish_reason": None,
+        "requests": delta.requests,
+    }
+    what = EntryLabel("llm", label, seq)
+    record_completed(run, seq, "llm", label, run.encode(fields, what), run.now())
 
 
 def _reconcile_for(config: UnitConfig) -> Callable[[str], Any] | None:
