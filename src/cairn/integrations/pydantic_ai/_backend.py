@@ -22,7 +22,7 @@ import copy
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pydantic import TypeAdapter
 from pydantic_ai._durable_replay import record_durable_unit
@@ -116,51 +116,17 @@ class CairnOperationBackend(CallableOperationBackend[UnitConfig]):
     def bind(
         self, operation: DurableOperation[ParamsT, WireT, ResultT]
     ) -> BoundDurableOperation[ParamsT, WireT, ResultT]:
-        namer = self._namer
-        config = self._config
-
         async def dispatch(params: ParamsT, explicit_config: object | None) -> ResultT:
             label = operation.invocation_label(params) if operation.invocation_label else None
-            name = namer.invocation_name(operation.operation_id, label=label).operation_name
-            unit_config: UnitConfig = (
-                explicit_config
-                if isinstance(explicit_config, dict)
-                else config.base(operation.config_role, operation_id=operation.operation_id)
-            ) or {}
-            run_context = run_context_of(params)
-            ran = False
-
-            async def body(*key: str) -> dict[str, Any]:
-                nonlocal ran
-                before = copy.copy(run_context.usage) if run_context is not None else None
-                token = _KEY.set(key[0] if key else None)
-                try:
-                    with durable_unit_scope():
-                        value = operation.result_codec.dump(await operation.handler(params))
-                finally:
-                    _KEY.reset(token)
-                ran = True
-                recorded: dict[str, Any] = {"value": value}
-                if run_context is not None and before is not None:
-                    delta = run_context.usage - before
-                    if delta.has_values() or delta.requests:
-                        recorded["usage_delta"] = _USAGE.dump_python(delta, mode="json")
-                if isinstance(operation.operation_id, ModelRequestId):
-                    model = operation.operation_id.model_name
-                    recorded = {**_model_fields(value, model, self._recording), **recorded}
-                return recorded
-
+            name = self._namer.invocation_name(operation.operation_id, label=label).operation_name
+            base = self._config.base(operation.config_role, operation_id=operation.operation_id)
+            config = explicit_config if isinstance(explicit_config, dict) else base
+            unit = _Unit(operation, params, self._recording)
             recorded = await self._record(
-                operation.operation_id, name, body, unit_config, run_context
+                operation.operation_id, name, unit.body, config or {}, unit.run_context
             )
-            if "usage_delta" in recorded:
-                delta = _USAGE.validate_python(recorded["usage_delta"])
-                if not ran and run_context is not None:
-                    # Replayed: the body's additions to the run's usage were not made again.
-                    run_context.usage.incr(delta)
-                if delta.requests and not isinstance(operation.operation_id, ModelRequestId):
-                    _record_delegated(name, delta, self._recording)
-            record_durable_unit(executed=ran)
+            unit.replay_usage(recorded, name)
+            record_durable_unit(executed=unit.ran)
             return operation.result_codec.load(recorded["value"])
 
         return _Bound(operation, dispatch)
@@ -212,6 +178,57 @@ class CairnOperationBackend(CallableOperationBackend[UnitConfig]):
         return recorded["value"]
 
 
+class _Unit(Generic[ParamsT, WireT, ResultT]):
+    """One call of an operation: its body as the entry runs it (measuring what
+    it adds to the run's usage), and what a replay of its record puts back."""
+
+    def __init__(
+        self,
+        operation: DurableOperation[ParamsT, WireT, ResultT],
+        params: ParamsT,
+        recording: Recording,
+    ) -> None:
+        self.operation = operation
+        self.params = params
+        self.recording = recording
+        self.run_context = run_context_of(params)
+        self.ran = False  # the body ran (live), rather than its record being returned
+
+    async def body(self, *key: str) -> dict[str, Any]:
+        """The entry's function: ``key`` is the operation key under ``ctx.once``."""
+        usage = self.run_context.usage if self.run_context is not None else None
+        before = copy.copy(usage)
+        token = _KEY.set(key[0] if key else None)
+        try:
+            with durable_unit_scope():
+                result = await self.operation.handler(self.params)
+        finally:
+            _KEY.reset(token)
+        self.ran = True
+        value = self.operation.result_codec.dump(result)
+        recorded: dict[str, Any] = {"value": value}
+        if usage is not None and before is not None:
+            delta = usage - before
+            if delta.has_values() or delta.requests:
+                recorded["usage_delta"] = _USAGE.dump_python(delta, mode="json")
+        operation_id = self.operation.operation_id
+        if isinstance(operation_id, ModelRequestId):
+            fields = _model_fields(value, operation_id.model_name, self.recording)
+            recorded = {**fields, **recorded}
+        return recorded
+
+    def replay_usage(self, recorded: dict[str, Any], name: str) -> None:
+        """Put back what a replayed body had added to the run's usage, and write
+        (once) the entry that counts a tool's own model requests."""
+        if "usage_delta" not in recorded:
+            return
+        delta = _USAGE.validate_python(recorded["usage_delta"])
+        if not self.ran and self.run_context is not None:
+            self.run_context.usage.incr(delta)
+        if delta.requests and not isinstance(self.operation.operation_id, ModelRequestId):
+            _record_delegated(name, delta, self.recording)
+
+
 def _record_delegated(name: str, delta: RunUsage, recording: Recording) -> None:
     """The model requests a tool made (a delegate agent's, say) as one ``llm``
     entry after the tool's own, so ``cairn cost`` counts their tokens: written
@@ -227,7 +244,7 @@ def _record_delegated(name: str, delta: RunUsage, recording: Recording) -> None:
         "model": "(delegated)",
         "usage": usage.to_dict(),
         # Pydantic AI prices what it can; otherwise the call counts as unpriced.
-        "cost": float(delta.cost) if getattr(delta, "cost", None) else None,
+        "cost": float(delta.cost) if delta.cost is not None else None,
         "finish_reason": None,
         "requests": delta.requests,
     }
