@@ -25,17 +25,15 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from pydantic import TypeAdapter
-from pydantic_ai._durable_replay import record_durable_unit
-from pydantic_ai.durable_exec._operation import (
+from pydantic_ai.durable_exec import (
+    BoundDurableOperation,
+    CallableOperationBackend,
     DurableOperation,
     DurableOperationId,
     ModelRequestId,
     ToolsetCallToolId,
-)
-from pydantic_ai.durable_exec._operation_backend import (
-    BoundDurableOperation,
-    CallableOperationBackend,
     durable_unit_scope,
+    record_durable_unit,
 )
 from pydantic_ai.tools import RunContext
 from pydantic_ai.usage import RunUsage
@@ -43,7 +41,7 @@ from pydantic_ai.usage import RunUsage
 from cairn.agent.pricing import PriceTable
 from cairn.agent.pricing import Usage as CairnUsage
 from cairn.context import Context, current_context
-from cairn.engine.once import OncePolicy, once_machine
+from cairn.engine.once import OncePolicy, OnDoubt, once_machine
 from cairn.engine.run import adrive
 from cairn.engine.steps import EntryLabel, record_completed, step_machine
 from cairn.errors import ConfigurationError
@@ -151,7 +149,7 @@ class CairnOperationBackend(CallableOperationBackend[UnitConfig]):
                 retry=NO_RETRY,
                 scope=SCOPE,
                 reconcile=_reconcile_for(config),
-                on_doubt=config.get("on_doubt", "raise"),
+                on_doubt=_on_doubt(config),
             )
             machine = once_machine(run, key, body, (), {}, policy)
         else:
@@ -250,6 +248,15 @@ def _record_delegated(name: str, delta: RunUsage, recording: Recording) -> None:
     }
     what = EntryLabel("llm", label, seq)
     record_completed(run, seq, "llm", label, run.encode(fields, what), run.now())
+
+
+def _on_doubt(config: UnitConfig) -> OnDoubt:
+    on_doubt = config.get("on_doubt", "raise")
+    if on_doubt == "raise" or on_doubt == "retry":
+        return on_doubt  # type: ignore[no-any-return]
+    raise ConfigurationError(
+        f"a tool's {{'cairn': {{'on_doubt': ...}}}} is 'raise' or 'retry', not {on_doubt!r}"
+    )
 
 
 def _reconcile_for(config: UnitConfig) -> Callable[[str], Any] | None:

@@ -20,16 +20,21 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic_ai.capabilities.abstract import WrapRunHandler
-from pydantic_ai.durable_exec._base import BaseDurabilityCapability, conversation_id_from_run_id
-from pydantic_ai.durable_exec._codec import JSON_CODEC
-from pydantic_ai.durable_exec._operation import DurableOperationId, ToolsetKind
-from pydantic_ai.durable_exec._operation_backend import (
+from pydantic_ai.durable_exec import (
+    JSON_CODEC,
+    BaseDurabilityCapability,
+    DurabilityEngineSpec,
     DurableOperationBackend,
+    DurableOperationId,
+    JournalOperationNamer,
     RoleBasedOperationConfig,
-    in_durable_unit,
+    ToolsetKind,
+    conversation_id_from_run_id,
 )
-from pydantic_ai.durable_exec._operation_names import JournalOperationNamer
-from pydantic_ai.durable_exec._spec import DurabilityEngineSpec
+
+# Not among durable_exec's exports: whether a unit's body is running (a
+# delegate agent inside a tool's entry).
+from pydantic_ai.durable_exec._operation_backend import in_durable_unit
 from pydantic_ai.models import Model
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import AgentDepsT, RunContext
