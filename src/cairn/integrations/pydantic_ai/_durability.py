@@ -44,7 +44,7 @@ from cairn.agent.pricing import DEFAULT_PRICES, PriceTable
 from cairn.context import current_context
 from cairn.errors import ConfigurationError
 from cairn.integrations.pydantic_ai._backend import CairnOperationBackend, Recording, UnitConfig
-from cairn.integrations.pydantic_ai._fingerprint import check_definition
+from cairn.integrations.pydantic_ai._fingerprint import check_agent
 from cairn.retry import Retry
 
 OutsideTask = Literal["raise", "run"]
@@ -153,5 +153,5 @@ class CairnDurability(BaseDurabilityCapability[AgentDepsT]):
                 "CairnDurability(outside_task='run') to run it unrecorded out there"
             )
         if task is not None and self.in_durable_context and self.agent is not None:
-            check_definition(task, self.agent)
+            check_agent(task, self.agent)
         return await super().wrap_run(ctx, handler=handler)

@@ -19,8 +19,7 @@ from pydantic_ai.models import Model
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
 
 from cairn.context import Context
-from cairn.engine.steps import EntryLabel, record_completed
-from cairn.errors import AgentDefinitionChanged
+from cairn.integrations._definition import check_definition
 
 Fingerprint = dict[str, Any]
 
@@ -96,23 +95,8 @@ def changes(recorded: Fingerprint, current: Fingerprint) -> list[str]:
     return found
 
 
-def check_definition(ctx: Context, agent: AbstractAgent[Any, Any]) -> None:
-    """Record the agent's fingerprint as the run's first entry (a recorded input),
-    or compare it with the one recorded there."""
-    current = fingerprint(agent)
-    run = ctx._run
-    seq = run.next_seq()
+def check_agent(ctx: Context, agent: AbstractAgent[Any, Any]) -> None:
+    """Record the agent's fingerprint as the run's first entry, or compare it
+    with the one recorded there (``AgentDefinitionChanged`` if they differ)."""
     name = f"pydantic-ai agent {agent.name}"
-    what = EntryLabel("input", name, seq)
-    entry = run.replayed(seq, "input", name)
-    if entry is None:
-        record_completed(run, seq, "input", name, run.encode(current, what), run.now())
-        return
-    recorded = run.decode(entry.output or "null", what)
-    if recorded != current:
-        found = changes(recorded, current) or ["the fingerprint differs"]
-        error = AgentDefinitionChanged(
-            task_id=ctx.task_id, seq=seq, changes=found, framework="Pydantic AI"
-        )
-        run.poisoned = error  # an agent's `except Exception:` cannot carry on past it
-        raise error
+    check_definition(ctx, name, fingerprint(agent), changes, "Pydantic AI")
