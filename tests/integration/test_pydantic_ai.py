@@ -25,7 +25,14 @@ from cairn.integrations.pydantic_ai import CairnDurability, operation_key
 from cairn.store import admin
 from cairn.testing import set_fault_hook
 from tests.agent_server import Crash, Scripted, crash_at, resume
-from tests.pydantic_ai_agents import Counted, Delegating, chat_model, lead_task, tool_call
+from tests.pydantic_ai_agents import (
+    DELEGATE_PROMPT,
+    Counted,
+    Delegating,
+    chat_model,
+    lead_task,
+    tool_call,
+)
 
 NOTES = 3
 ANSWER = f"Summarized {NOTES} notes."
@@ -180,3 +187,34 @@ def filer_task(app: Cairn, agent: Agent[None, str]) -> TaskDef[..., Any]:
         return (await agent.run("file")).output
 
     return filer
+
+
+def test_a_durable_delegate_inside_a_tool_runs_as_part_of_the_tools_entry(app: Cairn) -> None:
+    """A delegate agent that has CairnDurability too, called from a tool, records
+    nothing of its own (it would be an entry inside an entry): its requests are
+    the tool's, counted in the llm entry after it and in the run's usage."""
+    with SimulatedModelServer(Delegating(2)) as server:
+        model = chat_model(server)
+        delegate = Agent(model, name="summarizer", capabilities=[CairnDurability()])
+        lead = Agent(model, name="lead", capabilities=[CairnDurability()])
+
+        @lead.tool
+        async def summarize(ctx: RunContext[Any], n: int) -> str:
+            """Summarize note ``n``."""
+            result = await delegate.run(f"{DELEGATE_PROMPT} note {n}", usage=ctx.usage)
+            return result.output
+
+        @app.task(name="nested")
+        async def nested(ctx: Context) -> int:
+            return (await lead.run("go")).usage.requests
+
+        with app:
+            requests = app.run(nested, task_id="t")
+            names = [entry.name for entry in app.store.load_history("t").values()]
+        assert requests == server.requests == 5  # three of the lead's, two of the delegate's
+    tool = "lead__function_toolset__<agent>.call_tool:summarize"
+    assert names == [
+        "pydantic-ai agent lead",
+        *(["pydantic-ai lead__model.request", tool, f"pydantic-ai requests of {tool}"] * 2),
+        "pydantic-ai lead__model.request",
+    ]
