@@ -181,14 +181,16 @@ class NonDeterminismError(CairnError):
 
 
 class AgentDefinitionChanged(NonDeterminismError):
-    """An Agents SDK run (``cairn.integrations.openai_agents.run``) was resumed
-    with another agent definition than it started with. Nothing was sent and
-    nothing recorded was changed."""
+    """An agent run (``cairn.integrations.openai_agents.run``, or a Pydantic AI
+    agent with ``CairnDurability``) was resumed with another agent definition
+    than it started with. Nothing was sent and nothing recorded was changed."""
 
-    def __init__(self, *, task_id: str, seq: int, changes: list[str]) -> None:
+    def __init__(
+        self, *, task_id: str, seq: int, changes: list[str], framework: str = "Agents SDK"
+    ) -> None:
         CairnError.__init__(
             self,
-            f"task {task_id!r} started its Agents SDK run (position {seq}) with another "
+            f"task {task_id!r} started its {framework} run (position {seq}) with another "
             f"agent definition than this one: {'; '.join(changes)}. Its record answers "
             "the agent it started with, so resuming with this one would be wrong. Either "
             f"restore that definition and run it again (`cairn retry {task_id}` if it "

@@ -22,8 +22,7 @@ from agents import Agent, FunctionTool, Handoff, Model, RunConfig, Runner, RunRe
 from cairn.agent.pricing import DEFAULT_PRICES, PriceTable
 from cairn.context import Context
 from cairn.engine.run import in_event_loop
-from cairn.engine.steps import EntryLabel, record_completed
-from cairn.errors import AgentDefinitionChanged
+from cairn.integrations._definition import check_definition
 from cairn.integrations.openai_agents._fingerprint import changes, fingerprint
 from cairn.integrations.openai_agents._model import RecordedModel, RecordedProvider, model_name
 from cairn.integrations.openai_agents._state import RunState
@@ -97,20 +96,7 @@ def _check_definition(ctx: Context, agent: Agent[Any], config: RunConfig) -> Non
     current = fingerprint(agent)
     if config.model is not None:
         current["(run config)"] = {"model": model_name(config.model)}
-    run = ctx._run
-    seq = run.next_seq()
-    name = f"agents-sdk agent {agent.name}"
-    what = EntryLabel("input", name, seq)
-    entry = run.replayed(seq, "input", name)
-    if entry is None:
-        record_completed(run, seq, "input", name, run.encode(current, what), run.now())
-        return
-    recorded = run.decode(entry.output or "null", what)
-    if recorded != current:
-        found = changes(recorded, current) or ["the fingerprint differs"]
-        error = AgentDefinitionChanged(task_id=ctx.task_id, seq=seq, changes=found)
-        run.poisoned = error  # an agent's `except Exception:` cannot carry on past it
-        raise error
+    check_definition(ctx, f"agents-sdk agent {agent.name}", current, changes, "Agents SDK")
 
 
 def recorded_agent(agent: Agent[Any], state: RunState) -> Agent[Any]:
