@@ -25,7 +25,7 @@ from cairn.engine.config import EngineConfig
 from cairn.engine.once import OncePolicy, OnDoubt, Reconcile, once_machine
 from cairn.engine.patches import patched
 from cairn.engine.run import TaskRun, adrive, current, drive, in_event_loop
-from cairn.engine.steps import sleep_machine, step_machine
+from cairn.engine.steps import run_step, sleep_machine, step_machine
 from cairn.engine.waits import Signal, seconds_of, wait_for
 from cairn.errors import ConfigurationError
 from cairn.keys import bounded_key
@@ -174,12 +174,11 @@ class Context:
             raise _misused("ctx.step", name, fn)
         if limit is not None:
             self._run.limits.get(limit)  # an unknown name fails here, replay or not
-        machine = step_machine(
-            self._run, "step", name, fn, args, kwargs, retry or self._default_step_retry, limit
-        )
+        retry = retry or self._default_step_retry
         if _is_async(fn):
+            machine = step_machine(self._run, "step", name, fn, args, kwargs, retry, limit)
             return adrive(machine, self._run.clock)
-        return drive(machine, self._run.clock)
+        return run_step(self._run, "step", name, fn, args, kwargs, retry, limit)
 
     # -- recorded inputs ---------------------------------------------------------
     @overload
@@ -196,10 +195,10 @@ class Context:
         For any value that must be the same on replay: a time window, a fetched
         token, a choice. Not retried: an error propagates and nothing is kept.
         """
-        machine = step_machine(self._run, "input", name, fn, args, kwargs, NO_RETRY)
         if _is_async(fn):
+            machine = step_machine(self._run, "input", name, fn, args, kwargs, NO_RETRY)
             return adrive(machine, self._run.clock)
-        return drive(machine, self._run.clock)
+        return run_step(self._run, "input", name, fn, args, kwargs, NO_RETRY)
 
     def now(self) -> datetime:
         """The current time (tz-aware UTC), recorded: a replay sees the same instant."""
@@ -214,8 +213,7 @@ class Context:
         return self._input("random", _random.random)
 
     def _input(self, name: str, fn: Callable[[], T]) -> T:
-        machine = step_machine(self._run, "input", name, fn, (), {}, NO_RETRY)
-        return drive(machine, self._run.clock)  # type: ignore[no-any-return]
+        return run_step(self._run, "input", name, fn, (), {}, NO_RETRY)  # type: ignore[no-any-return]
 
     # -- side effects, at most once per key ------------------------------------------
     @overload

@@ -74,6 +74,12 @@ def _write_chunk(
     return inserted
 
 
+def clean_step(step: StepRecord) -> bool:
+    """True if ``step``'s error, retry_at, deferred and kept hold their column
+    defaults, so ``sql.INSERT_CLEAN_STEP`` writes the same row as ``INSERT_STEP``."""
+    return step.error is None and step.retry_at is None and not step.deferred and step.kept is None
+
+
 class SQLStore(SQLAdmin, SQLTransfer):
     """The store contract, engine and admin side, over the primitives."""
 
@@ -333,15 +339,40 @@ class SQLStore(SQLAdmin, SQLTransfer):
             fence,
         )
 
+    def _clean_step_params(self, step: StepRecord, fence: int) -> tuple[Any, ...]:
+        """The parameters of ``sql.INSERT_CLEAN_STEP``, for a ``clean_step``."""
+        return (
+            step.task_id,
+            step.seq,
+            step.kind,
+            step.name,
+            step.status,
+            step.output,
+            step.attempts,
+            step.task_attempt,
+            step.run_attempts,
+            self._ts(step.started_at),
+            self._ts(step.finished_at),
+            step.fingerprint,
+            step.task_id,
+            fence,
+        )
+
+    def _step_insert(self, step: StepRecord, fence: int) -> tuple[str, tuple[Any, ...]]:
+        """The fenced insert of ``step`` at a new position, and its parameters."""
+        if clean_step(step):
+            return sql.INSERT_CLEAN_STEP, self._clean_step_params(step, fence)
+        return sql.INSERT_STEP, self._step_params(step, fence)
+
     def record_step(self, step: StepRecord, fence: int, *, first: bool = False) -> bool:
-        params = self._step_params(step, fence)
         with self._writing():
             if first:
+                insert, params = self._step_insert(step, fence)
                 try:
-                    return self._exec(sql.INSERT_STEP, params).rowcount == 1
+                    return self._exec(insert, params).rowcount == 1
                 except DuplicateRow:
                     pass  # the position was written after all: fall back to the upsert
-            return self._exec(sql.UPSERT_STEP, params).rowcount == 1
+            return self._exec(sql.UPSERT_STEP, self._step_params(step, fence)).rowcount == 1
 
     def note_worker(self, owner: str, versions: str, now: datetime) -> None:
         with self._writing():
