@@ -32,7 +32,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, NoReturn, TypeVar
 
@@ -379,12 +379,8 @@ def _rollback(conn: sqlite3.Connection) -> None:
             conn.execute(_ROLLBACK)
 
 
-def _stamp(moment: datetime) -> str:
-    """``to_iso`` for the clock's own UTC times, inline; any other goes to it."""
-    if moment.tzinfo is not UTC:
-        return to_iso(moment)
-    text = moment.isoformat()
-    return f"{text[:19]}.000000{text[19:]}" if moment.microsecond == 0 else text
+# The clock's times as text: to_iso itself, named for the step write's params.
+_stamp = to_iso
 
 
 def _step_params(step: StepRecord, fence: int) -> tuple[Any, ...]:
