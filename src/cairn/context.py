@@ -103,6 +103,10 @@ def _shown(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+# ctx.once with every default: one policy, made once (it is frozen).
+_PLAIN_ONCE = OncePolicy(retry=NO_RETRY)
+
+
 class Context:
     """Handed to every task function as its first argument."""
 
@@ -266,10 +270,13 @@ class Context:
         it happened; None means call again), or ``on_doubt="retry"`` calls again
         with the same key, or by default ``InDoubtOperation`` stops the task.
         """
-        check_name("operation scope", scope, empty_ok=True)
-        policy = OncePolicy(
-            retry=retry or NO_RETRY, scope=scope, reconcile=reconcile, on_doubt=on_doubt
-        )
+        if retry is None and reconcile is None and scope == "" and on_doubt == "raise":
+            policy = _PLAIN_ONCE  # the defaults: nothing to check, nothing to build
+        else:
+            check_name("operation scope", scope, empty_ok=True)
+            policy = OncePolicy(
+                retry=retry or NO_RETRY, scope=scope, reconcile=reconcile, on_doubt=on_doubt
+            )
         machine = once_machine(self._run, bounded_key(key), fn, args, kwargs, policy)
         if _is_async(fn) or (reconcile is not None and _is_async(reconcile)):
             return adrive(machine, self._run.clock)

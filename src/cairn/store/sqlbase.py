@@ -34,6 +34,8 @@ from cairn.store.sqlcore import Tx
 from cairn.store.sqltransfer import SQLTransfer
 
 ENQUEUE_CHUNK = 500
+# The answer to a claim that was granted: frozen, so one serves every claim.
+CLAIMED = OperationClaim(claimed=True, record=None)
 
 
 class ClaimStatement(NamedTuple):
@@ -432,7 +434,7 @@ class SQLStore(SQLAdmin, SQLTransfer):
         params = (scope, key, task_id, seq, fence, stamp, stamp, stamp, task_id, fence)
         with self._writing():
             if self._exec(sql.CLAIM_OP, params).rowcount == 1:
-                return OperationClaim(claimed=True, record=None)
+                return CLAIMED
             existing = self.get_operation(scope, key)
         return OperationClaim(claimed=False, record=existing, fenced_out=existing is None)
 
