@@ -179,7 +179,10 @@ class Context:
         if limit is not None:
             self._run.limits.get(limit)  # an unknown name fails here, replay or not
         retry = retry or self._default_step_retry
-        if _is_async(fn):
+        # _is_async's fast answer, inline: a plain function (or a bound method,
+        # which hands on its function's __code__) that is not a coroutine's.
+        code = getattr(fn, "__code__", None)
+        if _is_async(fn) if code is None else code.co_flags & inspect.CO_COROUTINE:
             machine = step_machine(self._run, "step", name, fn, args, kwargs, retry, limit)
             return adrive(machine, self._run.clock)
         return run_step(self._run, "step", name, fn, args, kwargs, retry, limit)

@@ -42,6 +42,8 @@ from cairn.retry import Retry
 from cairn.store.records import StepKind, StepRecord, StepStatus
 
 _SELF_DECODING = frozenset({int, str, bool, type(None)})
+# A record from all its fields, without StepRecord.__new__'s Python frame.
+_new_record = tuple.__new__
 
 
 class EntryLabel:
@@ -162,19 +164,23 @@ def run_step(
 ) -> Any:
     """``step_machine`` for a sync function, run to its end in this thread.
 
-    The two cases nearly every step is in, a replay and a first call that
-    returns, are taken here without a generator to drive: a step pays for one
-    Python frame of cairn's around its call, not for a machine, a driver loop
-    and the ``Call`` between them. Every other case (a shared limit, a record
-    to resume from, a call that raised and is retried) goes on in the same
-    ``_calls`` loop the machine runs, driven by ``drive``.
+    The cases nearly every step is in, a replay and a first call that returns,
+    are taken here without a generator, a driver loop and a ``Call`` between
+    them. The others (a shared limit, a record to resume from, a call that
+    raised and is retried) go on in the machine's own ``_calls`` loop.
     """
     seq = run.next_seq()
     record = run.replayed(seq, kind, name)
-    what = _label(kind, name, seq, fn, None)
+    # _label, inline (a call costs more than what it does).
+    fingerprint = None
+    if kind == "step":
+        fingerprint = _FINGERPRINTS.get(getattr(fn, "__code__", None)) or fingerprint_of(fn)  # type: ignore[arg-type]
+    what = EntryLabel(kind, name, seq, fingerprint)
     if record is not None:
         if record.status == "completed":
-            record = _unless_changed(run, record, what)
+            # _unless_changed, its common answer inline: the code is unchanged.
+            if record.fingerprint != fingerprint:
+                record = _unless_changed(run, record, what)
             if record.status == "completed":
                 return run.decode(record.output or "null", what)
         spent, pause = _resumed(run, record)
@@ -185,7 +191,7 @@ def run_step(
     # The first call, as ``drive`` performs a ``Call``: the entry is marked as
     # running in this thread (a ctx call from inside it is refused), and only
     # an ``Exception`` is handled; a BaseException passes straight through.
-    started = run.now()
+    started = run.clock.now()
     if run.hook is not no_fault:
         run.hook(f"before_{kind}", run.task_id, seq, name)
     if run.observing:
@@ -347,14 +353,20 @@ def _completed(
         run.hook(f"{kind}_returned", run.task_id, seq, name)
     # Encoding fails before anything is written, with the step named.
     output = run.encode(value, what)
-    # Positional, built here: this runs once per step, and a call with keywords
-    # costs measurably on that path.
-    run.write(
-        StepRecord(
+    # Built here, every field given, by tuple.__new__ (StepRecord's own __new__
+    # is a Python function with defaults): this runs once per step, and each
+    # call on that path costs measurably. TaskRun.write, inline, for the same reason.
+    step = _new_record(
+        StepRecord,
+        (
             run.task_id, seq, kind, name, "completed", output, attempts, run.attempt,
-            run_attempts, None, None, started, run.now(), deferred, what.fingerprint,
-        )
+            run_attempts, None, None, started, run.clock.now(), deferred, what.fingerprint,
+            None,
+        ),
     )  # fmt: skip
+    if not run.store.record_step(step, run.fence, first=seq not in run.history):
+        run.lost()
+    run.history[seq] = step
     if hooked:
         run.hook(f"after_{kind}", run.task_id, seq, name)
     if run.observing:

@@ -327,7 +327,8 @@ class SQLiteStore(SQLStore):
         # version's wrappers cost a few microseconds a step, measurable here;
         # and a step's first run calls nothing of cairn's outside this file.
         with self._write_lock:
-            conn = self._conn()
+            # _conn, inline: this thread's connection, made on its first use.
+            conn = getattr(self._local, "conn", None) or self._conn()
             try:
                 if first:
                     insert, params = _step_insert(step, fence)
