@@ -25,7 +25,7 @@ from cairn.engine.config import EngineConfig
 from cairn.engine.once import OncePolicy, OnDoubt, Reconcile, once_machine
 from cairn.engine.patches import patched
 from cairn.engine.run import TaskRun, adrive, current, drive, in_event_loop
-from cairn.engine.steps import sleep_machine, step_machine
+from cairn.engine.steps import run_step, sleep_machine, step_machine
 from cairn.engine.waits import Signal, seconds_of, wait_for
 from cairn.errors import ConfigurationError
 from cairn.keys import bounded_key
@@ -103,6 +103,10 @@ def _shown(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+# ctx.once with every default: one policy, made once (it is frozen).
+_PLAIN_ONCE = OncePolicy(retry=NO_RETRY)
+
+
 class Context:
     """Handed to every task function as its first argument."""
 
@@ -174,12 +178,14 @@ class Context:
             raise _misused("ctx.step", name, fn)
         if limit is not None:
             self._run.limits.get(limit)  # an unknown name fails here, replay or not
-        machine = step_machine(
-            self._run, "step", name, fn, args, kwargs, retry or self._default_step_retry, limit
-        )
-        if _is_async(fn):
+        retry = retry or self._default_step_retry
+        # _is_async's fast answer, inline: a plain function (or a bound method,
+        # which hands on its function's __code__) that is not a coroutine's.
+        code = getattr(fn, "__code__", None)
+        if _is_async(fn) if code is None else code.co_flags & inspect.CO_COROUTINE:
+            machine = step_machine(self._run, "step", name, fn, args, kwargs, retry, limit)
             return adrive(machine, self._run.clock)
-        return drive(machine, self._run.clock)
+        return run_step(self._run, "step", name, fn, args, kwargs, retry, limit)
 
     # -- recorded inputs ---------------------------------------------------------
     @overload
@@ -196,10 +202,10 @@ class Context:
         For any value that must be the same on replay: a time window, a fetched
         token, a choice. Not retried: an error propagates and nothing is kept.
         """
-        machine = step_machine(self._run, "input", name, fn, args, kwargs, NO_RETRY)
         if _is_async(fn):
+            machine = step_machine(self._run, "input", name, fn, args, kwargs, NO_RETRY)
             return adrive(machine, self._run.clock)
-        return drive(machine, self._run.clock)
+        return run_step(self._run, "input", name, fn, args, kwargs, NO_RETRY)
 
     def now(self) -> datetime:
         """The current time (tz-aware UTC), recorded: a replay sees the same instant."""
@@ -214,8 +220,7 @@ class Context:
         return self._input("random", _random.random)
 
     def _input(self, name: str, fn: Callable[[], T]) -> T:
-        machine = step_machine(self._run, "input", name, fn, (), {}, NO_RETRY)
-        return drive(machine, self._run.clock)  # type: ignore[no-any-return]
+        return run_step(self._run, "input", name, fn, (), {}, NO_RETRY)  # type: ignore[no-any-return]
 
     # -- side effects, at most once per key ------------------------------------------
     @overload
@@ -268,10 +273,13 @@ class Context:
         it happened; None means call again), or ``on_doubt="retry"`` calls again
         with the same key, or by default ``InDoubtOperation`` stops the task.
         """
-        check_name("operation scope", scope, empty_ok=True)
-        policy = OncePolicy(
-            retry=retry or NO_RETRY, scope=scope, reconcile=reconcile, on_doubt=on_doubt
-        )
+        if retry is None and reconcile is None and scope == "" and on_doubt == "raise":
+            policy = _PLAIN_ONCE  # the defaults: nothing to check, nothing to build
+        else:
+            check_name("operation scope", scope, empty_ok=True)
+            policy = OncePolicy(
+                retry=retry or NO_RETRY, scope=scope, reconcile=reconcile, on_doubt=on_doubt
+            )
         machine = once_machine(self._run, bounded_key(key), fn, args, kwargs, policy)
         if _is_async(fn) or (reconcile is not None and _is_async(reconcile)):
             return adrive(machine, self._run.clock)

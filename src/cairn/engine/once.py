@@ -28,11 +28,10 @@ from datetime import datetime
 from typing import Any, Literal
 
 from cairn.engine.owners import ClaimantState, claimant_state
-from cairn.engine.run import Call, Machine, TaskRun, Wait
-from cairn.engine.steps import entry
+from cairn.engine.run import Call, Machine, TaskRun, Wait, no_fault
 from cairn.errors import CodecError, InDoubtOperation, OperationFailed, StoreUnavailable
 from cairn.retry import Retry, is_permanent
-from cairn.store.records import OperationRecord, StepRecord
+from cairn.store.records import OperationClaim, OperationRecord, StepRecord
 
 OnDoubt = Literal["raise", "retry"]
 Reconcile = Callable[[str], Any]
@@ -103,11 +102,19 @@ def once_machine(
     scope = policy.scope
     used = 0
     started = run.now()
+    hooked = run.hook is not no_fault  # free when no test installed one
     while True:
-        calls = yield from _claim(run, seq, key, policy, started)
+        # The claim nearly every operation gets at once, taken here; anything
+        # else (the key already there) is looked into by _claim.
+        claim = run.claim_operation(scope, key, seq)
+        if claim.claimed:
+            calls: int | _Settled = 1
+        else:
+            calls = yield from _claim(run, seq, key, policy, started, claim)
         if not isinstance(calls, int):
             return calls.value  # the key was settled: its result
-        run.hook("after_claim", run.task_id, seq, key)
+        if hooked:
+            run.hook("after_claim", run.task_id, seq, key)
         run.acting.add((scope, key))
         try:
             if not _still_claimant(run, scope, key, calls):
@@ -121,9 +128,10 @@ def once_machine(
                     raise
                 yield Wait(policy.retry.delay(used))
                 continue
-            run.hook("after_act", run.task_id, seq, key)
+            if hooked:
+                run.hook("after_act", run.task_id, seq, key)
             output = _encoded(run, scope, key, calls, value, what)
-            recorded = _record(run, seq, key, calls, output, started, scope)
+            recorded = _record(run, seq, key, calls, output, started, scope, hooked)
         finally:
             run.acting.discard((scope, key))
         if recorded is not None:
@@ -145,12 +153,22 @@ _LOOK_AGAIN = object()
 
 
 def _claim(
-    run: TaskRun, seq: int, key: str, policy: OncePolicy, started: datetime
+    run: TaskRun,
+    seq: int,
+    key: str,
+    policy: OncePolicy,
+    started: datetime,
+    refused: OperationClaim,
 ) -> Machine[int | _Settled]:
-    """Claim the key for this attempt (its claim number), or find its outcome."""
+    """Claim the key for this attempt (its claim number), or find its outcome,
+    after the claim ``refused`` was not granted."""
     scope = policy.scope
+    given: OperationClaim | None = refused
     while True:
-        claim = run.claim_operation(scope, key, seq)
+        # The refused claim first; each later look (after a wait, or a claimant
+        # that moved meanwhile) claims again.
+        claim = given or run.claim_operation(scope, key, seq)
+        given = None
         if claim.fenced_out:
             run.lost()
         if claim.claimed:
@@ -280,21 +298,22 @@ def _completed_entry(
     run: TaskRun, seq: int, key: str, output: str, calls: int, started: datetime
 ) -> StepRecord:
     """The history entry of a completed operation (``calls``: made by this run)."""
-    return entry(
-        run,
-        seq,
-        "op",
-        key,
-        "completed",
-        output=output,
-        attempts=calls,
-        run_attempts=calls,
-        started_at=started,
-    )
+    # Positional: this runs once per operation.
+    return StepRecord(
+        run.task_id, seq, "op", key, "completed", output, calls, run.attempt, calls,
+        None, None, started, run.now(),
+    )  # fmt: skip
 
 
 def _record(
-    run: TaskRun, seq: int, key: str, calls: int, output: str, started: datetime, scope: str
+    run: TaskRun,
+    seq: int,
+    key: str,
+    calls: int,
+    output: str,
+    started: datetime,
+    scope: str,
+    hooked: bool,
 ) -> _Settled | None:
     """Record claim ``calls`` completed with ``output``, fenced on our task. None
     if the claim was taken from us meanwhile (our task is still ours: look again)."""
@@ -305,7 +324,8 @@ def _record(
         run.record_late_result(scope, key, output)
         run.check_still_ours()
         return None
-    run.hook("after_record", run.task_id, seq, key)
+    if hooked:
+        run.hook("after_record", run.task_id, seq, key)
     return _Settled(run.decode(output, f"operation {key!r}"))
 
 

@@ -2,7 +2,8 @@
 
 ``TaskRun`` holds the fence, the history and the position. Every write of the
 task's history goes through it (``write``, ``start_attempt``, ``finish``, and
-the operation and conversation writes), carrying the fence. A refused write
+the operation and conversation writes; a completed step's record is ``write``
+inline in ``steps._completed``), carrying the fence. A refused write
 means the task is no longer ours: if it was cancelled we raise ``Cancelled``,
 otherwise ``LeaseLost``. Either stops the task at once.
 

@@ -28,11 +28,22 @@ from typing import Any
 from cairn.clock import from_iso, to_iso
 from cairn.engine.changes import changed
 from cairn.engine.permits import acquire, release
-from cairn.engine.run import Call, Machine, TaskRun, Wait, describe_error
+from cairn.engine.run import (
+    Call,
+    Machine,
+    TaskRun,
+    Wait,
+    describe_error,
+    drive,
+    inside_call,
+    no_fault,
+)
 from cairn.retry import Retry
 from cairn.store.records import StepKind, StepRecord, StepStatus
 
 _SELF_DECODING = frozenset({int, str, bool, type(None)})
+# A record from all its fields, without StepRecord.__new__'s Python frame.
+_new_record = tuple.__new__
 
 
 class EntryLabel:
@@ -132,19 +143,121 @@ def step_machine(
     if seq is None:
         seq = run.next_seq()
     record = run.replayed(seq, kind, name)
+    what = _label(kind, name, seq, fn, fingerprint)
+    if record is not None and record.status == "completed":
+        record = _unless_changed(run, record, what)
+        if record.status == "completed":
+            return run.decode(record.output or "null", what)
+    spent, pause = _resumed(run, record)
+    return (yield from _calls(run, what, fn, args, kwargs, retry, limit, spent, pause))
+
+
+def run_step(
+    run: TaskRun,
+    kind: StepKind,
+    name: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    retry: Retry,
+    limit: str | None = None,
+) -> Any:
+    """``step_machine`` for a sync function, run to its end in this thread.
+
+    The cases nearly every step is in, a replay and a first call that returns,
+    are taken here without a generator, a driver loop and a ``Call`` between
+    them. The others (a shared limit, a record to resume from, a call that
+    raised and is retried) go on in the machine's own ``_calls`` loop.
+    """
+    seq = run.next_seq()
+    record = run.replayed(seq, kind, name)
+    # _label, inline (a call costs more than what it does).
+    fingerprint = None
+    if kind == "step":
+        fingerprint = _FINGERPRINTS.get(getattr(fn, "__code__", None)) or fingerprint_of(fn)  # type: ignore[arg-type]
+    what = EntryLabel(kind, name, seq, fingerprint)
+    if record is not None:
+        if record.status == "completed":
+            # _unless_changed, its common answer inline: the code is unchanged.
+            if record.fingerprint != fingerprint:
+                record = _unless_changed(run, record, what)
+            if record.status == "completed":
+                return run.decode(record.output or "null", what)
+        spent, pause = _resumed(run, record)
+        return drive(_calls(run, what, fn, args, kwargs, retry, limit, spent, pause), run.clock)
+    if limit is not None:
+        machine = _calls(run, what, fn, args, kwargs, retry, limit, _Spent(0, 0, 0.0, False), None)
+        return drive(machine, run.clock)
+    # The first call, as ``drive`` performs a ``Call``: the entry is marked as
+    # running in this thread (a ctx call from inside it is refused), and only
+    # an ``Exception`` is handled; a BaseException passes straight through.
+    started = run.clock.now()
+    if run.hook is not no_fault:
+        run.hook(f"before_{kind}", run.task_id, seq, name)
+    if run.observing:
+        run.observe("call_started", seq, kind, name, call=1)
+    token = inside_call.set((run, what))
+    try:
+        value = fn(*args, **kwargs)
+    except Exception as exc:
+        inside_call.reset(token)
+        spent = _Spent(0, 0, 0.0, False)
+        pause = _failed_call(run, what, exc, retry, spent, started)
+        if pause is None:
+            raise
+        return drive(_calls(run, what, fn, args, kwargs, retry, limit, spent, pause), run.clock)
+    except BaseException:
+        inside_call.reset(token)
+        raise
+    inside_call.reset(token)
+    return _completed(run, what, value, 1, 1, 0.0, started)
+
+
+def _label(
+    kind: StepKind, name: str, seq: int, fn: Callable[..., Any], fingerprint: str | None
+) -> EntryLabel:
+    """The entry's label, with a step's fingerprint (its function's code)."""
     if fingerprint is None and kind == "step":
         # fingerprint_of's lookup, inline: a call costs more than the lookup itself.
         fingerprint = _FINGERPRINTS.get(getattr(fn, "__code__", None)) or fingerprint_of(fn)  # type: ignore[arg-type]
-    what = EntryLabel(kind, name, seq, fingerprint)
-    if record is not None and record.status == "completed":
-        recorded = record.fingerprint
-        if recorded != fingerprint and recorded is not None and fingerprint is not None:
-            record = changed(run, record, what)
-        if record.status == "completed":
-            return run.decode(record.output or "null", what)
+    return EntryLabel(kind, name, seq, fingerprint)
+
+
+def _unless_changed(run: TaskRun, record: StepRecord, what: EntryLabel) -> StepRecord:
+    """The completed ``record``, or what the task's ``on_change`` policy makes of
+    it when its entry's code changed since it was recorded."""
+    recorded = record.fingerprint
+    fingerprint = what.fingerprint
+    if recorded != fingerprint and recorded is not None and fingerprint is not None:
+        return changed(run, record, what)
+    return record
+
+
+def _resumed(run: TaskRun, record: StepRecord | None) -> tuple[_Spent, float | None]:
+    """What the step has spent, and the seconds left to wait before its next
+    call when a crash came during a retry's backoff (None: call at once)."""
     spent = _Spent.resumed(run, record)
     if record is not None and record.retry_at is not None and spent.same_attempt:
-        yield Wait(max(0.0, (record.retry_at - run.now()).total_seconds()))
+        return spent, max(0.0, (record.retry_at - run.now()).total_seconds())
+    return spent, None
+
+
+def _calls(
+    run: TaskRun,
+    what: EntryLabel,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    retry: Retry,
+    limit: str | None,
+    spent: _Spent,
+    pause: float | None,
+) -> Machine[Any]:
+    """Call ``fn`` until it returns or the retry policy gives up, recording each
+    call; wait ``pause`` seconds first if it is not None."""
+    seq, kind, name = what.seq, what.kind, what.name
+    if pause is not None:
+        yield Wait(pause)
     while True:
         started = run.now()
         run.hook(f"before_{kind}", run.task_id, seq, name)
@@ -162,7 +275,9 @@ def step_machine(
                 raise
             yield Wait(pause)
             continue
-        return _completed(run, what, value, spent, started)
+        spent.total += 1
+        spent.used += 1
+        return _completed(run, what, value, spent.total, spent.used, spent.deferred, started)
 
 
 class _Spent:
@@ -220,19 +335,42 @@ def _call_failed(
     )
 
 
-def _completed(run: TaskRun, what: EntryLabel, value: Any, spent: _Spent, started: datetime) -> Any:
-    """Record a call that returned, and hand back what a replay would return."""
+def _completed(
+    run: TaskRun,
+    what: EntryLabel,
+    value: Any,
+    attempts: int,
+    run_attempts: int,
+    deferred: float,
+    started: datetime,
+) -> Any:
+    """Record a call that returned (the ``attempts``-th in all, ``run_attempts``-th
+    of this task attempt), and hand back what a replay would return."""
     seq, kind, name = what.seq, what.kind, what.name
+    hooked = run.hook is not no_fault  # free when no test installed one
     # The at-least-once window: the work is done, nothing is recorded yet.
-    run.hook(f"{kind}_returned", run.task_id, seq, name)
+    if hooked:
+        run.hook(f"{kind}_returned", run.task_id, seq, name)
     # Encoding fails before anything is written, with the step named.
     output = run.encode(value, what)
-    spent.total += 1
-    spent.used += 1
-    run.write(_attempt_entry(run, what, "completed", spent, started, output=output))
-    run.hook(f"after_{kind}", run.task_id, seq, name)
+    # Built here, every field given, by tuple.__new__ (StepRecord's own __new__
+    # is a Python function with defaults): this runs once per step, and each
+    # call on that path costs measurably. TaskRun.write, inline, for the same reason.
+    step = _new_record(
+        StepRecord,
+        (
+            run.task_id, seq, kind, name, "completed", output, attempts, run.attempt,
+            run_attempts, None, None, started, run.clock.now(), deferred, what.fingerprint,
+            None,
+        ),
+    )  # fmt: skip
+    if not run.store.record_step(step, run.fence, first=seq not in run.history):
+        run.lost()
+    run.history[seq] = step
+    if hooked:
+        run.hook(f"after_{kind}", run.task_id, seq, name)
     if run.observing:
-        run.observe("call_returned", seq, kind, name, call=spent.total, value=value)
+        run.observe("call_returned", seq, kind, name, call=attempts, value=value)
     # Hand back the decoded value, so the first run sees exactly what a replay
     # would: the two can never behave differently. Immutable plain scalars
     # decode to themselves, so they skip the round trip.

@@ -35,6 +35,8 @@ from cairn.store.sqlcore import Tx
 from cairn.store.sqltransfer import SQLTransfer
 
 ENQUEUE_CHUNK = 500
+# The answer to a claim that was granted: frozen, so one serves every claim.
+CLAIMED = OperationClaim(claimed=True, record=None)
 
 
 class ClaimStatement(NamedTuple):
@@ -73,6 +75,12 @@ def _write_chunk(
     if inserted and announce:
         tx.exec(announce)  # idle workers wake at commit instead of at their next poll
     return inserted
+
+
+def clean_step(step: StepRecord) -> bool:
+    """True if ``step``'s error, retry_at, deferred and kept hold their column
+    defaults, so ``sql.INSERT_CLEAN_STEP`` writes the same row as ``INSERT_STEP``."""
+    return step.error is None and step.retry_at is None and not step.deferred and step.kept is None
 
 
 class SQLStore(SQLAdmin, SQLTransfer):
@@ -334,15 +342,40 @@ class SQLStore(SQLAdmin, SQLTransfer):
             fence,
         )
 
+    def _clean_step_params(self, step: StepRecord, fence: int) -> tuple[Any, ...]:
+        """The parameters of ``sql.INSERT_CLEAN_STEP``, for a ``clean_step``."""
+        return (
+            step.task_id,
+            step.seq,
+            step.kind,
+            step.name,
+            step.status,
+            step.output,
+            step.attempts,
+            step.task_attempt,
+            step.run_attempts,
+            self._ts(step.started_at),
+            self._ts(step.finished_at),
+            step.fingerprint,
+            step.task_id,
+            fence,
+        )
+
+    def _step_insert(self, step: StepRecord, fence: int) -> tuple[str, tuple[Any, ...]]:
+        """The fenced insert of ``step`` at a new position, and its parameters."""
+        if clean_step(step):
+            return sql.INSERT_CLEAN_STEP, self._clean_step_params(step, fence)
+        return sql.INSERT_STEP, self._step_params(step, fence)
+
     def record_step(self, step: StepRecord, fence: int, *, first: bool = False) -> bool:
-        params = self._step_params(step, fence)
         with self._writing():
             if first:
+                insert, params = self._step_insert(step, fence)
                 try:
-                    return self._exec(sql.INSERT_STEP, params).rowcount == 1
+                    return self._exec(insert, params).rowcount == 1
                 except DuplicateRow:
                     pass  # the position was written after all: fall back to the upsert
-            return self._exec(sql.UPSERT_STEP, params).rowcount == 1
+            return self._exec(sql.UPSERT_STEP, self._step_params(step, fence)).rowcount == 1
 
     def note_worker(self, owner: str, versions: str, now: datetime) -> None:
         with self._writing():
@@ -402,7 +435,7 @@ class SQLStore(SQLAdmin, SQLTransfer):
         params = (scope, key, task_id, seq, fence, stamp, stamp, stamp, task_id, fence)
         with self._writing():
             if self._exec(sql.CLAIM_OP, params).rowcount == 1:
-                return OperationClaim(claimed=True, record=None)
+                return CLAIMED
             existing = self.get_operation(scope, key)
         return OperationClaim(claimed=False, record=existing, fenced_out=existing is None)
 

@@ -32,7 +32,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, NoReturn, TypeVar
 
@@ -326,16 +326,17 @@ class SQLiteStore(SQLStore):
         # The per-step write, straight to this thread's connection: the shared
         # version's wrappers cost a few microseconds a step, measurable here;
         # and a step's first run calls nothing of cairn's outside this file.
-        params = _step_params(step, fence)
         with self._write_lock:
-            conn = self._conn()
+            # _conn, inline: this thread's connection, made on its first use.
+            conn = getattr(self._local, "conn", None) or self._conn()
             try:
                 if first:
+                    insert, params = _step_insert(step, fence)
                     try:
-                        return conn.execute(sql.INSERT_STEP, params).rowcount == 1
+                        return conn.execute(insert, params).rowcount == 1
                     except sqlite3.IntegrityError:
                         pass  # the position was written after all: fall back to the upsert
-                return conn.execute(sql.UPSERT_STEP, params).rowcount == 1
+                return conn.execute(sql.UPSERT_STEP, _step_params(step, fence)).rowcount == 1
             except sqlite3.Error as exc:
                 self._failed(exc)
             except UnicodeEncodeError as exc:
@@ -379,12 +380,8 @@ def _rollback(conn: sqlite3.Connection) -> None:
             conn.execute(_ROLLBACK)
 
 
-def _stamp(moment: datetime) -> str:
-    """``to_iso`` for the clock's own UTC times, inline; any other goes to it."""
-    if moment.tzinfo is not UTC:
-        return to_iso(moment)
-    text = moment.isoformat()
-    return f"{text[:19]}.000000{text[19:]}" if moment.microsecond == 0 else text
+# The clock's times as text: to_iso itself, named for the step write's params.
+_stamp = to_iso
 
 
 def _step_params(step: StepRecord, fence: int) -> tuple[Any, ...]:
@@ -407,6 +404,34 @@ def _step_params(step: StepRecord, fence: int) -> tuple[Any, ...]:
         step.deferred,
         step.fingerprint,
         step.kept,
+        step.task_id,
+        fence,
+    )
+
+
+def _step_insert(step: StepRecord, fence: int) -> tuple[str, tuple[Any, ...]]:
+    """``SQLStore._step_insert``, with its timestamps written inline."""
+    # clean_step, inline: this runs once per step.
+    if (
+        step.error is not None
+        or step.retry_at is not None
+        or step.deferred
+        or step.kept is not None
+    ):
+        return sql.INSERT_STEP, _step_params(step, fence)
+    return sql.INSERT_CLEAN_STEP, (
+        step.task_id,
+        step.seq,
+        step.kind,
+        step.name,
+        step.status,
+        step.output,
+        step.attempts,
+        step.task_attempt,
+        step.run_attempts,
+        _stamp(step.started_at),
+        _stamp(step.finished_at),
+        step.fingerprint,
         step.task_id,
         fence,
     )
