@@ -84,6 +84,7 @@ class Cairn:
         on_change: ChangePolicy = "fail",
         rerun_models: bool = False,
         version: str | None = None,
+        group_commit: bool = True,
     ) -> None:
         if isinstance(store, str):
             check_store_url(store)  # a malformed URL is refused here, not at first use
@@ -116,6 +117,8 @@ class Cairn:
         # Whether on_change='rerun' may send a ctx.llm_call again (it costs money).
         self.rerun_models = rerun_models
         self._version = None if version is None else check_name("version", version)
+        # Whether tasks' step writes that meet share one commit (docs/architecture.md).
+        self.group_commit = group_commit
 
     # -- the store -----------------------------------------------------------------
     @property
@@ -280,6 +283,7 @@ class Cairn:
             on_change=self.on_change,
             rerun_models=self.rerun_models,
             version=self.version,
+            group_commit=self.group_commit,
         )
 
     def _context_for(self, run: TaskRun) -> Context:

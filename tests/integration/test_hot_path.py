@@ -22,8 +22,15 @@ from cairn import Cairn, Context
 PACKAGE = Path(cairn.__file__).parent
 
 # What one step's first run may touch: the context hands the call to the step
-# machine, TaskRun writes the record, the backend commits it.
-FIRST_RUN = {"context.py", "engine/steps.py", "engine/run.py", "store/sqlite.py"}
+# machine, TaskRun writes the record through the store's group-commit queue
+# (alone, it goes straight on), the backend commits it.
+FIRST_RUN = {
+    "context.py",
+    "engine/steps.py",
+    "engine/run.py",
+    "store/groupcommit.py",
+    "store/sqlite.py",
+}
 # A replay reads the record already loaded with the history: no store at all.
 REPLAY = {"context.py", "engine/steps.py", "engine/run.py"}
 
@@ -47,10 +54,10 @@ def files_entered(action: Callable[[], Any]) -> set[str]:
     return seen
 
 
-def test_a_first_run_step_on_sqlite_visits_four_files(tmp_path: Path) -> None:
+def test_a_first_run_step_on_sqlite_visits_five_files(tmp_path: Path) -> None:
     """A step run for the first time (an int result, on SQLite with the default
-    blob store beside it) enters only the context, the step machine, TaskRun and
-    the SQLite backend."""
+    blob store beside it) enters only the context, the step machine, TaskRun,
+    the group-commit queue and the SQLite backend."""
     app = Cairn(f"sqlite:///{tmp_path / 'c.db'}")
     traced: list[set[str]] = []
 

@@ -28,7 +28,7 @@ from typing import Any
 from cairn.clock import from_iso, to_iso
 from cairn.engine.changes import changed
 from cairn.engine.permits import acquire, release
-from cairn.engine.run import Call, Machine, TaskRun, Wait, describe_error
+from cairn.engine.run import Call, Machine, Persist, TaskRun, Wait, describe_error
 from cairn.retry import Retry
 from cairn.store.records import StepKind, StepRecord, StepStatus
 
@@ -162,7 +162,7 @@ def step_machine(
                 raise
             yield Wait(pause)
             continue
-        return _completed(run, what, value, spent, started)
+        return (yield from _completed(run, what, value, spent, started))
 
 
 class _Spent:
@@ -220,7 +220,9 @@ def _call_failed(
     )
 
 
-def _completed(run: TaskRun, what: EntryLabel, value: Any, spent: _Spent, started: datetime) -> Any:
+def _completed(
+    run: TaskRun, what: EntryLabel, value: Any, spent: _Spent, started: datetime
+) -> Machine[Any]:
     """Record a call that returned, and hand back what a replay would return."""
     seq, kind, name = what.seq, what.kind, what.name
     # The at-least-once window: the work is done, nothing is recorded yet.
@@ -229,7 +231,12 @@ def _completed(run: TaskRun, what: EntryLabel, value: Any, spent: _Spent, starte
     output = run.encode(value, what)
     spent.total += 1
     spent.used += 1
-    run.write(_attempt_entry(run, what, "completed", spent, started, output=output))
+    # Yielded, not called: an async task awaits its commit (group commit).
+    yield Persist(
+        TaskRun.write,
+        (run, _attempt_entry(run, what, "completed", spent, started, output=output)),
+        {},
+    )
     run.hook(f"after_{kind}", run.task_id, seq, name)
     if run.observing:
         run.observe("call_returned", seq, kind, name, call=spent.total, value=value)
