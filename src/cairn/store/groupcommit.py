@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from cairn.store.records import StepRecord
-from cairn.store.stepbatch import Verdict, batch_writer
+from cairn.store.stepbatch import Verdict, batch_writer, leaders_for
 
 # The commit thread waits this long for work before it ends (a new one starts
 # with the next async write): it never delays a write, it only lets an idle
@@ -47,9 +47,13 @@ _IDLE_SECONDS = 2.0
 
 class PendingStep:
     """One task's step write, queued: what to write, and (once committed) its
-    verdict: True (written), False (the fence moved) or the error to raise."""
+    verdict: True (written), False (the fence moved) or the error to raise.
 
-    __slots__ = ("first", "fence", "future", "loop", "step", "verdict")
+    A thread's write carries a ``gate``, a lock held until the write is settled
+    or its thread is handed the lead; an async task's carries its loop and the
+    future it awaits."""
+
+    __slots__ = ("fence", "first", "future", "gate", "loop", "step", "summoned", "verdict")
 
     def __init__(
         self,
@@ -65,6 +69,11 @@ class PendingStep:
         self.loop = loop
         self.future = future
         self.verdict: Verdict | None = None
+        self.gate: threading.Lock | None = None
+        self.summoned = False  # its thread was handed the lead (once at most)
+        if loop is None:
+            self.gate = threading.Lock()
+            self.gate.acquire()
 
     def outcome(self) -> bool:
         verdict = self.verdict
@@ -74,7 +83,13 @@ class PendingStep:
 
 
 class Coalescer:
-    """The queue of one store's step writes, and who commits it next."""
+    """The queue of one store's step writes, and who commits it next.
+
+    At most ``leaders`` commits run at once (``_leading`` counts them): one on
+    SQLite, whose file has one writer at a time; up to the pool's size on
+    PostgreSQL, whose connections commit in parallel. A lead passes straight
+    from one committer to the next (see ``_hand_over``), so a queue is never
+    left without someone to commit it."""
 
     def __init__(self, store: Any) -> None:
         self._store = store
@@ -82,9 +97,11 @@ class Coalescer:
         if write is None:
             raise TypeError(f"{type(store).__name__} cannot write a batch of steps")
         self._write = write
+        self._max_leading = leaders_for(store)
         self._cond = threading.Condition(threading.Lock())
         self._queue: list[PendingStep] = []
-        self._leading = False  # a commit is under way (by a thread or the commit thread)
+        self._leading = 0
+        self._helper_leads = False  # the commit thread holds one of the leads
         self._helper: threading.Thread | None = None
         self._helper_wanted = False
         # How many transactions held more than one write, and how many writes
@@ -96,43 +113,45 @@ class Coalescer:
     def record(self, step: StepRecord, fence: int, first: bool) -> bool:
         """Write ``step`` under ``fence`` and return once it is committed: True,
         or False if the fence moved (the store's ``record_step`` contract)."""
-        cond = self._cond
-        with cond:
-            if not self._leading:
-                self._leading = True
+        with self._cond:
+            if self._leading < self._max_leading:
+                self._leading += 1
                 pending = None
             else:
                 pending = PendingStep(step, fence, first)
                 self._queue.append(pending)
-                while pending.verdict is None and self._leading:
-                    cond.wait()
-                if pending.verdict is not None:
-                    return pending.outcome()
-                # The last commit ended without ours: we commit the queue now.
-                self._leading = True
-                batch, self._queue = self._queue, []
         if pending is None:
+            # Nobody is committing: this write goes alone, at once.
             try:
                 return bool(self._store.record_step(step, fence, first=first))
             finally:
                 self._hand_over()
-        try:
-            self._commit(batch)
-        finally:
-            self._hand_over()
+        assert pending.gate is not None
+        pending.gate.acquire()  # released when it is settled, or handed the lead
+        if pending.verdict is None:
+            # We lead now: commit everything queued, ours among it (unless the
+            # commit thread took it meanwhile: then we wait for its verdict).
+            with self._cond:
+                batch, self._queue = self._queue, []
+            try:
+                self._commit(batch)
+            finally:
+                self._hand_over()
+            if pending.verdict is None:
+                pending.gate.acquire()
         return pending.outcome()
 
     # -- an async task's write --------------------------------------------------------
     async def arecord(self, step: StepRecord, fence: int, first: bool) -> bool:
-        """``record``, awaited: the commit runs on this store's commit thread,
-        and the event loop runs other tasks meanwhile."""
+        """``record``, awaited: the commit runs on this store's commit thread (or
+        a thread leading already), and the event loop runs other tasks meanwhile."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bool] = loop.create_future()
         pending = PendingStep(step, fence, first, loop, future)
         with self._cond:
             self._queue.append(pending)
-            if not self._leading:
-                self._leading = True
+            if not self._helper_leads and self._leading < self._max_leading:
+                self._leading += 1
                 self._wake_helper()
         return await future
 
@@ -158,22 +177,27 @@ class Coalescer:
             _settle(pending, verdict)
 
     def _hand_over(self) -> None:
-        """End this commit: wake the threads waiting for theirs, and make sure
-        a queue left behind is committed next (by a queued thread, which the
-        wake-up lets lead, or by the commit thread for async writes alone)."""
+        """A thread's commit ended: pass the lead to a queued thread (it commits
+        the queue), or to the commit thread when only async writes wait, or
+        let it go when the queue is empty."""
         with self._cond:
-            self._leading = False
-            if self._queue:
-                if any(p.loop is None for p in self._queue):
-                    pass  # a queued thread wakes below, finds nobody leading, and leads
-                else:
-                    self._leading = True
-                    self._wake_helper()
-            self._cond.notify_all()
+            successor = next(
+                (p for p in self._queue if p.gate is not None and not p.summoned), None
+            )
+            if successor is not None:
+                successor.summoned = True
+            elif self._queue and not self._helper_leads:
+                self._wake_helper()
+            else:
+                self._leading -= 1  # nothing queued, or the commit thread drains it
+        if successor is not None:
+            assert successor.gate is not None
+            successor.gate.release()
 
     # -- the commit thread, for async writes -------------------------------------------------
     def _wake_helper(self) -> None:
-        """Ask the commit thread to commit the queue (held: ``_cond``)."""
+        """Hand the lead to the commit thread (held: ``_cond``)."""
+        self._helper_leads = True
         self._helper_wanted = True
         if self._helper is None:
             self._helper = threading.Thread(
@@ -182,11 +206,11 @@ class Coalescer:
             )  # fmt: skip
             self._helper.start()
         else:
-            self._cond.notify_all()
+            self._cond.notify()
 
     def _helper_round(self) -> bool:
-        """Commit the queue until it is empty (we lead already); False when
-        there was nothing to do for ``_IDLE_SECONDS`` and the thread ends."""
+        """Wait for the lead, then commit the queue until it is empty; False
+        when no lead came for ``_IDLE_SECONDS`` and the thread ends."""
         with self._cond:
             while not self._helper_wanted:
                 if not self._cond.wait(_IDLE_SECONDS) and not self._helper_wanted:
@@ -197,14 +221,12 @@ class Coalescer:
             with self._cond:
                 batch, self._queue = self._queue, []
                 if not batch:
-                    self._leading = False
-                    self._cond.notify_all()
+                    self._helper_leads = False
+                    self._leading -= 1
                     return True
             # Every write of the batch is settled, whatever _commit raises.
             with contextlib.suppress(BaseException):
                 self._commit(batch)
-            with self._cond:
-                self._cond.notify_all()  # threads whose writes were in it
 
 
 def _helper_main(ref: weakref.ReferenceType[Coalescer]) -> None:
@@ -226,14 +248,14 @@ def _settle_solo(store: Any, pending: PendingStep) -> None:
 
 
 def _settle(pending: PendingStep, verdict: Verdict) -> None:
-    """Give ``pending`` its verdict, and wake its coroutine if it has one (a
-    thread's waiter is woken by ``_hand_over``)."""
+    """Give ``pending`` its verdict, and wake its thread or its coroutine."""
     pending.verdict = verdict
-    if pending.loop is not None and pending.future is not None:
-        try:
+    if pending.gate is not None:
+        pending.gate.release()
+    elif pending.loop is not None and pending.future is not None:
+        # A closed event loop refuses it: nobody is waiting for it any more.
+        with contextlib.suppress(RuntimeError):
             pending.loop.call_soon_threadsafe(_resolve, pending.future, verdict)
-        except RuntimeError:
-            pass  # its event loop has closed: nobody is waiting for it any more
 
 
 def _resolve(future: asyncio.Future[bool], verdict: Verdict) -> None:

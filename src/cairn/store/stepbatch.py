@@ -68,6 +68,14 @@ def batch_writer(store: object) -> BatchWriter | None:
     return None
 
 
+def leaders_for(store: object) -> int:
+    """How many commits of step rows may run at once on ``store``: one on
+    SQLite (one writer per file), one per pooled connection on PostgreSQL."""
+    if isinstance(store, PostgresStore):
+        return max(1, store.pool_size)
+    return 1
+
+
 def each_alone(store: Any, batch: Sequence[QueuedStep]) -> list[Verdict]:
     """Every write of ``batch`` in its own transaction, with its own answer."""
     verdicts: list[Verdict] = []
