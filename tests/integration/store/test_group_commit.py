@@ -62,20 +62,25 @@ def step_of(task: TaskRecord, seq: int = 1, output: str = "1") -> StepRecord:
 def writes_blocked(store: Store) -> Iterator[Callable[[], None]]:
     """Hold the store's write lock from another connection; the callable lets go."""
     if isinstance(store, SQLiteStore):
-        conn = sqlite3.connect(store.path, isolation_level=None)
-        conn.execute("BEGIN IMMEDIATE")
-        release: Callable[[], None] = lambda: conn.execute("ROLLBACK")  # noqa: E731
-    else:
-        import psycopg
+        lite = sqlite3.connect(store.path, isolation_level=None)
+        lite.execute("BEGIN IMMEDIATE")
 
-        pg = psycopg.connect(store._conninfo, autocommit=False)  # type: ignore[attr-defined]
-        pg.execute(f"LOCK TABLE {store.schema}.steps IN EXCLUSIVE MODE")  # type: ignore[attr-defined]
-        release = pg.rollback
-        conn = pg  # type: ignore[assignment]
+        def release() -> None:
+            lite.execute("ROLLBACK")
+
+        try:
+            yield release
+        finally:
+            lite.close()
+        return
+    import psycopg
+
+    pg = psycopg.connect(store._conninfo, autocommit=False)  # type: ignore[attr-defined]
     try:
-        yield release
+        pg.execute(f"LOCK TABLE {store.schema}.steps IN EXCLUSIVE MODE")  # type: ignore[attr-defined]
+        yield pg.rollback
     finally:
-        conn.close()
+        pg.close()
 
 
 def queued(group: Coalescer) -> int:
