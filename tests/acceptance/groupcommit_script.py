@@ -53,7 +53,7 @@ def main(store: str, server: str, mode: str, tasks: int, steps: int) -> int:
             _post(f"{server}/done/{ctx.task_id}/{i}")
         return total
 
-    task = app.task(name="gc")(async_task if mode == "async" else sync_task)  # type: ignore[arg-type]
+    task = app.task(name="gc")(async_task if mode == "async" else sync_task)
     with app:
         report = app.run_batch(
             "gc", task, [{"n": n} for n in range(tasks)], concurrency=tasks, progress=False
