@@ -23,6 +23,8 @@ import argparse
 import asyncio
 import os
 import sqlite3
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -80,6 +82,70 @@ def raw_postgres(url: str, commits: int) -> float:
         elapsed = time.perf_counter() - started
         conn.execute("DROP TABLE bench_raw_steps")
     return elapsed / commits
+
+
+# -- worker processes on PostgreSQL -----------------------------------------------------------
+WORKERS = 4
+WORKER_THREADS = 25
+
+
+def fifty(ctx: Context, n: int, steps: int) -> int:
+    """A batch task for the worker processes: ``steps`` trivial steps."""
+    total = 0
+    for i in range(steps):
+        total += ctx.step("s", trivial, i)
+    return total
+
+
+# The apps the worker processes load (``cairn worker bench.group_commit:...``).
+worker_app = Cairn()
+worker_app.task(name="gc_fifty")(fifty)
+worker_app_alone = Cairn(group_commit=False)
+worker_app_alone.task(name="gc_fifty")(fifty)
+
+
+def workers_drain(url: str, on: bool, tasks: int, steps: int) -> float:
+    """Steps/s of ``WORKERS`` worker processes of ``WORKER_THREADS`` threads
+    draining ``tasks`` tasks (the store's first start .. last finish)."""
+    from bench.postgres import PROJECT_ROOT, WorkerProcess, stop_workers, wait_for
+
+    spec = "bench.group_commit:worker_app" if on else "bench.group_commit:worker_app_alone"
+    with Cairn(url) as app, tempfile.TemporaryDirectory() as logs:
+        task = app.task(name="gc_fifty")(fifty)
+        _ = app.store
+        workers = []
+        for i in range(WORKERS):
+            log = Path(logs) / f"worker-{i}.log"
+            command = [
+                sys.executable, "-c", "from cairn.cli import main; main()", "worker", spec,
+                f"--concurrency={WORKER_THREADS}", "--idle-wait=0.2", f"--store={url}",
+            ]  # fmt: skip
+            with log.open("wb") as out:
+                process = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=out, stderr=out)
+            workers.append(WorkerProcess(process, log))
+        try:
+            wait_for("starting", lambda: all("at a time" in w.text() for w in workers), workers)
+            app.enqueue("bench", task, [{"n": n, "steps": steps} for n in range(tasks)])
+            wait_for(
+                "draining the batch",
+                lambda: app.store.batch_counts("bench").get("completed") == tasks,
+                workers,
+            )
+        finally:
+            stop_workers(workers)
+    return tasks * steps / _work_seconds_of(url, tasks)
+
+
+def _work_seconds_of(url: str, tasks: int) -> float:
+    from cairn.store import admin
+
+    with Cairn(url) as app:
+        [summary] = admin(app.store).batch_summaries("bench")
+    if summary.counts != {"completed": tasks}:
+        raise SystemExit(f"the batch did not complete: {summary.counts}")
+    assert summary.first_started_at is not None
+    assert summary.last_finished_at is not None
+    return (summary.last_finished_at - summary.first_started_at).total_seconds()
 
 
 # -- cairn ----------------------------------------------------------------------------------
@@ -168,6 +234,30 @@ def run(
     return list(rows.values()), floors
 
 
+def run_workers(url: str, runs: int, tasks: int, steps: int) -> tuple[list[Row], list[float]]:
+    """``WORKERS`` worker processes, group commit on and off, each round
+    against the raw commit floor measured in that round."""
+    rows = {
+        on: Row(
+            f"{WORKERS} workers x {WORKER_THREADS} threads, group commit {'on' if on else 'off'}",
+            [],
+            [],
+            [],
+        )
+        for on in (True, False)
+    }
+    floors: list[float] = []
+    for round_ in range(runs):
+        latency = raw_postgres(url, 500)
+        floors.append(latency)
+        for on, row in rows.items():
+            rate = workers_drain(f"{url}?schema=gcw_{round_}_{int(on)}", on, tasks, steps)
+            row.rates.append(rate)
+            row.ratios.append(rate * latency)
+            row.shares.append(float("nan"))
+    return list(rows.values()), floors
+
+
 def report(title: str, rows: Sequence[Row], floors: Sequence[float]) -> str:
     lines = [
         [
@@ -175,7 +265,7 @@ def report(title: str, rows: Sequence[Row], floors: Sequence[float]) -> str:
             f"{median(row.rates):.0f}",
             f"{min(row.rates):.0f}..{max(row.rates):.0f}",
             fmt_ratio(median(row.ratios)),
-            f"{median(row.shares):.0%}",
+            "-" if row.shares[0] != row.shares[0] else f"{median(row.shares):.0%}",
         ]
         for row in rows
     ]
@@ -228,7 +318,9 @@ def main(
                 return f"{url}?schema=gc_{next(schemas)}"
 
             rows, floors = run(pg_store, lambda: raw_postgres(url, 500), runs, tasks, steps, None)
-        out.append(report("PostgreSQL (this machine's server)", rows, floors))
+            more, more_floors = run_workers(url, runs, tasks, steps)
+        out.append(report("PostgreSQL (this machine's server), one process", rows, floors))
+        out.append(report("PostgreSQL, worker processes", more, more_floors))
     out.append(f"load {os.getloadavg()[0]:.1f} at end")
     return "\n".join(out)
 

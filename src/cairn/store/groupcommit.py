@@ -173,8 +173,7 @@ class Coalescer:
                 if pending.verdict is None:
                     _settle(pending, exc)
             raise
-        for pending, verdict in zip(batch, verdicts, strict=True):
-            _settle(pending, verdict)
+        _settle_all(batch, verdicts)
 
     def _hand_over(self) -> None:
         """A thread's commit ended: pass the lead to a queued thread (it commits
@@ -256,6 +255,26 @@ def _settle(pending: PendingStep, verdict: Verdict) -> None:
         # A closed event loop refuses it: nobody is waiting for it any more.
         with contextlib.suppress(RuntimeError):
             pending.loop.call_soon_threadsafe(_resolve, pending.future, verdict)
+
+
+def _settle_all(batch: Sequence[PendingStep], verdicts: Sequence[Verdict]) -> None:
+    """``_settle`` for a whole batch, waking each event loop once for all of its
+    coroutines (one wake-up of a loop costs a system call)."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[bool], Verdict]]] = {}
+    for pending, verdict in zip(batch, verdicts, strict=True):
+        pending.verdict = verdict
+        if pending.gate is not None:
+            pending.gate.release()
+        elif pending.loop is not None and pending.future is not None:
+            by_loop.setdefault(pending.loop, []).append((pending.future, verdict))
+    for loop, answers in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting
+            loop.call_soon_threadsafe(_resolve_many, answers)
+
+
+def _resolve_many(answers: Sequence[tuple[asyncio.Future[bool], Verdict]]) -> None:
+    for future, verdict in answers:
+        _resolve(future, verdict)
 
 
 def _resolve(future: asyncio.Future[bool], verdict: Verdict) -> None:
