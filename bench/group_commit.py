@@ -211,7 +211,8 @@ def run(
 ) -> tuple[list[Row], list[float]]:
     rows = {
         (mode, on): Row(
-            f"{mode}{' x100' if mode == 'async' else ' x16'}, group commit {'on' if on else 'off'}",
+            f"{mode} x{tasks if mode == 'async' else THREADS}, "
+            f"group commit {'on' if on else 'off'}",
             [],
             [],
             [],
