@@ -12,6 +12,10 @@ Sections (``--only`` picks some):
   resume        resume latency with many finished tasks, and of a crashed task
                 (cairn only)
   workers       multi-worker throughput on PostgreSQL (cairn only)
+  groupcommit   100 async tasks x 50 steps, and 16 threads, in one process, group
+                commit on and off, against 1/(raw commit latency) measured in the
+                same rounds: SQLite (synchronous NORMAL and FULL) and PostgreSQL
+                (cairn only)
 
 The peers come from the ``bench`` extra (``.venv/bin/pip install -e '.[bench]'``);
 a peer that is not installed is skipped with a note. Their tracing/telemetry is
@@ -35,7 +39,7 @@ from pathlib import Path
 from bench import _peers
 from bench._stats import filesystem_of
 
-SECTIONS = ("step", "conversation", "langgraph", "resume", "workers")
+SECTIONS = ("step", "conversation", "langgraph", "resume", "workers", "groupcommit")
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
@@ -118,6 +122,13 @@ def run_section(section: str, args: argparse.Namespace, workdir: Path) -> str:
         from bench import side_langgraph
 
         return side_langgraph.main(workdir, args.runs, args.lg_turns)
+    if section == "groupcommit":
+        from bench import group_commit
+
+        tasks, steps = (20, 10) if args.quick else (100, 50)
+        return group_commit.main(
+            workdir, args.runs, tasks, steps, ["NORMAL", "FULL"], args.postgres_url
+        )
     from bench import side_resume
 
     if section == "resume":

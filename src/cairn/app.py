@@ -65,6 +65,11 @@ class Cairn:
 
     ``Cairn()`` uses the store named by ``$CAIRN_STORE``, else a SQLite file at
     ``./.cairn/cairn.db``. The store is opened on first use, not at import.
+
+    ``group_commit`` (on by default): step writes of this process's tasks that
+    arrive while another commit is under way share the next commit, each still
+    fenced on its own, and none returns before its commit is durable
+    (docs/architecture.md, "Group commit"). ``False`` commits every step alone.
     """
 
     def __init__(
@@ -84,6 +89,7 @@ class Cairn:
         on_change: ChangePolicy = "fail",
         rerun_models: bool = False,
         version: str | None = None,
+        group_commit: bool = True,
     ) -> None:
         if isinstance(store, str):
             check_store_url(store)  # a malformed URL is refused here, not at first use
@@ -116,6 +122,8 @@ class Cairn:
         # Whether on_change='rerun' may send a ctx.llm_call again (it costs money).
         self.rerun_models = rerun_models
         self._version = None if version is None else check_name("version", version)
+        # Whether tasks' step writes that meet share one commit (docs/architecture.md).
+        self.group_commit = group_commit
 
     # -- the store -----------------------------------------------------------------
     @property
@@ -280,6 +288,7 @@ class Cairn:
             on_change=self.on_change,
             rerun_models=self.rerun_models,
             version=self.version,
+            group_commit=self.group_commit,
         )
 
     def _context_for(self, run: TaskRun) -> Context:

@@ -22,9 +22,17 @@ from cairn import Cairn, Context
 PACKAGE = Path(cairn.__file__).parent
 
 # What one step's first run may touch: the context hands the call to the step
-# machine, TaskRun writes the record, the backend commits it, with its two times
+# machine, TaskRun writes the record through the store's group-commit queue
+# (alone, it goes straight on), the backend commits it, with its two times
 # written as text by the clock module (cairn.clock.to_iso: one call either way).
-FIRST_RUN = {"context.py", "engine/steps.py", "engine/run.py", "store/sqlite.py", "clock.py"}
+FIRST_RUN = {
+    "context.py",
+    "engine/steps.py",
+    "engine/run.py",
+    "store/groupcommit.py",
+    "store/sqlite.py",
+    "clock.py",
+}
 # A replay reads the record already loaded with the history: no store at all.
 REPLAY = {"context.py", "engine/steps.py", "engine/run.py"}
 
@@ -48,10 +56,10 @@ def files_entered(action: Callable[[], Any]) -> set[str]:
     return seen
 
 
-def test_a_first_run_step_on_sqlite_visits_five_files(tmp_path: Path) -> None:
+def test_a_first_run_step_on_sqlite_visits_six_files(tmp_path: Path) -> None:
     """A step run for the first time (an int result, on SQLite with the default
     blob store beside it) enters only the context, the step machine, TaskRun,
-    the SQLite backend and the clock's text for times."""
+    the group-commit queue, the SQLite backend and the clock's text for times."""
     app = Cairn(f"sqlite:///{tmp_path / 'c.db'}")
     traced: list[set[str]] = []
 

@@ -20,6 +20,7 @@ from cairn.errors import (
     TimeLimitExceeded,
 )
 from cairn.retry import Retry
+from cairn.store.groupcommit import coalescer_for
 from cairn.store.records import TaskRecord
 
 if TYPE_CHECKING:
@@ -116,6 +117,7 @@ def _prepare(engine: EngineConfig, record: TaskRecord) -> _Prepared:
         limits=engine.limits,
         offloader=engine.offloader,
         engine=engine,
+        group=coalescer_for(engine.store) if engine.group_commit else None,
     )
     run.on_change, run.rerun_models = engine.change_policy(task)
     ctx = engine.make_context(run)

@@ -52,6 +52,7 @@ from cairn.errors import (
     TimeLimitExceeded,
 )
 from cairn.limits import NO_LIMITS, LimitBook
+from cairn.store.groupcommit import Coalescer
 from cairn.store.protocol import Store
 from cairn.store.records import (
     MessageRecord,
@@ -92,6 +93,17 @@ class Wait(NamedTuple):
     """Wait this many seconds (retry backoff, durable sleep)."""
 
     seconds: float
+
+
+class Persist(Call):
+    """Write a history entry under the fence (``Call(TaskRun.write, (run, record))``).
+
+    ``drive`` calls it like any call. ``adrive`` awaits ``TaskRun.awrite``
+    instead, so while the write waits for its commit the event loop runs the
+    process's other tasks, whose writes then share that commit or the next
+    (group commit, ``cairn.store.groupcommit``)."""
+
+    __slots__ = ()
 
 
 Effect = Call | Wait
@@ -146,6 +158,16 @@ async def adrive(machine: Machine[T], clock: Clock) -> T:
         value, error = None, None
         if isinstance(effect, Wait):
             await clock.asleep(effect.seconds)
+            continue
+        if type(effect) is Persist:
+            run, record = effect.args
+            try:
+                await run.awrite(record)
+            except Exception as exc:  # noqa: BLE001 - handed to the machine, as a call's
+                error = exc
+            except BaseException:
+                _close(machine)
+                raise
             continue
         token = None if effect.inside is None else inside_call.set(effect.inside)
         try:
@@ -251,6 +273,9 @@ class TaskRun:
     # A dry replay (cairn check): nothing is called for a recorded position and
     # nothing is written; a position without a completed record stops it.
     checking: bool = False
+    # The store's group-commit queue, when the app has group commit on (None:
+    # each write commits alone, through the store).
+    group: Coalescer | None = None
 
     # Whether the codec is cairn's JSON (inside a blob-store wrapper or not): its
     # ints and null are written here, without a call into the codec.
@@ -362,7 +387,23 @@ class TaskRun:
     def write(self, record: StepRecord) -> None:
         """Record one history entry under the fence."""
         first = record.seq not in self.history
-        if not self.store.record_step(record, self.fence, first=first):
+        group = self.group
+        if group is None:
+            written = self.store.record_step(record, self.fence, first=first)
+        else:
+            written = group.record(record, self.fence, first)
+        if not written:
+            self.lost()
+        self.history[record.seq] = record
+
+    async def awrite(self, record: StepRecord) -> None:
+        """``write``, awaited: with group commit on, the event loop runs other
+        tasks until the commit holding this entry is durable."""
+        group = self.group
+        if group is None:
+            self.write(record)
+            return
+        if not await group.arecord(record, self.fence, record.seq not in self.history):
             self.lost()
         self.history[record.seq] = record
 

@@ -31,6 +31,7 @@ from cairn.engine.permits import acquire, release
 from cairn.engine.run import (
     Call,
     Machine,
+    Persist,
     TaskRun,
     Wait,
     describe_error,
@@ -277,7 +278,10 @@ def _calls(
             continue
         spent.total += 1
         spent.used += 1
-        return _completed(run, what, value, spent.total, spent.used, spent.deferred, started)
+        completed = _completed_machine(
+            run, what, value, spent.total, spent.used, spent.deferred, started
+        )
+        return (yield from completed)
 
 
 class _Spent:
@@ -345,18 +349,57 @@ def _completed(
     started: datetime,
 ) -> Any:
     """Record a call that returned (the ``attempts``-th in all, ``run_attempts``-th
-    of this task attempt), and hand back what a replay would return."""
+    of this task attempt), in this thread, and hand back what a replay would return."""
+    step = _completed_entry(run, what, value, attempts, run_attempts, deferred, started)
+    # TaskRun.write, inline: this runs once per step, and each call costs measurably.
+    group = run.group
+    first = what.seq not in run.history
+    if group is None:
+        written = run.store.record_step(step, run.fence, first=first)
+    else:
+        written = group.record(step, run.fence, first)
+    if not written:
+        run.lost()
+    run.history[what.seq] = step
+    return _handed_back(run, what, value, step)
+
+
+def _completed_machine(
+    run: TaskRun,
+    what: EntryLabel,
+    value: Any,
+    attempts: int,
+    run_attempts: int,
+    deferred: float,
+    started: datetime,
+) -> Machine[Any]:
+    """``_completed`` for the machine: the write is yielded, not called, so an
+    async task awaits its commit (group commit) and its event loop runs on."""
+    step = _completed_entry(run, what, value, attempts, run_attempts, deferred, started)
+    yield Persist(TaskRun.write, (run, step), {})
+    return _handed_back(run, what, value, step)
+
+
+def _completed_entry(
+    run: TaskRun,
+    what: EntryLabel,
+    value: Any,
+    attempts: int,
+    run_attempts: int,
+    deferred: float,
+    started: datetime,
+) -> StepRecord:
+    """The completed entry of a call that returned ``value``, not yet written."""
     seq, kind, name = what.seq, what.kind, what.name
-    hooked = run.hook is not no_fault  # free when no test installed one
     # The at-least-once window: the work is done, nothing is recorded yet.
-    if hooked:
+    if run.hook is not no_fault:  # free when no test installed one
         run.hook(f"{kind}_returned", run.task_id, seq, name)
     # Encoding fails before anything is written, with the step named.
     output = run.encode(value, what)
     # Built here, every field given, by tuple.__new__ (StepRecord's own __new__
     # is a Python function with defaults): this runs once per step, and each
-    # call on that path costs measurably. TaskRun.write, inline, for the same reason.
-    step = _new_record(
+    # call on that path costs measurably.
+    return _new_record(
         StepRecord,
         (
             run.task_id, seq, kind, name, "completed", output, attempts, run.attempt,
@@ -364,19 +407,21 @@ def _completed(
             None,
         ),
     )  # fmt: skip
-    if not run.store.record_step(step, run.fence, first=seq not in run.history):
-        run.lost()
-    run.history[seq] = step
-    if hooked:
+
+
+def _handed_back(run: TaskRun, what: EntryLabel, value: Any, step: StepRecord) -> Any:
+    """After a completed entry is durable: the hooks, and the value to return."""
+    seq, kind, name = what.seq, what.kind, what.name
+    if run.hook is not no_fault:
         run.hook(f"after_{kind}", run.task_id, seq, name)
     if run.observing:
-        run.observe("call_returned", seq, kind, name, call=attempts, value=value)
+        run.observe("call_returned", seq, kind, name, call=step.attempts, value=value)
     # Hand back the decoded value, so the first run sees exactly what a replay
     # would: the two can never behave differently. Immutable plain scalars
     # decode to themselves, so they skip the round trip.
     if type(value) in _SELF_DECODING:
         return value
-    return run.decode(output, what)
+    return run.decode(step.output or "null", what)
 
 
 def _attempt_entry(

@@ -1,0 +1,241 @@
+"""Group commit on each backend: step writes that meet share one transaction,
+each keeps its own fence and its own failure, and nothing is lost.
+
+A queue is made to form deterministically: the test holds the store's write lock
+at the database (a second connection's ``BEGIN IMMEDIATE`` on SQLite, ``LOCK
+TABLE steps`` on PostgreSQL), so the first write blocks inside its commit and
+every later one queues behind it; the test waits until the queue holds them all
+(a condition, never a timer), then lets go. The writes queued meanwhile must
+then commit as exactly one transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from cairn import Cairn, Context
+from cairn.store import Store, open_store
+from cairn.store.groupcommit import Coalescer, coalescer_for
+from cairn.store.records import NewTask, StepRecord, TaskRecord
+from cairn.store.sqlite import SQLiteStore
+from tests.servers import wait_until
+
+WAIT = 30.0  # generous: conditions, not timings
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[Store]:
+    # Two connections at most on PostgreSQL, so two commits run at once and
+    # the rest must queue.
+    url = store_url if store_url.startswith("sqlite") else f"{store_url}?pool_size=2"
+    opened = open_store(url)
+    yield opened
+    opened.close()
+
+
+def claimed(store: Store, count: int) -> list[TaskRecord]:
+    """``count`` new tasks, claimed by this test (each with its own fence)."""
+    now = datetime.now(UTC)
+    store.enqueue([NewTask(f"gc/{i}", "gc", "{}", "json", batch="gc") for i in range(count)], now)
+    tasks = [
+        store.claim_next_pending("gc", "tester", now + timedelta(minutes=5), now)
+        for _ in range(count)
+    ]
+    assert all(task is not None for task in tasks)
+    return [task for task in tasks if task is not None]
+
+
+def step_of(task: TaskRecord, seq: int = 1, output: str = "1") -> StepRecord:
+    now = datetime.now(UTC)
+    return StepRecord(task.id, seq, "step", "s", "completed", output, 1, 1, 1, None, None, now, now)
+
+
+@contextmanager
+def writes_blocked(store: Store) -> Iterator[Callable[[], None]]:
+    """Hold the store's write lock from another connection; the callable lets go."""
+    if isinstance(store, SQLiteStore):
+        lite = sqlite3.connect(store.path, isolation_level=None)
+        lite.execute("BEGIN IMMEDIATE")
+
+        def release() -> None:
+            lite.execute("ROLLBACK")
+
+        try:
+            yield release
+        finally:
+            lite.close()
+        return
+    import psycopg
+
+    pg = psycopg.connect(store._conninfo, autocommit=False)  # type: ignore[attr-defined]
+    try:
+        pg.execute(f"LOCK TABLE {store.schema}.steps IN EXCLUSIVE MODE")  # type: ignore[attr-defined]
+        yield pg.rollback
+    finally:
+        pg.close()
+
+
+def queued(group: Coalescer) -> int:
+    return len(group._queue)
+
+
+def leading(group: Coalescer) -> int:
+    return group._leading
+
+
+def record_in_threads(
+    group: Coalescer, writes: Sequence[tuple[StepRecord, int]]
+) -> tuple[list[threading.Thread], dict[str, Any]]:
+    """Start one thread per write; its verdict (or error) lands in the dict."""
+    verdicts: dict[str, Any] = {}
+
+    def one(step: StepRecord, fence: int) -> None:
+        try:
+            verdicts[step.task_id] = group.record(step, fence, True)
+        except Exception as exc:  # noqa: BLE001 - the verdict under test
+            verdicts[step.task_id] = exc
+
+    threads = [threading.Thread(target=one, args=write) for write in writes]
+    for thread in threads:
+        thread.start()
+    return threads, verdicts
+
+
+def test_threads_share_one_commit_each_fenced_on_its_own(store: Store) -> None:
+    """Writes queued behind a blocked commit commit as one transaction; the one
+    whose fence moved is told so (False) and writes nothing, the others land."""
+    group = coalescer_for(store)
+    assert group is not None
+    tasks = claimed(store, 8)
+    leaders, rest = tasks[: group._max_leading], tasks[group._max_leading :]
+    moved = rest[2]
+    assert store.release_task(moved.id, moved.fence, datetime.now(UTC))  # its fence moves
+    with writes_blocked(store) as release:
+        first, verdicts = record_in_threads(group, [(step_of(t), t.fence) for t in leaders])
+        assert wait_until(lambda: leading(group) == len(leaders), WAIT)
+        later, more = record_in_threads(group, [(step_of(t), t.fence) for t in rest])
+        assert wait_until(lambda: queued(group) == len(rest), WAIT)
+        release()
+        for thread in first + later:
+            thread.join(WAIT)
+    verdicts.update(more)
+    assert (group.batches, group.batched_writes) == (1, len(rest))
+    assert verdicts == {t.id: t is not moved for t in tasks}
+    for task in tasks:
+        assert (1 in store.load_history(task.id)) is (task is not moved)
+
+
+def test_one_tasks_bad_write_fails_only_that_task(store: Store) -> None:
+    """A write the store cannot take (text with a lone surrogate) fails its own
+    task with the error the store gives it alone; the writes sharing its
+    commit land."""
+    group = coalescer_for(store)
+    assert group is not None
+    tasks = claimed(store, 6)
+    leaders, rest = tasks[: group._max_leading], tasks[group._max_leading :]
+    bad = rest[1]
+    writes = [(step_of(t, output='"\ud800"' if t is bad else "1"), t.fence) for t in rest]
+    with writes_blocked(store) as release:
+        first, verdicts = record_in_threads(group, [(step_of(t), t.fence) for t in leaders])
+        assert wait_until(lambda: leading(group) == len(leaders), WAIT)
+        later, more = record_in_threads(group, writes)
+        assert wait_until(lambda: queued(group) == len(rest), WAIT)
+        release()
+        for thread in first + later:
+            thread.join(WAIT)
+    verdicts.update(more)
+    alone = _error_alone(store, writes[1][0], bad.fence)
+    assert type(verdicts.pop(bad.id)) is type(alone)
+    assert verdicts == {t.id: True for t in tasks if t is not bad}
+    for task in tasks:
+        assert (1 in store.load_history(task.id)) is (task is not bad)
+
+
+def test_async_writes_share_one_commit_off_the_event_loop(store: Store) -> None:
+    """Coroutines' writes queue while the commit thread's commit is blocked (the
+    loop keeps running: it is the loop that lets the lock go), then commit as
+    one transaction, each with its own verdict."""
+    group = coalescer_for(store)
+    assert group is not None
+    tasks = claimed(store, 6)
+    moved = tasks[3]
+    assert store.release_task(moved.id, moved.fence, datetime.now(UTC))
+
+    async def main(release: Callable[[], None]) -> list[bool]:
+        def write(task: TaskRecord) -> asyncio.Future[bool]:
+            return asyncio.ensure_future(group.arecord(step_of(task), task.fence, True))
+
+        async def until(condition: Callable[[], bool]) -> None:
+            while not condition():
+                await asyncio.sleep(0.001)  # real-sleep-ok: polling; the loop stays live
+
+        writes = [write(tasks[0])]
+        await until(lambda: group._helper_leads and queued(group) == 0)  # taken, blocked
+        writes += [write(t) for t in tasks[1:]]
+        await until(lambda: queued(group) == len(tasks) - 1)
+        release()
+        return list(await asyncio.gather(*writes))
+
+    with writes_blocked(store) as release:
+        verdicts = asyncio.run(asyncio.wait_for(main(release), WAIT))
+    assert verdicts == [t is not moved for t in tasks]
+    assert (group.batches, group.batched_writes) == (1, len(tasks) - 1)
+    for task in tasks:
+        assert (1 in store.load_history(task.id)) is (task is not moved)
+
+
+def test_many_async_tasks_record_every_step(store_url: str) -> None:
+    """Thirty async tasks of five steps at concurrency 30, group commit on: every
+    task completes with the right result and every step row is in the store."""
+    with Cairn(store_url) as app:
+
+        @app.task
+        async def counting(ctx: Context, n: int) -> int:
+            total = 0
+            for i in range(5):
+                total += await ctx.step("s", _plus, n, i)
+            return total
+
+        report = app.run_batch(
+            "many", counting, [{"n": n} for n in range(30)], concurrency=30, progress=False
+        )
+        assert report.counts == {"completed": 30}
+        for n in range(30):
+            task_id = f"many/n={n}"
+            assert app.result(task_id) == 5 * n + 10
+            assert sorted(app.store.load_history(task_id)) == [1, 2, 3, 4, 5]
+
+
+def test_group_commit_off_writes_each_step_alone(store_url: str) -> None:
+    """``Cairn(group_commit=False)``: steps are written straight through the
+    store, and no queue is ever made for it."""
+    with Cairn(store_url, group_commit=False) as app:
+
+        @app.task
+        def two(ctx: Context) -> int:
+            return int(ctx.step("a", lambda: 1) + ctx.step("b", lambda: 2))
+
+        assert app.run(two) == 3
+        assert getattr(app.store, "_group_commit", None) is None
+
+
+def _error_alone(store: Store, step: StepRecord, fence: int) -> BaseException:
+    """What the store raises for ``step`` written alone, without group commit."""
+    try:
+        store.record_step(step, fence, first=True)
+    except Exception as exc:  # noqa: BLE001 - the error to compare with
+        return exc
+    raise AssertionError("the store took text it cannot hold")
+
+
+async def _plus(n: int, i: int) -> int:
+    await asyncio.sleep(0)  # real-sleep-ok: a zero yield, so the tasks interleave
+    return n + i
