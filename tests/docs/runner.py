@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.docs.blocks import Block, Command, Page, output_matches, session_commands
+from tests.docs.blocks import ROOT, Block, Command, Page, output_matches, session_commands
 
 TIMEOUT = 90.0  # seconds for one block: generous, so a loaded machine never fails it
 _MARK = "@@cairn-docs-command-done@@"
@@ -38,6 +38,8 @@ class Outcome:
 def run_block(page: Page, block: Block) -> Outcome:
     with tempfile.TemporaryDirectory(prefix="cairn-doc-") as scratch:
         workdir = Path(scratch)
+        # A reader runs the examples from a checkout: examples/ is where they see it.
+        (workdir / "examples").symlink_to(ROOT / "examples", target_is_directory=True)
         for name, source in page.named_files().items():
             target = workdir / name
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,14 @@ from tests.docs.blocks import RUN_LANGUAGES, TEXT_LANGUAGES, Block, Page, all_pa
 from tests.docs.runner import Outcome, run_block
 
 PAGES = all_pages()
-CODE_BLOCKS = [(page, block) for page in PAGES for block in page.blocks if block.lang in RUN_LANGUAGES]
+# A python block that names its file (``# job.py``) is a file for the page's
+# sessions: it runs when a ```console or ```sh block runs it, not on its own.
+CODE_BLOCKS = [
+    (page, block)
+    for page in PAGES
+    for block in page.blocks
+    if block.lang in RUN_LANGUAGES and not (block.lang == "python" and block.file_name)
+]
 WORKERS = max(2, min(4, (os.cpu_count() or 1) * 2))
 
 
@@ -74,6 +81,25 @@ def test_every_output_block_belongs_to_a_script() -> None:
             if block.lang == "output" and (previous is None or previous.line not in checked):
                 stray.append(block.id)
     assert not stray, f"```output blocks with no ```python block right above them: {stray}"
+
+
+def test_every_named_file_is_used() -> None:
+    """A block that names its file runs only through a session or an import of its page."""
+    unused = []
+    for page in PAGES:
+        others = "\n".join(block.text for block in page.blocks if block.lang in RUN_LANGUAGES)
+        for block in page.blocks:
+            name = block.file_name if block.lang == "python" else None
+            if name is None:
+                continue
+            module = name.removesuffix(".py").replace("/", ".")
+            stem = module.rsplit(".", 1)[-1]
+            if not any(
+                f"{word}" in others.replace(block.text, "")
+                for word in (name, f"{module}:", f"import {stem}", f"from {module} ")
+            ):
+                unused.append(block.id)
+    assert not unused, f"named python blocks that no session or block of their page runs: {unused}"
 
 
 def test_pages_are_found() -> None:
