@@ -19,12 +19,14 @@ from tests.docs.runner import Outcome, run_block
 
 PAGES = all_pages()
 # A python block that names its file (``# job.py``) is a file for the page's
-# sessions: it runs when a ```console or ```sh block runs it, not on its own.
+# sessions: it runs when a ```console or ```sh block runs it, and on its own only
+# if the page shows what it prints (an ```output block).
 CODE_BLOCKS = [
     (page, block)
     for page in PAGES
     for block in page.blocks
-    if block.lang in RUN_LANGUAGES and not (block.lang == "python" and block.file_name)
+    if block.lang in RUN_LANGUAGES
+    and not (block.lang == "python" and block.file_name and block.expected_output is None)
 ]
 WORKERS = max(2, min(4, (os.cpu_count() or 1) * 2))
 
