@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RUN_LANGUAGES = ("python", "console", "sh")
 # Languages that hold no code. A fence with no language at all is refused, so a
 # new block cannot slip past the suite unlabeled.
-TEXT_LANGUAGES = ("output", "text", "sql", "ini", "json", "yaml", "toml", "mermaid")
+TEXT_LANGUAGES = ("output", "text", "sql", "ini", "crontab", "json", "yaml", "toml", "mermaid")
 
 _FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>```+|~~~+)\s*(?P<lang>[\w+-]*)")
 _NOT_RUN = re.compile(r"^<!--\s*not-run:\s*(?P<why>.+?)\s*-->\s*$")
