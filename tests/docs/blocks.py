@@ -102,7 +102,9 @@ def parse_page(path: Path) -> Page:
             end += 1
         if end == len(lines):
             raise ValueError(f"{path}:{index + 1}: a code fence that is never closed")
-        body = "\n".join(line[indent:] if line[:indent].isspace() else line for line in lines[index + 1 : end])
+        body = "\n".join(
+            line[indent:] if line[:indent].isspace() else line for line in lines[index + 1 : end]
+        )
         raw.append((index + 1, opening["lang"].lower(), body, _not_run_reason(lines, index)))
         index = end + 1
     for position, (line, lang, text, why) in enumerate(raw):

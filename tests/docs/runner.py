@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,6 +21,7 @@ from tests.docs.blocks import ROOT, Block, Command, Page, output_matches, sessio
 
 TIMEOUT = 90.0  # seconds for one block: generous, so a loaded machine never fails it
 _MARK = "@@cairn-docs-command-done@@"
+_BASH = shutil.which("bash") or "/bin/bash"
 # bash's own words for a foreground job killed by a signal: "bash: line 3: 41 Killed  python ..."
 _KILLED = re.compile(r"^.*: line \d+: +\d+ Killed .*$", re.MULTILINE)
 
@@ -93,7 +95,7 @@ def _run_session(block: Block, workdir: Path) -> Outcome:
     )
     try:
         done = subprocess.run(
-            ["bash", "-c", script],
+            [_BASH, "-c", script],
             cwd=workdir,
             env=_environment(),
             capture_output=True,
@@ -119,5 +121,6 @@ def _check_command(command: Command, printed: str, code: int) -> list[str]:
             return [f"$ {command.line}\nexited {code}:\n{printed}"]
         return []
     if not output_matches(command.expected, printed):
-        return [f"$ {command.line}\n--- shown ---\n{command.expected}\n--- printed (exit {code}) ---\n{printed}"]
+        shown = f"--- shown ---\n{command.expected}"
+        return [f"$ {command.line}\n{shown}\n--- printed (exit {code}) ---\n{printed}"]
     return []
