@@ -11,7 +11,8 @@ The convention (docs/contributing.md says it for writers):
 - A ```console block is a shell session: ``$ `` lines run in order in a fresh
   temporary directory holding the page's named blocks; the lines after a command,
   up to the next ``$ ``, are what it prints (stdout and stderr) and must match.
-  A ```sh block is commands only: each line runs, its output is not checked.
+  A ```sh block (or ```bash, ```shell) is commands only: each line runs and must
+  succeed, its output is not checked; with ``$ `` lines it reads as a session.
 - ``<!-- not-run: why -->`` on the line before a fence (blank lines allowed)
   marks a block that cannot run here (it needs the network, S3, a paid API); the
   suite reports it as skipped with that reason.
@@ -32,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 # Languages that are code: every such block runs, or carries a not-run marker.
-RUN_LANGUAGES = ("python", "console", "sh")
+RUN_LANGUAGES = ("python", "console", "sh", "bash", "shell")  # bash, shell: read as sh
 # Languages that hold no code. A fence with no language at all is refused, so a
 # new block cannot slip past the suite unlabeled.
 TEXT_LANGUAGES = ("output", "text", "sql", "ini", "crontab", "json", "yaml", "toml", "mermaid")
