@@ -8,9 +8,11 @@ marker line the runner prints after it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -61,21 +63,35 @@ def _environment() -> dict[str, str]:
     return env
 
 
+def _run(argv: list[str], workdir: Path) -> subprocess.CompletedProcess[str] | None:
+    """Run argv in its own process group; None if it outlived TIMEOUT (the group is
+    killed then, so a session's background job cannot outlive the test)."""
+    with subprocess.Popen(
+        argv,
+        cwd=workdir,
+        env=_environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    ) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            return None
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)  # anything the block left behind
+    return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
+
+
 def _run_python(block: Block, workdir: Path) -> Outcome:
     script = workdir / (block.file_name or "example.py")
     script.parent.mkdir(parents=True, exist_ok=True)
     script.write_text(block.text, encoding="utf-8")
-    try:
-        done = subprocess.run(
-            [sys.executable, str(script.relative_to(workdir))],
-            cwd=workdir,
-            env=_environment(),
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
+    done = _run([sys.executable, str(script.relative_to(workdir))], workdir)
+    if done is None:
         return Outcome((f"did not finish within {TIMEOUT:.0f} s",))
     problems = []
     if done.returncode != 0:
@@ -93,17 +109,8 @@ def _run_session(block: Block, workdir: Path) -> Outcome:
     script = "exec 2>&1\n" + "".join(
         f'{command.line}\nprintf "\\n{_MARK} %s\\n" "$?"\n' for command in commands
     )
-    try:
-        done = subprocess.run(
-            [_BASH, "-c", script],
-            cwd=workdir,
-            env=_environment(),
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
+    done = _run([_BASH, "-c", script], workdir)
+    if done is None:
         return Outcome((f"did not finish within {TIMEOUT:.0f} s",))
     pieces = re.split(rf"\n?{_MARK} (\d+)\n", done.stdout)
     outputs, codes = pieces[0:-1:2], [int(code) for code in pieces[1::2]]
