@@ -1,0 +1,133 @@
+"""Run one documented block in a fresh temporary directory, the way a reader would.
+
+A ```python block runs as a script with this interpreter; a ```console or ```sh
+block runs in one bash process, so a session's background jobs and files carry
+from one command to the next. Each command's output is cut out of the whole by a
+marker line the runner prints after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.docs.blocks import ROOT, Block, Command, Page, output_matches, session_commands
+
+TIMEOUT = 90.0  # seconds for one block: generous, so a loaded machine never fails it
+_MARK = "@@cairn-docs-command-done@@"
+_BASH = shutil.which("bash") or "/bin/bash"
+# bash's own words for a foreground job killed by a signal: "bash: line 3: 41 Killed  python ..."
+_KILLED = re.compile(r"^.*: line \d+: +\d+ Killed .*$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What running one block did: the problems found (none: it passed)."""
+
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def run_block(page: Page, block: Block) -> Outcome:
+    with tempfile.TemporaryDirectory(prefix="cairn-doc-") as scratch:
+        workdir = Path(scratch)
+        # A reader runs the examples from a checkout: examples/ is where they see it.
+        (workdir / "examples").symlink_to(ROOT / "examples", target_is_directory=True)
+        for name, source in page.named_files().items():
+            target = workdir / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(source, encoding="utf-8")
+        if block.lang == "python":
+            return _run_python(block, workdir)
+        return _run_session(block, workdir)
+
+
+def _environment() -> dict[str, str]:
+    """The reader's shell: this venv first on PATH, no store chosen by the caller."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("CAIRN_")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONUNBUFFERED"] = "1"  # stdout and stderr interleave as a terminal shows them
+    env.pop("PYTHONPATH", None)
+    env.pop("VIRTUAL_ENV", None)
+    return env
+
+
+def _run(argv: list[str], workdir: Path) -> subprocess.CompletedProcess[str] | None:
+    """Run argv in its own process group; None if it outlived TIMEOUT (the group is
+    killed then, so a session's background job cannot outlive the test)."""
+    with subprocess.Popen(
+        argv,
+        cwd=workdir,
+        env=_environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    ) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            return None
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)  # anything the block left behind
+    return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
+
+
+def _run_python(block: Block, workdir: Path) -> Outcome:
+    script = workdir / (block.file_name or "example.py")
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(block.text, encoding="utf-8")
+    done = _run([sys.executable, str(script.relative_to(workdir))], workdir)
+    if done is None:
+        return Outcome((f"did not finish within {TIMEOUT:.0f} s",))
+    problems = []
+    if done.returncode != 0:
+        problems.append(f"exited {done.returncode}\n--- stderr ---\n{done.stderr}")
+    if block.expected_output is not None and not output_matches(block.expected_output, done.stdout):
+        problems.append(
+            f"printed something else\n--- shown ---\n{block.expected_output}\n"
+            f"--- printed ---\n{done.stdout}\n--- stderr ---\n{done.stderr}"
+        )
+    return Outcome(tuple(problems))
+
+
+def _run_session(block: Block, workdir: Path) -> Outcome:
+    commands = session_commands(block)
+    script = "exec 2>&1\n" + "".join(
+        f'{command.line}\nprintf "\\n{_MARK} %s\\n" "$?"\n' for command in commands
+    )
+    done = _run([_BASH, "-c", script], workdir)
+    if done is None:
+        return Outcome((f"did not finish within {TIMEOUT:.0f} s",))
+    pieces = re.split(rf"\n?{_MARK} (\d+)\n", done.stdout)
+    outputs, codes = pieces[0:-1:2], [int(code) for code in pieces[1::2]]
+    problems = []
+    if len(codes) != len(commands):
+        return Outcome((f"the session stopped early:\n{done.stdout}",))
+    for command, printed, code in zip(commands, outputs, codes, strict=True):
+        problems.extend(_check_command(command, _KILLED.sub("Killed", printed), code))
+    return Outcome(tuple(problems))
+
+
+def _check_command(command: Command, printed: str, code: int) -> list[str]:
+    if command.expected is None:  # a ```sh line: it must succeed, its output is not shown
+        if code != 0:
+            return [f"$ {command.line}\nexited {code}:\n{printed}"]
+        return []
+    if not output_matches(command.expected, printed):
+        shown = f"--- shown ---\n{command.expected}"
+        return [f"$ {command.line}\n{shown}\n--- printed (exit {code}) ---\n{printed}"]
+    return []

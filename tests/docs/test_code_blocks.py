@@ -1,0 +1,113 @@
+"""Every code block of README.md, README.ja.md and docs/ runs, and prints what it shows.
+
+One test per block, named ``file:line``. The blocks run in a small thread pool
+(each in its own subprocess and temporary directory): the first test asks for
+every selected block at once, and each test then waits for its own. The
+convention a block follows is in tests/docs/blocks.py and docs/contributing.md.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import pytest
+
+from tests.docs.blocks import RUN_LANGUAGES, TEXT_LANGUAGES, Block, Page, all_pages
+from tests.docs.runner import Outcome, run_block
+
+PAGES = all_pages()
+# A python block that names its file (``# job.py``) is a file for the page's
+# sessions: it runs when a ```console or ```sh block runs it, and on its own only
+# if the page shows what it prints (an ```output block).
+CODE_BLOCKS = [
+    (page, block)
+    for page in PAGES
+    for block in page.blocks
+    if block.lang in RUN_LANGUAGES
+    and not (block.lang == "python" and block.file_name and block.expected_output is None)
+]
+WORKERS = max(2, min(4, (os.cpu_count() or 1) * 2))
+
+
+@pytest.fixture(scope="module")
+def block_outcome(request: pytest.FixtureRequest) -> Iterator[Callable[[Block], Outcome]]:
+    """Starts every selected block in the pool at once; gives each test its own result."""
+    selected = [
+        item.callspec.params["page_block"]
+        for item in request.session.items
+        if hasattr(item, "callspec") and "page_block" in item.callspec.params
+    ]
+    with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="doc-block") as pool:
+        futures: dict[str, Future[Outcome]] = {
+            block.id: pool.submit(run_block, page, block)
+            for page, block in selected
+            if block.not_run is None
+        }
+        yield lambda block: futures[block.id].result()
+        for future in futures.values():
+            future.cancel()
+
+
+@pytest.mark.parametrize("page_block", CODE_BLOCKS, ids=[block.id for _, block in CODE_BLOCKS])
+def test_block_runs(
+    page_block: tuple[Page, Block], block_outcome: Callable[[Block], Outcome]
+) -> None:
+    """The block runs as a reader would run it, and prints what the page shows."""
+    _, block = page_block
+    if block.not_run is not None:
+        pytest.skip(f"not-run: {block.not_run}")
+    outcome = block_outcome(block)
+    assert outcome.ok, f"{block.id} ({block.lang}):\n" + "\n\n".join(outcome.problems)
+
+
+def test_every_fence_says_what_it_holds() -> None:
+    """A fence without a known language would slip past the suite: each one names its kind."""
+    unknown = [
+        f"{block.id}: ```{block.lang}"
+        for page in PAGES
+        for block in page.blocks
+        if block.lang not in RUN_LANGUAGES + TEXT_LANGUAGES
+    ]
+    assert not unknown, (
+        "label these fences: python, console or sh for code the suite runs, "
+        f"or one of {', '.join(TEXT_LANGUAGES)} for text: {unknown}"
+    )
+
+
+def test_every_output_block_belongs_to_a_script() -> None:
+    """An ```output block checks the python block right above it; a stray one checks nothing."""
+    stray = []
+    for page in PAGES:
+        checked = {block.line for block in page.blocks if block.expected_output is not None}
+        for previous, block in zip([None, *page.blocks], page.blocks, strict=False):
+            if block.lang == "output" and (previous is None or previous.line not in checked):
+                stray.append(block.id)
+    assert not stray, f"```output blocks with no ```python block right above them: {stray}"
+
+
+def test_every_named_file_is_used() -> None:
+    """A named block without an ```output block runs only through a session or an import."""
+    unused = []
+    for page in PAGES:
+        others = "\n".join(block.text for block in page.blocks if block.lang in RUN_LANGUAGES)
+        for block in page.blocks:
+            name = block.file_name if block.lang == "python" else None
+            if name is None or block.expected_output is not None:  # none, or runs on its own
+                continue
+            module = name.removesuffix(".py").replace("/", ".")
+            stem = module.rsplit(".", 1)[-1]
+            if not any(
+                f"{word}" in others.replace(block.text, "")
+                for word in (name, f"{module}:", f"import {stem}", f"from {module} ")
+            ):
+                unused.append(block.id)
+    assert not unused, f"named python blocks that no session or block of their page runs: {unused}"
+
+
+def test_pages_are_found() -> None:
+    """The collector finds the README and the docs pages, and code in them."""
+    names = {page.path.name for page in PAGES}
+    assert {"README.md", "concepts.md", "resume.md"} <= names
+    assert len(CODE_BLOCKS) > 40
