@@ -72,7 +72,7 @@ def rows_of(stored: Iterable[ActiveRow]) -> list[Row]:
     named tuple's Python-level ``__new__``."""
     loads, new = _loads, tuple.__new__
     rows: list[Row] = []
-    for idx, message, tokens, kind, covers_until, meta, _ in stored:
+    for idx, message, tokens, kind, covers_until, meta in stored:
         if type(message) is not dict:
             raise ValueError(f"message {idx} is in the blob store and was not read back")
         parsed = None if meta is None else loads(meta)

@@ -27,7 +27,7 @@ from cairn.agent.summarize import summary_text
 from cairn.blobs import BlobStore, Offloader
 from cairn.clock import to_iso
 from cairn.store.protocol import Store
-from cairn.store.records import ActiveRow, MessageRecord, created_of
+from cairn.store.records import MessageRecord
 
 PAGE = 500
 
@@ -109,21 +109,24 @@ def export_jsonl(rows: Iterator[StoredMessage], out: IO[str]) -> int:
 class ConversationView:
     """A conversation's active context as stored, read outside any task.
 
-    ``records`` are the rows of the active context as the store read them and
-    ``parsed`` the same rows in memory, in the same order; ``stored`` is built
-    from both when asked for (the dashboard's archive view), not on every load.
+    ``parsed`` are the rows of the active context in memory, in order;
+    ``stored`` adds each row's time, read from ``store`` when asked for (the
+    dashboard's archive view), not on every load: rows are never rewritten, so
+    the times of these positions are the ones they were written with.
     """
 
     task_id: str
     name: str
     window: Window
     rows: int
-    records: tuple[ActiveRow, ...] = ()
-    parsed: tuple[Row, ...] = ()
+    parsed: tuple[Row, ...]
+    store: Store
 
     @property
     def stored(self) -> tuple[StoredMessage, ...]:
         """The active rows as the archive shows them (sharing the parsed messages)."""
+        records = self.store.load_active_messages(self.task_id, self.name)
+        times = {record.idx: record.created_at for record in records}
         return tuple(
             StoredMessage(
                 row.idx,
@@ -132,9 +135,9 @@ class ConversationView:
                 row.tokens,
                 row.covers_until,
                 row.meta,
-                created_of(rec[6]),
+                times[row.idx],
             )
-            for row, rec in zip(self.parsed, self.records, strict=True)
+            for row in self.parsed
         )
 
     @property
@@ -174,5 +177,5 @@ def load_conversation(
         return None
     rows = rows_of(stored)
     return ConversationView(
-        task_id, name, Window.from_rows(rows), rows[-1].idx + 1, tuple(stored), tuple(rows)
+        task_id, name, Window.from_rows(rows), rows[-1].idx + 1, tuple(rows), store
     )

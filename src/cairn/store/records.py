@@ -7,7 +7,7 @@ never interprets them, so no task logic leaks into storage.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
 # "waiting": suspended by ctx.wait_for (or a join on waiting children), holding
@@ -204,20 +204,13 @@ class MessageRecord(NamedTuple):
 
 
 # One row of the active context as a resume reads it (``Store.load_active_rows``):
-# (idx, message, tokens, kind, covers_until, meta, created_micros). The message is
-# parsed already, or, offloaded to the blob store, its reference text ``!blob:…``;
-# ``meta`` is still JSON text; ``created_micros`` the stored microseconds since the
-# epoch (``created_of`` converts them; most loads never ask). A plain tuple, not
-# a record class: a thousand-row conversation is read with one small tuple per
-# row and no JSON round trip for the plain messages most rows are.
-ActiveRow = tuple[int, "dict[str, Any] | str", int, MessageKind, "int | None", "str | None", int]
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def created_of(micros: int) -> datetime:
-    """The aware UTC time of an ``ActiveRow``'s ``created_micros``."""
-    return _EPOCH + timedelta(microseconds=micros)
+# (idx, message, tokens, kind, covers_until, meta). The message is parsed
+# already, or, offloaded to the blob store, its reference text ``!blob:…``;
+# ``meta`` is still JSON text. No ``created_at``: a resume never reads it (the
+# archive view asks ``load_active_messages``). A plain tuple, not a record
+# class: a thousand-row conversation is read with one small tuple per row and no
+# JSON round trip for the plain messages most rows are.
+ActiveRow = tuple[int, "dict[str, Any] | str", int, MessageKind, "int | None", "str | None"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -349,7 +349,7 @@ LOAD_ACTIVE_MESSAGES = (
 )
 # The same rows, in the columns a resume reads (the role is in the content's format
 # byte or its JSON).
-ACTIVE_ROW_COLUMNS = "idx, content, tokens, kind, covers_until, meta, created_at"
+ACTIVE_ROW_COLUMNS = "idx, content, tokens, kind, covers_until, meta"
 LOAD_ACTIVE_ROWS = LOAD_ACTIVE_MESSAGES.replace(MESSAGE_COLUMNS, ACTIVE_ROW_COLUMNS)
 LOAD_MESSAGES = (
     f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conv_id = {_CONV_ID} AND idx >= ? "

@@ -651,7 +651,7 @@ class SQLStore(SQLAdmin, SQLTransfer):
     def load_active_rows(self, task_id: str, conv: str) -> list[ActiveRow]:
         rows = self._exec(sql.LOAD_ACTIVE_ROWS, (task_id, conv) * 3).rows
         unpack = sql.unpack_message
-        return [(r[0], unpack(r[1]), r[2], r[3], r[4], r[5], r[6]) for r in rows]
+        return [(r[0], unpack(r[1]), r[2], r[3], r[4], r[5]) for r in rows]
 
     def load_messages(self, task_id: str, conv: str, start: int, limit: int) -> list[MessageRecord]:
         rows = self._exec(sql.LOAD_MESSAGES, (task_id, conv, start, limit)).rows
