@@ -110,6 +110,8 @@ class RowTable:
         self._widths = [cell_len(name) for name in columns]
         self._aligned = [name in set(right) for name in columns]
         self._rows: list[tuple[Cell, ...]] = []
+        # The width each cut id column's cells are cut to, by column index.
+        self._caps: dict[int, int] = {}
         self.table = Table(
             box=box.SIMPLE_HEAD if console.is_terminal else None,
             show_edge=False,
@@ -198,7 +200,6 @@ class RowTable:
 
     def print(self) -> None:
         """Print the table to its console."""
-        self._caps: dict[int, int] = {}
         if self._cut:
             self._cut_ids()
             self._leave_out_columns()
