@@ -8,7 +8,8 @@ moment (Ctrl-C, SIGKILL) and run the same command again: it resumes with the
 same context, and no model call that had returned is sent again.
 
 Offline by default: the model is a simulated OpenAI-compatible server started
-in this process. With ``OPENAI_API_KEY`` (and optionally ``OPENAI_BASE_URL``,
+in this process (reached through the openai SDK if it is installed, else
+answering in process). With ``OPENAI_API_KEY`` (and optionally ``OPENAI_BASE_URL``,
 for vLLM, Ollama, a llama.cpp server...) or ``ANTHROPIC_API_KEY`` set, it talks
 to that provider instead (``pip install 'cairn-durable[openai]'`` or
 ``'cairn-durable[anthropic]'``)::
@@ -219,12 +220,18 @@ def main(argv: list[str] | None = None) -> int:
         _model = real
         outcome = run(options)
     else:
-        import openai
-
-        # Offline: a simulated OpenAI-compatible server, reached over HTTP like a real one.
-        with SimulatedModelServer(SimulatedResearcher(options.docs)) as server:
-            _model = openai.OpenAI(base_url=server.base_url, api_key="simulated"), "gpt-4o-mini"
+        try:
+            import openai
+        except ImportError:
+            # Offline without the openai SDK: the same simulated model, in this process.
+            _model = SimulatedProvider(SimulatedResearcher(options.docs)), "gpt-4o-mini"
             outcome = run(options)
+        else:
+            # Offline: a simulated OpenAI-compatible server, reached over HTTP like a real one.
+            with SimulatedModelServer(SimulatedResearcher(options.docs)) as server:
+                client = openai.OpenAI(base_url=server.base_url, api_key="simulated")
+                _model = client, "gpt-4o-mini"
+                outcome = run(options)
     sys.stdout.write(json.dumps(outcome, indent=2) + "\n")
     return 0
 

@@ -179,7 +179,12 @@ def main(argv: list[str] | None = None, *, hook: Hook | None = None) -> int:
     parser.add_argument("--docs", type=int, default=8)
     parser.add_argument("--calls-file", type=Path, default=None, help="a line per tool run")
     options = parser.parse_args(argv)
-    import openai
+    try:
+        import openai
+    except ImportError:
+        # The model node talks to a chat model through the openai SDK, even offline.
+        sys.stderr.write("this example needs pip install 'cairn-durable[langgraph,openai]'\n")
+        return 2
 
     with CairnSaver(options.store) as saver:
         if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):

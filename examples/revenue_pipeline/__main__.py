@@ -1,4 +1,6 @@
-"""Run the pipeline once for a date: ``python -m examples.revenue_pipeline --help``."""
+"""Run the pipeline once for a date: ``python -m examples.revenue_pipeline --help``
+from the repository root, or ``python path/to/examples/revenue_pipeline --help``
+from any directory."""
 
 from __future__ import annotations
 
@@ -9,6 +11,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import date, datetime, time
 from pathlib import Path
+
+if not __package__:
+    # Run as a directory (``python path/to/examples/revenue_pipeline``): import
+    # the modules beside this one as the package they are (PEP 366).
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    __package__ = "examples.revenue_pipeline"
 
 from cairn import TaskFailed
 

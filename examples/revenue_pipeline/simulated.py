@@ -2,15 +2,15 @@
 
 Each server listens on 127.0.0.1 (a free port) in a thread of the process that
 starts it, and counts every call it receives: the tests read those counters,
-and ``--simulate`` starts them in-process. They build on the test servers in
-``tests/servers.py`` (run the example from the repository root).
+and ``--simulate`` starts them in-process. They build on the local servers in
+``cairn.testing.servers``, which come with cairn.
 
 - ``ReportingServer``: an ad-reporting API, revenue per country for a UTC window.
   It can run out of quota (HTTP 429, gRPC status ``RESOURCE_EXHAUSTED``) and
   deny countries (403, ``PERMISSION_DENIED``).
 - ``StoreServer``: an app store's API, installs per app for a window given in
   America/Los_Angeles time, behind bearer tokens that expire (401 once expired).
-- The chat webhook is ``tests.servers.WebhookServer``: it records every post.
+- The chat webhook is ``cairn.testing.servers.WebhookServer``: it records every post.
 
 ``Simulation`` starts all of them, with a database file that holds the
 previous week's revenue.
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
 
-from tests.servers import TestServer, WebhookServer, _Handler
+from cairn.testing.servers import LocalServer, RequestHandler, WebhookServer
 
 from .database import Database
 from .settings import COUNTRIES, LOS_ANGELES, Settings
@@ -80,7 +80,7 @@ def _parse_time(text: str) -> datetime | None:
 # -- the ad-reporting API -------------------------------------------------------------
 
 
-class ReportingServer(TestServer):
+class ReportingServer(LocalServer):
     """``GET /v1/revenue?countries=US,JP&from=...Z&to=...Z``: revenue per country.
 
     ``from`` and ``to`` must be UTC (``Z``); the answer is one row per country,
@@ -121,7 +121,7 @@ class ReportingServer(TestServer):
         with self._lock:
             return dict(self.requested_by_country), dict(self.served_by_country)
 
-    def answer(self, request: _Handler, method: str) -> None:
+    def answer(self, request: RequestHandler, method: str) -> None:
         url = urlsplit(request.path)
         if method != "GET" or url.path != "/v1/revenue":
             request.send_json(HTTPStatus.NOT_FOUND, {"error": f"no route {method} {url.path}"})
@@ -175,7 +175,7 @@ class ReportingServer(TestServer):
 # -- an app store's API ------------------------------------------------------------------
 
 
-class StoreServer(TestServer):
+class StoreServer(LocalServer):
     """An app store: ``POST /oauth/token`` issues a bearer token;
     ``GET /v1/apps/APP/installs?from=...&to=...`` (America/Los_Angeles times)
     answers that app's installs, or 401 once the token has expired.
@@ -208,7 +208,7 @@ class StoreServer(TestServer):
         with self._lock:
             return self.tokens_issued, dict(self.requested_by_app), dict(self.served_by_app)
 
-    def answer(self, request: _Handler, method: str) -> None:
+    def answer(self, request: RequestHandler, method: str) -> None:
         path = urlsplit(request.path).path
         if method == "POST" and path == "/oauth/token":
             request.read_body()
@@ -223,7 +223,7 @@ class StoreServer(TestServer):
         else:
             request.send_json(HTTPStatus.NOT_FOUND, {"error": f"no route {method} {path}"})
 
-    def _installs(self, request: _Handler, app_id: str) -> None:
+    def _installs(self, request: RequestHandler, app_id: str) -> None:
         query = {k: v[0] for k, v in parse_qs(urlsplit(request.path).query).items()}
         start, end = _parse_time(query.get("from", "")), _parse_time(query.get("to", ""))
         token = request.headers.get("Authorization", "").removeprefix("Bearer ")

@@ -77,8 +77,9 @@ def _expected_pairs(output: str, apps: int) -> set[tuple[str, str]]:
 def test_demo_kills_its_worker_and_every_step_runs_exactly_once(tmp_path: Path) -> None:
     """The 30-app demo says its agent and platform are simulated, SIGKILLs its
     worker part way, completes 30/30 on the rerun, reports every step ran exactly
-    once, and its step log and ad platform ledger confirm it: each of the 180
-    (task, step) pairs ran once and each app's settings were applied once."""
+    once, ends with the command that opens its store, and its step log and ad
+    platform ledger confirm it: each of the 180 (task, step) pairs ran once and
+    each app's settings were applied once."""
     workdir, output = _demo_until_clean(tmp_path, (7, 8))
 
     assert "simulated (no network, no LLM)" in output
@@ -86,6 +87,8 @@ def test_demo_kills_its_worker_and_every_step_runs_exactly_once(tmp_path: Path) 
     assert "30/30 tasks completed" in output
     assert "every step ran exactly once: 180/180" in output
     assert "each app's settings applied exactly once (30/30)" in output
+    # It ends by saying how to look at the store it leaves.
+    assert f"cairn ui --store {workdir.resolve() / 'demo.db'}" in output
 
     expected = _expected_pairs(output, 30)
     runs = _step_runs(workdir)

@@ -236,6 +236,39 @@ def test_a_typo_in_a_postgres_url_parameter_is_one_line_from_the_cli() -> None:
         Cairn(f"{postgres_admin_url()}?pool_size=ten").store  # noqa: B018
 
 
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        (
+            "postgresql://u:secret@127.0.0.1:notaport/db",
+            "has port 'notaport', which is not a number",
+        ),
+        ("postgresql://u@127.0.0.1:99999/db", "has port '99999', which is not a number"),
+        ("postgresql://u@127.0.0.1/db?schema=bad-name", "names schema 'bad-name', which is not"),
+    ],
+)
+def test_what_a_postgres_url_alone_shows_is_refused_before_connecting(url: str, said: str) -> None:
+    """A port that is no number or a schema that is no identifier is refused by
+    ``Cairn()`` itself with the accepted forms (no password shown), and from the
+    CLI as one line with exit code 2, no server asked."""
+    with pytest.raises(ConfigurationError) as refused:
+        Cairn(url)
+    message = str(refused.value)
+    assert said in message
+    assert "postgresql://user@host:5432/dbname" in message
+    assert "secret" not in message
+    result = CliRunner().invoke(cli_app, ["tasks", "--store", url])
+    assert result.exit_code == 2
+    line = _one_line(result.stderr)
+    assert said in line
+    assert "secret" not in line
+
+
+def test_a_multi_host_postgres_url_is_left_to_libpq() -> None:
+    """libpq's ``host1:5432,host2:5433`` form is not taken for a bad port."""
+    Cairn("postgresql://u@127.0.0.1:5432,127.0.0.2:5433/db")
+
+
 # -- the CLI's last line of defence ----------------------------------------------------------
 
 

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from cairn import Cairn, Context, TaskDef
 from cairn.cli import app as cli_app
 from cairn.clock import FakeClock
-from cairn.errors import ConfigurationError, TaskNotRegistered
+from cairn.errors import ConfigurationError, NotACairnStore, TaskNotRegistered
 from cairn.store import open_store
 from tests.integration.store.test_schedules import DAY, nightly_app
 
@@ -159,3 +159,55 @@ def test_cli_lists_each_schedule_with_last_and_next_firing(
     assert '"last_fired_at_local": "' in listed.output
     assert fired[0].rsplit("/", 1)[1].replace("Z", "+00:00") in listed.output
     assert "overdue: is a worker running?" in listed.output
+
+
+def test_cli_before_any_worker_lists_the_schedules_and_creates_no_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``cairn schedules`` on an app whose store does not exist yet (no worker
+    has run) lists the next firings, says on stderr that there is no store yet
+    and that the worker creates it, and leaves no file behind."""
+    store = tmp_path / "not-yet.db"
+    (tmp_path / "sched_first_app.py").write_text(
+        "from datetime import datetime\n"
+        "from cairn import Cairn\n"
+        f"app = Cairn({f'sqlite:///{store}'!r})\n"
+        "@app.schedule('30 4 * * *', tz='Asia/Tokyo')\n"
+        "@app.task\n"
+        "def nightly_revenue(ctx, fired_at: datetime):\n"
+        "    return None\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    listed = CliRunner().invoke(cli_app, ["schedules", "sched_first_app:app"])
+    assert listed.exit_code == 0, listed.output
+    assert "04:30:00 +0900" in listed.stdout
+    assert "no worker has ticked it yet" in listed.stdout
+    assert " ".join(listed.stderr.split()) == (
+        f"no store at {store} yet: no worker has run, so no schedule has fired; "
+        "`cairn worker sched_first_app:app` creates it"
+    )
+    assert not store.exists()
+
+
+def test_cli_before_any_worker_on_postgres_creates_no_schema(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str
+) -> None:
+    """On PostgreSQL, a ``?schema=`` no worker has created yet is reported the
+    same way, and ``cairn schedules`` does not create it."""
+    url = f"{pg_url}?schema=sched_not_yet"
+    (tmp_path / "sched_pg_app.py").write_text(
+        "from datetime import datetime\n"
+        "from cairn import Cairn\n"
+        f"app = Cairn({url!r})\n"
+        "@app.schedule('0 * * * *')\n"
+        "@app.task\n"
+        "def hourly(ctx, fired_at: datetime):\n"
+        "    return None\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    listed = CliRunner().invoke(cli_app, ["schedules", "sched_pg_app:app"])
+    assert listed.exit_code == 0, listed.output
+    assert "no worker has ticked it yet" in listed.stdout
+    assert f"no store at {url} yet: no worker has run" in " ".join(listed.stderr.split())
+    with pytest.raises(NotACairnStore):
+        open_store(url, create=False).close()

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import typer
 
-from cairn.errors import CairnError
+from cairn.errors import CairnError, NotACairnStore
 from cairn.store import (
     DEFAULT_URL,
     AdminStore,
@@ -34,6 +34,7 @@ __all__ = [
     "StoreOption",
     "created_note",
     "opened_store",
+    "opened_store_if_any",
     "require_batch",
     "store_file",
     "streamed",
@@ -99,6 +100,32 @@ def opened_store(url: str, *, create: bool = False) -> Iterator[AdminStore]:
             store.close()
     except CairnError as exc:
         # A store turns every driver error into one of cairn's (store/driver_errors.py).
+        fail(str(exc))
+
+
+@contextmanager
+def opened_store_if_any(url: str) -> Iterator[AdminStore | None]:
+    """The existing store at ``url``, or None if there is none there yet: no
+    SQLite file (or an empty one), or no cairn schema in the PostgreSQL
+    database. Nothing is created. Any other cairn error (a bad URL, a foreign
+    file, a server that does not answer) is one red line and exit code 2."""
+    try:
+        path = store_file(url)
+        if path is not None and (not path.exists() or inspect_file(path) == 0):
+            store = None
+        else:
+            try:
+                store = open_store(url, create=False)
+            except NotACairnStore:
+                if path is not None:
+                    raise  # a file that is something else: never read as "no store yet"
+                store = None
+        try:
+            yield store
+        finally:
+            if store is not None:
+                store.close()
+    except CairnError as exc:
         fail(str(exc))
 
 

@@ -7,6 +7,7 @@ grepped and cut.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import Annotated
 
@@ -19,12 +20,20 @@ from rich.text import Text
 
 from cairn.engine.owners import owner_is_gone
 
+from ._consoles import note
+
 # Free-text columns wrap on a narrow terminal, but not into a sliver; cut with an
 # ellipsis, a few characters and the "…" still say what kind of text it was.
 _FREE_MIN_WIDTH = 24
 _CUT_MIN_WIDTH = 8
 # Space between two columns: padding on each side, or a collapsed gap on a terminal.
 _GAP = 2
+# A long id (task, key, batch) cut to fit a terminal keeps at least this many
+# characters: its head and its tail, which tell ids of one batch apart.
+_ID_MIN_WIDTH = 16
+# A cell that is a time, as the CLI prints one (or a placeholder for none): its
+# column is never cut, so no terminal ever splits a timestamp.
+_TIME = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d|-?$")
 
 STATUS_STYLES = {
     "pending": "cyan",
@@ -58,13 +67,33 @@ def _plain_len(cell: Cell) -> int:
     return max((cell_len(line) for line in text.splitlines()), default=0)
 
 
+def _cut_middle(cell: Cell, width: int) -> Cell:
+    """``cell`` in ``width`` characters: its head, "…", its tail (style kept)."""
+    text = cell.plain if isinstance(cell, Text) else cell
+    if cell_len(text) <= width:
+        return cell
+    tail = (width - 1) // 2
+    head = width - 1 - tail
+    cut = f"{text[:head]}…{text[len(text) - tail :]}"
+    return Text(cut, style=cell.style) if isinstance(cell, Text) else cut
+
+
+def _is_time_column(cells: Iterable[Cell]) -> bool:
+    return all(_TIME.match(c.plain if isinstance(c, Text) else c) for c in cells)
+
+
 class RowTable:
-    """A table of rows; ids and times are never cut. On a terminal, free text is
-    cut to the width left with an ellipsis, or wrapped whole with ``wide``.
+    """A table of rows that fits the terminal; times and numbers are never cut.
+
+    On a terminal, free text is cut to the width left with an ellipsis, and if
+    the rows are still wider than the terminal, the widest ids (any other
+    left-aligned column that does not hold times) are cut in the middle,
+    ``schedule:nigh…T19:30:00Z``. With ``wide`` nothing is cut: free text wraps
+    whole and rows run as wide as they need.
 
     ``right`` names right-aligned (number) columns, ``free`` the free-text ones
-    (such as errors) that give up width on a narrow terminal. Plain output (a
-    pipe, a file) is never cut: scripts read every character.
+    (such as errors) that give up width first. Plain output (a pipe, a file) is
+    never cut: scripts read every character.
     """
 
     def __init__(
@@ -79,6 +108,10 @@ class RowTable:
         self._console = console
         self._free = [name in set(free) for name in columns]
         self._widths = [cell_len(name) for name in columns]
+        self._aligned = [name in set(right) for name in columns]
+        self._rows: list[tuple[Cell, ...]] = []
+        # The width each cut id column's cells are cut to, by column index.
+        self._caps: dict[int, int] = {}
         self.table = Table(
             box=box.SIMPLE_HEAD if console.is_terminal else None,
             show_edge=False,
@@ -99,11 +132,11 @@ class RowTable:
 
     def add_row(self, *cells: Cell) -> None:
         self._widths = [max(w, _plain_len(c)) for w, c in zip(self._widths, cells, strict=True)]
-        self.table.add_row(*cells)
+        self._rows.append(cells)
 
     @property
     def row_count(self) -> int:
-        return self.table.row_count
+        return len(self._rows)
 
     def _needed_width(self) -> int:
         """The narrowest width that cuts no id or time: free text wraps, nothing else."""
@@ -125,8 +158,58 @@ class RowTable:
             if free:
                 column.max_width = share
 
+    def _header_width(self, index: int) -> int:
+        return cell_len(str(self.table.columns[index].header))
+
+    def _cut_ids(self) -> None:
+        """Narrow the id columns until the rows fit the terminal, the widest
+        first, none below ``_ID_MIN_WIDTH`` or its header; ``_caps`` holds the
+        widths their cells are cut to."""
+        over = self._needed_width() - self._console.width
+        floors = {
+            index: max(_ID_MIN_WIDTH, self._header_width(index))
+            for index, (free, right) in enumerate(zip(self._free, self._aligned, strict=True))
+            if not free and not right and not _is_time_column(row[index] for row in self._rows)
+        }
+        while over > 0:
+            narrowable = [i for i, floor in floors.items() if self._widths[i] > floor]
+            if not narrowable:
+                return
+            widest = max(narrowable, key=lambda index: self._widths[index])
+            self._widths[widest] -= 1
+            self._caps[widest] = self._widths[widest]
+            over -= 1
+
+    def _leave_out_columns(self) -> None:
+        """Leave out the last columns while the rows are still wider than the
+        terminal (never the first), and say so on stderr: a column left out
+        whole is better than one the terminal splits across two lines."""
+        left_out: list[str] = []
+        while self._needed_width() > self._console.width and len(self._widths) > 1:
+            column = self.table.columns.pop()
+            left_out.insert(0, str(column.header))
+            for kept in (self._widths, self._free, self._aligned):
+                kept.pop()
+        if left_out:
+            self._rows = [row[: len(self._widths)] for row in self._rows]
+            note(
+                f"{len(left_out)} column(s) left out to fit {self._console.width} "
+                f"columns: {', '.join(left_out)}. A wider terminal shows them, and so "
+                "does piped output (| cat), which is never cut."
+            )
+
     def print(self) -> None:
         """Print the table to its console."""
+        if self._cut:
+            self._cut_ids()
+            self._leave_out_columns()
+        for cells in self._rows:
+            self.table.add_row(
+                *(
+                    _cut_middle(cell, self._caps[index]) if index in self._caps else cell
+                    for index, cell in enumerate(cells)
+                )
+            )
         if self._cut and any(self._free):
             self._cut_free_columns()
         print_table(self._console, self.table, needed_width=self._needed_width())

@@ -14,7 +14,7 @@ from cairn.store.records import ScheduleRecord
 from ._consoles import note, stdout_console
 from ._field_text import iso_time
 from ._json_output import JsonOption, print_json
-from ._store_option import opened_store
+from ._store_option import opened_store_if_any, store_file
 from ._tables import RowTable
 from .worker import load_app
 
@@ -46,10 +46,17 @@ def schedules_command(
     if not schedules:
         note(f"{target} registers no schedules")
         return
-    # Opened as every listing command does: a store that does not exist is an
-    # error, never created.
-    with opened_store(app.store_url) as opened:
-        rows = {row.name: row for row in opened.list_schedules()}
+    # Never created here. A store that is not there yet is where the app's first
+    # worker will create it: until then, no schedule has fired.
+    with opened_store_if_any(app.store_url) as opened:
+        if opened is None:
+            note(
+                f"no store at {_where(app.store_url)} yet: no worker has run, so no "
+                f"schedule has fired; `cairn worker {target}` creates it"
+            )
+            rows = {}
+        else:
+            rows = {row.name: row for row in opened.list_schedules()}
     moment = SystemClock().now()
     described = [_describe(s, rows.get(s.name), moment) for s in schedules]
     if as_json:
@@ -68,6 +75,16 @@ def schedules_command(
             entry["note"],
         )
     table.print()
+
+
+def _where(url: str) -> str:
+    """The store's file, or its URL without a password."""
+    path = store_file(url)
+    if path is not None:
+        return str(path.absolute())
+    from cairn.store.postgres import redacted  # only a PostgreSQL URL gets here
+
+    return redacted(url)
 
 
 def _describe(schedule: Schedule, row: ScheduleRecord | None, moment: datetime) -> dict[str, Any]:

@@ -5,6 +5,7 @@ Lines stay under 80 columns: that is what Rich uses when output is piped.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from rich.console import Console
@@ -33,13 +34,16 @@ def cleared(console: Console, paths: list[Path]) -> None:
     console.print(f"  [dim]removed the last demo's {', '.join(path.name for path in paths)}[/]")
 
 
-def run1(console: Console, kill: KillResult, snap: KillSnapshot, apps: int) -> None:
-    total = apps * len(STEPS)
+def run1_starts(console: Console, pid: int) -> None:
     console.print()
     console.print(
-        f"[bold]Run 1[/]: a worker process (pid {kill.pid}) runs the batch, "
+        f"[bold]Run 1[/]: a worker process (pid {pid}) runs the batch, "
         f"{CONCURRENCY} tasks at a time."
     )
+
+
+def run1(console: Console, kill: KillResult, snap: KillSnapshot, apps: int) -> None:
+    total = apps * len(STEPS)
     if kill.killed:
         console.print(
             f"  [red]SIGKILL[/] at {kill.seconds:.2f} s, when {snap.steps_logged} of {total} "
@@ -59,9 +63,12 @@ def run1(console: Console, kill: KillResult, snap: KillSnapshot, apps: int) -> N
         console.print(f"  [red]Also: {', '.join(f'{n} {s}' for s, n in ended.items())}.[/]")
 
 
-def run2(console: Console, report: BatchReport, snap: KillSnapshot, verdict: Verdict) -> None:
+def run2_starts(console: Console) -> None:
     console.print()
     console.print("[bold]Run 2[/]: the same batch again, on the same store, in this process.")
+
+
+def run2(console: Console, report: BatchReport, snap: KillSnapshot, verdict: Verdict) -> None:
     console.print(f"  skipped  {report.skipped} tasks, already finished")
     console.print(
         f"  resumed  {len(snap.resumable)} tasks mid-way: {snap.replayable_steps} steps "
@@ -139,3 +146,6 @@ def _ledger(console: Console, verdict: Verdict) -> None:
 def footer(console: Console, seconds: float, store: Path) -> None:
     console.print()
     console.print(f"Total {seconds:.1f} s. Store: {store}")
+    console.print("Look at what it holds (the dashboard needs pip install 'cairn-durable\\[ui]'):")
+    console.print(f"  cairn ui --store {shlex.quote(str(store))}", soft_wrap=True)
+    console.print(f"  cairn tasks --store {shlex.quote(str(store))}", soft_wrap=True)

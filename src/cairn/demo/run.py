@@ -11,8 +11,9 @@ from pathlib import Path
 from rich.console import Console
 
 from cairn.demo import report
-from cairn.demo.batch import STEPS, DemoFiles, batch_name, run_worker
+from cairn.demo.batch import STEPS, DemoFiles, StepLog, batch_name, run_worker
 from cairn.demo.check import read_snapshot, verify
+from cairn.demo.live import StepProgress, watching
 from cairn.demo.worker import KillPlan, kill_part_way, start_worker
 
 
@@ -45,12 +46,20 @@ def run_demo(workdir: Path | None = None, *, apps: int = 30, seed: int | None = 
             path.unlink()
         report.cleared(console, leftovers)
 
+    total_steps = apps * len(STEPS)
     worker = start_worker(files, batch, apps)
-    kill = kill_part_way(worker, files, KillPlan.from_seed(seed, apps * len(STEPS)))
+    report.run1_starts(console, worker.pid)
+    with StepProgress(console, "run 1", total_steps) as progress:
+        kill = kill_part_way(worker, files, KillPlan.from_seed(seed, total_steps), progress.update)
     snapshot = read_snapshot(files, batch)
     report.run1(console, kill, snapshot, apps)
 
-    rerun = run_worker(files, batch, apps)
+    report.run2_starts(console)
+    with (
+        StepProgress(console, "run 2", total_steps) as progress,
+        watching(StepLog(files.step_log), progress),
+    ):
+        rerun = run_worker(files, batch, apps)
     verdict = verify(files, batch, apps, snapshot)
     report.run2(console, rerun, snapshot, verdict)
     report.outcome(console, verdict)

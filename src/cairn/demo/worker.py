@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cairn.demo.batch import DemoFiles, StepLog
@@ -54,11 +55,18 @@ def start_worker(files: DemoFiles, batch: str, apps: int) -> subprocess.Popen[by
         return subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
 
 
-def kill_part_way(process: subprocess.Popen[bytes], files: DemoFiles, plan: KillPlan) -> KillResult:
-    """SIGKILL the worker once the plan's moment comes, then reap it."""
+def kill_part_way(
+    process: subprocess.Popen[bytes],
+    files: DemoFiles,
+    plan: KillPlan,
+    on_poll: Callable[[int], None] = lambda finished: None,
+) -> KillResult:
+    """SIGKILL the worker once the plan's moment comes, then reap it.
+    ``on_poll`` is told how many steps have finished each time the log is read."""
     started = time.monotonic()
     try:
-        _wait_for(process, StepLog(files.step_log), plan, started + _WAIT_AT_MOST_SECONDS)
+        deadline = started + _WAIT_AT_MOST_SECONDS
+        _wait_for(process, StepLog(files.step_log), plan, deadline, on_poll)
     except BaseException:
         process.kill()  # never leave a worker running behind an interrupted demo
         process.wait()
@@ -73,9 +81,17 @@ def kill_part_way(process: subprocess.Popen[bytes], files: DemoFiles, plan: Kill
 
 
 def _wait_for(
-    process: subprocess.Popen[bytes], log: StepLog, plan: KillPlan, deadline: float
+    process: subprocess.Popen[bytes],
+    log: StepLog,
+    plan: KillPlan,
+    deadline: float,
+    on_poll: Callable[[int], None],
 ) -> None:
-    while process.poll() is None and log.lines() < plan.at_steps and time.monotonic() < deadline:
+    while process.poll() is None and time.monotonic() < deadline:
+        finished = log.lines()
+        on_poll(finished)
+        if finished >= plan.at_steps:
+            break
         time.sleep(_POLL_SECONDS)
     if process.poll() is None:
         time.sleep(plan.extra_ms / 1000)

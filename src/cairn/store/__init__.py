@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from cairn.errors import ConfigurationError
 from cairn.store.admin import AdminStore, admin
@@ -50,6 +50,32 @@ def check_store_url(url: str) -> None:
         raise ConfigurationError(
             f"store URL {url!r} starts with {scheme}: but has no //, so it is neither a "
             f"URL nor a file path cairn will guess at. Write {ACCEPTED_FORMS}."
+        )
+    if url.startswith(("postgres://", "postgresql://")):
+        _check_postgres_url(url)
+
+
+def _check_postgres_url(url: str) -> None:
+    """What the URL alone shows is wrong with a PostgreSQL URL, refused before any
+    connection is tried (a driver would blame the server for it)."""
+    parts = urlsplit(url)
+    shown = parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@"))
+    try:
+        # .port raises ValueError for a port that is not a number. libpq's
+        # multi-host form (host1:5432,host2:5432) is left to libpq.
+        _ = None if "," in parts.netloc else parts.port
+    except ValueError:
+        port = parts.netloc.rsplit(":", 1)[-1]
+        raise ConfigurationError(
+            f"store URL {shown.geturl()!r} has port {port!r}, which is not a number from "
+            f"1 to 65535. Write {ACCEPTED_FORMS}."
+        ) from None
+    schema = dict(parse_qsl(parts.query)).get("schema")
+    if schema is not None and not schema.isidentifier():
+        raise ConfigurationError(
+            f"store URL {shown.geturl()!r} names schema {schema!r}, which is not a plain SQL "
+            "identifier: use letters, digits and _, not starting with a digit "
+            f"(?schema=cairn_jobs). Write {ACCEPTED_FORMS}."
         )
 
 

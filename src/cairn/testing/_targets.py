@@ -42,7 +42,11 @@ def load_module(module: str) -> ModuleType:
         return importlib.import_module(module)
     path = Path(module)
     if not path.is_file():
-        raise ConfigurationError(f"no Python file at {path}")
+        where = "" if path.is_absolute() else f" (a relative path is read from {Path.cwd()})"
+        raise ConfigurationError(
+            f"no Python file at {path}{where}: give the file's full path, "
+            "for example Path(__file__).parent / 'workflow.py' from a test file"
+        )
     name = path.stem
     if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(path):
         return sys.modules[name]
