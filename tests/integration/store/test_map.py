@@ -277,20 +277,23 @@ def test_an_item_retries_under_its_own_policy(url: str, clock: FakeClock) -> Non
 
 def test_map_items_share_a_concurrency_limit(url: str) -> None:
     """``limit=`` makes every item hold a permit of the app's shared limit: with
-    Concurrency(2), eight threads never have more than two calls in flight."""
+    Concurrency(2), eight threads never have more than two calls in flight, and
+    two did hold permits together (each call waits at a barrier for a partner:
+    were the limit a lock, it would break), whatever the machine's speed."""
     api = Api()
     # The real clock: waiting for a permit must really wait (a fake clock's
     # sleep returns at once and moves time past the holders' leases).
     app = Cairn(url, limits={"reporting": cairn.Concurrency(2)})
     lock = threading.Lock()
     flight = {"now": 0, "most": 0}
+    pair = threading.Barrier(2, timeout=60)
 
     def slow_fetch(country: str) -> dict[str, Any]:
         with lock:
             flight["now"] += 1
             flight["most"] = max(flight["most"], flight["now"])
         try:
-            threading.Event().wait(0.01)  # real-sleep-ok: lets the threads overlap
+            pair.wait()  # a second holder of the limit arrives, or this breaks
             return api.fetch(country)
         finally:
             with lock:
@@ -303,5 +306,6 @@ def test_map_items_share_a_concurrency_limit(url: str) -> None:
 
     with app:
         assert app.run(revenue, task_id="r") == 12
+    assert not pair.broken
     assert flight["most"] == 2
     assert sum(api.calls.values()) == 12
