@@ -14,8 +14,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 
-from tests.docs.blocks import RUN_LANGUAGES, TEXT_LANGUAGES, Block, Page, all_pages
-from tests.docs.runner import Outcome, run_block
+from tests.docs.blocks import RUN_LANGUAGES, TEXT_LANGUAGES, Block, Page, all_pages, story_of
+from tests.docs.runner import Outcome, run_block, run_story
 
 PAGES = all_pages()
 # A python block that names its file (``# job.py``) is a file for the page's
@@ -40,13 +40,31 @@ def block_outcome(request: pytest.FixtureRequest) -> Iterator[Callable[[Block], 
         if hasattr(item, "callspec") and "page_block" in item.callspec.params
     ]
     with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="doc-block") as pool:
+        # A chain of chapters runs as one job, first (it is the longest), all its
+        # sessions in order; any other block runs on its own.
+        stories: dict[str, Future[dict[str, Outcome]]] = {}
+        for page, block in selected:
+            chain = story_of(page, PAGES)
+            if len(chain) > 1 and block.lang != "python" and block.not_run is None:
+                key = chain[0].path.as_posix()
+                if key not in stories:
+                    stories[key] = pool.submit(run_story, chain)
         futures: dict[str, Future[Outcome]] = {
             block.id: pool.submit(run_block, page, block)
             for page, block in selected
-            if block.not_run is None
+            if block.not_run is None and not (block.lang != "python" and len(story_of(page, PAGES)) > 1)
         }
-        yield lambda block: futures[block.id].result()
-        for future in futures.values():
+
+        def outcome(block: Block) -> Outcome:
+            if block.id in futures:
+                return futures[block.id].result()
+            for story in stories.values():
+                if block.id in story.result():
+                    return story.result()[block.id]
+            raise AssertionError(f"{block.id} ran in no job")
+
+        yield outcome
+        for future in [*futures.values(), *stories.values()]:
             future.cancel()
 
 
