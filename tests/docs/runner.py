@@ -138,8 +138,12 @@ def _run_session(block: Block, workdir: Path) -> Outcome:
 
 def _run_commands(commands: list[Command], workdir: Path) -> Outcome | list[list[str]]:
     """Run commands in one bash process: each one's problems, or an Outcome if it broke."""
+    # After each command: its status after a marker line, then that status set
+    # again, so that the next command's `$?` is the command's, as in a terminal.
     script = "exec 2>&1\n" + "".join(
-        f'{command.line}\nprintf "\\n{_MARK} %s\\n" "$?"\n' for command in commands
+        f'{command.line}\n_cairn_status=$?; printf "\\n{_MARK} %s\\n" "$_cairn_status"; '
+        '(exit "$_cairn_status")\n'
+        for command in commands
     )
     done = _run([_BASH, "-c", script], workdir)
     if done is None:
