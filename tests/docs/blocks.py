@@ -13,6 +13,11 @@ The convention (docs/contributing.md says it for writers):
   up to the next ``$ ``, are what it prints (stdout and stderr) and must match.
   A ```sh block (or ```bash, ```shell) is commands only: each line runs and must
   succeed, its output is not checked; with ``$ `` lines it reads as a session.
+- ``<!-- continues: other.md -->`` (a path relative to the page) makes the page a
+  chapter that goes on from another: the sessions (```console, ```sh) of the whole
+  chain of such pages run in order in one bash process and one directory that
+  holds the named blocks of every page of the chain, so files, stores and
+  exported variables carry from chapter to chapter as they do for a reader.
 - ``<!-- not-run: why -->`` on the line before a fence (blank lines allowed)
   marks a block that cannot run here (it needs the network, S3, a paid API); the
   suite reports it as skipped with that reason.
@@ -40,6 +45,7 @@ TEXT_LANGUAGES = ("output", "text", "sql", "ini", "crontab", "json", "yaml", "to
 
 _FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>```+|~~~+)\s*(?P<lang>[\w+-]*)")
 _NOT_RUN = re.compile(r"^<!--\s*not-run:\s*(?P<why>.+?)\s*-->\s*$")
+_CONTINUES = re.compile(r"^<!--\s*continues:\s*(?P<page>\S+)\s*-->\s*$", re.MULTILINE)
 _FILE_NAME = re.compile(r"^#\s*(?P<name>[\w./-]+\.py)\b")
 
 
@@ -70,6 +76,7 @@ class Block:
 class Page:
     path: Path
     blocks: list[Block] = field(default_factory=list)
+    continues: Path | None = None  # the page this one goes on from (a chapter)
 
     def named_files(self) -> dict[str, str]:
         """The page's python blocks that name a file: file name -> source."""
@@ -88,8 +95,10 @@ def doc_paths(root: Path = ROOT) -> list[Path]:
 
 def parse_page(path: Path) -> Page:
     """Every fenced block of one Markdown file, with the marks around it."""
-    lines = path.read_text(encoding="utf-8").split("\n")
-    page = Page(path)
+    source = path.read_text(encoding="utf-8")
+    lines = source.split("\n")
+    previous = _CONTINUES.search(source)
+    page = Page(path, continues=(path.parent / previous["page"]).resolve() if previous else None)
     raw: list[tuple[int, str, str, str | None]] = []  # line, lang, text, not-run reason
     index = 0
     while index < len(lines):
@@ -141,6 +150,24 @@ def _not_run_reason(lines: list[str], fence_index: int) -> str | None:
 
 def all_pages(root: Path = ROOT) -> list[Page]:
     return [parse_page(path) for path in doc_paths(root)]
+
+
+def story_of(page: Page, pages: list[Page]) -> list[Page]:
+    """The chain of chapters ``page`` belongs to, first to last ([page] if none)."""
+    by_path = {other.path.resolve(): other for other in pages}
+    first = page
+    while first.continues is not None:
+        if first.continues not in by_path:
+            raise ValueError(f"{first.path}: continues a page that is not there: {first.continues}")
+        first = by_path[first.continues]
+    chain = [first]
+    while True:
+        following = [other for other in pages if other.continues == chain[-1].path.resolve()]
+        if len(following) > 1:
+            raise ValueError(f"{chain[-1].path}: more than one page continues it: {following}")
+        if not following:
+            return chain
+        chain.append(following[0])
 
 
 # -- comparing output ---------------------------------------------------------------

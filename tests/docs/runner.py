@@ -53,6 +53,31 @@ def run_block(page: Page, block: Block) -> Outcome:
         return _run_session(block, workdir)
 
 
+def run_story(chain: list[Page]) -> dict[str, Outcome]:
+    """The sessions of a chain of chapters, in order, in one bash process and directory."""
+    sessions = [
+        block
+        for page in chain
+        for block in page.blocks
+        if block.lang != "python" and block.not_run is None
+    ]
+    with tempfile.TemporaryDirectory(prefix="cairn-doc-") as scratch:
+        workdir = Path(scratch)
+        (workdir / "examples").symlink_to(ROOT / "examples", target_is_directory=True)
+        for page in chain:
+            for name, source in page.named_files().items():
+                (workdir / name).parent.mkdir(parents=True, exist_ok=True)
+                (workdir / name).write_text(source, encoding="utf-8")
+        commands = [(block, command) for block in sessions for command in session_commands(block)]
+        checked = _run_commands([command for _, command in commands], workdir)
+        if isinstance(checked, Outcome):
+            return {block.id: checked for block in sessions}
+        problems: dict[str, list[str]] = {block.id: [] for block in sessions}
+        for (block, _), found in zip(commands, checked, strict=True):
+            problems[block.id].extend(found)
+        return {block_id: Outcome(tuple(found)) for block_id, found in problems.items()}
+
+
 def _environment() -> dict[str, str]:
     """The reader's shell: this venv first on PATH, no store chosen by the caller."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("CAIRN_")}
@@ -105,21 +130,32 @@ def _run_python(block: Block, workdir: Path) -> Outcome:
 
 
 def _run_session(block: Block, workdir: Path) -> Outcome:
-    commands = session_commands(block)
+    checked = _run_commands(session_commands(block), workdir)
+    if isinstance(checked, Outcome):
+        return checked
+    return Outcome(tuple(problem for found in checked for problem in found))
+
+
+def _run_commands(commands: list[Command], workdir: Path) -> Outcome | list[list[str]]:
+    """Run commands in one bash process: each one's problems, or an Outcome if it broke."""
+    # After each command: its status after a marker line, then that status set
+    # again, so that the next command's `$?` is the command's, as in a terminal.
     script = "exec 2>&1\n" + "".join(
-        f'{command.line}\nprintf "\\n{_MARK} %s\\n" "$?"\n' for command in commands
+        f'{command.line}\n_cairn_status=$?; printf "\\n{_MARK} %s\\n" "$_cairn_status"; '
+        '(exit "$_cairn_status")\n'
+        for command in commands
     )
     done = _run([_BASH, "-c", script], workdir)
     if done is None:
         return Outcome((f"did not finish within {TIMEOUT:.0f} s",))
     pieces = re.split(rf"\n?{_MARK} (\d+)\n", done.stdout)
     outputs, codes = pieces[0:-1:2], [int(code) for code in pieces[1::2]]
-    problems = []
     if len(codes) != len(commands):
         return Outcome((f"the session stopped early:\n{done.stdout}",))
-    for command, printed, code in zip(commands, outputs, codes, strict=True):
-        problems.extend(_check_command(command, _KILLED.sub("Killed", printed), code))
-    return Outcome(tuple(problems))
+    return [
+        _check_command(command, _KILLED.sub("Killed", printed), code)
+        for command, printed, code in zip(commands, outputs, codes, strict=True)
+    ]
 
 
 def _check_command(command: Command, printed: str, code: int) -> list[str]:

@@ -14,8 +14,16 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 
-from tests.docs.blocks import RUN_LANGUAGES, TEXT_LANGUAGES, Block, Page, all_pages
-from tests.docs.runner import Outcome, run_block
+from tests.docs.blocks import (
+    ROOT,
+    RUN_LANGUAGES,
+    TEXT_LANGUAGES,
+    Block,
+    Page,
+    all_pages,
+    story_of,
+)
+from tests.docs.runner import Outcome, run_block, run_story
 
 PAGES = all_pages()
 # A python block that names its file (``# job.py``) is a file for the page's
@@ -40,14 +48,44 @@ def block_outcome(request: pytest.FixtureRequest) -> Iterator[Callable[[Block], 
         if hasattr(item, "callspec") and "page_block" in item.callspec.params
     ]
     with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="doc-block") as pool:
-        futures: dict[str, Future[Outcome]] = {
-            block.id: pool.submit(run_block, page, block)
-            for page, block in selected
-            if block.not_run is None
-        }
-        yield lambda block: futures[block.id].result()
-        for future in futures.values():
-            future.cancel()
+        # A chain of chapters is one job, all its sessions in order in one shell and
+        # directory (submitted first: it is the longest); any other block runs alone.
+        stories: dict[str, Future[dict[str, Outcome]]] = {}
+        singles: dict[str, Future[Outcome]] = {}
+        for page, block in selected:
+            if block.not_run is not None:
+                continue
+            chain = _story(page, block)
+            if chain is None:
+                continue
+            key = chain[0].path.as_posix()
+            if key not in stories:
+                stories[key] = pool.submit(run_story, chain)
+        for page, block in selected:
+            if block.not_run is None and _story(page, block) is None:
+                singles[block.id] = pool.submit(run_block, page, block)
+
+        def outcome(block: Block) -> Outcome:
+            if block.id in singles:
+                return singles[block.id].result()
+            for story in stories.values():
+                if block.id in story.result():
+                    return story.result()[block.id]
+            raise AssertionError(f"{block.id} ran in no job")
+
+        yield outcome
+        for single in singles.values():
+            single.cancel()
+        for story in stories.values():
+            story.cancel()
+
+
+def _story(page: Page, block: Block) -> list[Page] | None:
+    """The chain of chapters a session block runs in, or None if it runs alone."""
+    if block.lang == "python":
+        return None
+    chain = story_of(page, PAGES)
+    return chain if len(chain) > 1 else None
 
 
 @pytest.mark.parametrize("page_block", CODE_BLOCKS, ids=[block.id for _, block in CODE_BLOCKS])
@@ -111,3 +149,26 @@ def test_pages_are_found() -> None:
     names = {page.path.name for page in PAGES}
     assert {"README.md", "concepts.md", "resume.md"} <= names
     assert len(CODE_BLOCKS) > 40
+
+
+def test_the_tutorial_is_one_story_in_chapter_order() -> None:
+    """Each chapter continues the one before it, so its sessions run after theirs."""
+    tutorial = next(page for page in PAGES if page.path.match("docs/tutorial/agent.md"))
+    chain = [page.path.name for page in story_of(tutorial, PAGES)]
+    assert chain == [
+        "first-batch.md",
+        "kill-and-resume.md",
+        "look-at-it.md",
+        "side-effect-once.md",
+        "agent.md",
+    ]
+
+
+def test_a_session_sees_the_status_of_the_command_before() -> None:
+    """`$?` after a command is that command's status, as in a terminal, not the runner's."""
+    session = "$ (exit 3)\n$ echo $?\n3\n$ echo $?\n0\n"
+    page = Page(ROOT / "docs" / "example.md")
+    block = Block(page.path, 1, "console", session)
+    assert run_block(page, block).ok
+    wrong = Block(page.path, 1, "console", session.replace("3\n$", "0\n$"))
+    assert not run_block(page, wrong).ok
