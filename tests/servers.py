@@ -14,9 +14,6 @@ from cairn.testing.servers import (
     wait_until,
 )
 
-# The base class's old name, for tests that subclassed it.
-TestServer = LocalServer
-
 __all__ = [
     "ApiServer",
     "Arrival",
@@ -24,7 +21,6 @@ __all__ = [
     "PaymentServer",
     "Post",
     "RequestHandler",
-    "TestServer",
     "WebhookServer",
     "busiest_window",
     "wait_until",

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from cairn.store import open_store
-from tests.servers import TestServer
+from cairn.testing.servers import LocalServer
 
 pytestmark = pytest.mark.acceptance
 
@@ -38,7 +38,7 @@ KILL_AT = 40  # the "done" that triggers the kill: well inside the batch's 96
 RUN_TIMEOUT_SECONDS = 60
 
 
-class CountingServer(TestServer):
+class CountingServer(LocalServer):
     """Counts each step's effects and "done" reports; SIGKILLs the reporting
     process on the ``kill_at``-th "done", before answering it."""
 
