@@ -181,6 +181,32 @@ _OWNER = re.compile(r"\b[\w.-]+/\d+/\d+/[0-9a-f]{8}\b")
 _WILDCARD = re.compile(r"\.\.\.|…")
 
 
+_LIST_ITEM = re.compile(r"\s*([-*+]|\d+\.)\s")
+
+
+def indented_blocks(text: str) -> list[int]:
+    """The 1-based lines where an indented (4-space) code block starts, outside
+    fences and lists: Markdown renders one as code, but no fence names it, so
+    this collector would never run it."""
+    starts: list[int] = []
+    in_fence = in_list = False
+    blank_before = True
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.lstrip().startswith("```"):
+            in_fence = not in_fence
+        elif (
+            not in_fence and blank_before and not in_list and line.startswith("    ")
+        ) and line.strip():
+            starts.append(number)
+        if not line.strip():
+            blank_before = True
+            continue
+        if not (line.startswith("    ") and blank_before and not in_list):
+            in_list = bool(_LIST_ITEM.match(line)) or (in_list and line.startswith("  "))
+        blank_before = False
+    return starts
+
+
 def normalized(line: str) -> str:
     """A line with what differs run to run replaced, and spacing made uniform."""
     line = _UUID.sub("<uuid>", line)

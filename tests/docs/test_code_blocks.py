@@ -21,6 +21,8 @@ from tests.docs.blocks import (
     Block,
     Page,
     all_pages,
+    doc_paths,
+    indented_blocks,
     story_of,
 )
 from tests.docs.runner import Outcome, run_block, run_story
@@ -112,6 +114,24 @@ def test_every_fence_says_what_it_holds() -> None:
         "label these fences: python, console or sh for code the suite runs, "
         f"or one of {', '.join(TEXT_LANGUAGES)} for text: {unknown}"
     )
+
+
+def test_no_code_block_is_indented_instead_of_fenced() -> None:
+    """An indented code block has no fence to say what it holds, so the suite
+    would never run it: every code block is fenced."""
+    indented = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in doc_paths()
+        for line in indented_blocks(path.read_text(encoding="utf-8"))
+    ]
+    assert not indented, f"fence these blocks (```sh, ```python, ```text ...): {indented}"
+
+
+def test_an_indented_block_is_found_and_a_list_continuation_is_not() -> None:
+    """The check above can fail: it finds an indented block after a paragraph,
+    not one inside a fence or a list item's continuation."""
+    text = "Run:\n\n    cairn demo\n\n- a list item\n\n    its continuation\n\n```sh\n    x\n```\n"
+    assert indented_blocks(text) == [3]
 
 
 def test_every_output_block_belongs_to_a_script() -> None:
