@@ -97,7 +97,7 @@ class Cairn:
         self._synchronous = synchronous
         self._store: Store | None = None
         self._store_lock = threading.Lock()
-        self.codec = codec_for(codec) if isinstance(codec, str) else codec
+        self.codec = codec_for(codec, trust_pickle=True) if isinstance(codec, str) else codec
         self.task_retry = task_retry or Retry()
         self.step_retry = step_retry
         self.clock: Clock = clock or SystemClock()

@@ -170,8 +170,20 @@ class PickleCodec:
 _CODECS: dict[str, Callable[[], Codec]] = {"json": JsonCodec, "pickle": PickleCodec}
 
 
-def codec_for(name: str) -> Codec:
-    """Return the codec stored under ``name``."""
+def codec_for(name: str, *, trust_pickle: bool = False) -> Codec:
+    """Return the codec stored under ``name``.
+
+    ``"pickle"`` only with ``trust_pickle``: the name comes from a record in the
+    store, and an app that did not opt in to pickle must never unpickle what a
+    store row says to (a crafted row would run code in it).
+    """
+    if name == PickleCodec.name and not trust_pickle:
+        raise CodecError(
+            "this record was written with the pickle codec, and this app does not "
+            "unpickle: decoding it could run any code a crafted record holds. If you "
+            'trust the store, give the app codec="pickle" (or cairn.PickleCodec()) '
+            "and run or retry the task from it; nothing recorded was changed."
+        )
     factory = _CODECS.get(name)
     if factory is None:
         known = ", ".join(repr(n) for n in _CODECS)

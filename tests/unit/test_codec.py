@@ -425,11 +425,14 @@ def test_importing_codec_does_not_import_pickle() -> None:
 
 
 def test_codec_for_names() -> None:
-    """codec_for gives the codec for each stored name, and the name matches."""
-    codecs: list[Codec] = [codec_for("json"), codec_for("pickle")]
+    """codec_for gives the codec for each stored name, and the name matches;
+    pickle only when the caller says it trusts it."""
+    codecs: list[Codec] = [codec_for("json"), codec_for("pickle", trust_pickle=True)]
     assert isinstance(codecs[0], JsonCodec)
     assert isinstance(codecs[1], PickleCodec)
     assert [c.name for c in codecs] == ["json", "pickle"]
+    with pytest.raises(CodecError, match="does not unpickle"):
+        codec_for("pickle")
 
 
 def test_codec_for_unknown_name() -> None:

@@ -157,7 +157,7 @@ def encode_result(value: Any, task: TaskRecord | None) -> str:
     if task is None or task.codec == "json":
         return JsonCodec().encode(value)
     try:
-        return codec_for(task.codec).encode(value)
+        return codec_for(task.codec, trust_pickle=True).encode(value)  # encodes only
     except CairnError as exc:
         raise CairnError(
             f"cannot store the result with task {task.id}'s codec {task.codec!r}: {exc}"
