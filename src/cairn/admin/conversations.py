@@ -103,6 +103,7 @@ class ConversationDetail:
             "archived messages": stats.archived_messages,
             "active tokens": stats.active_tokens,
             "tokens without compaction": stats.full_tokens,
+            "token counts": self.view.counted_by,
         }
 
 

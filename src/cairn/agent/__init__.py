@@ -32,7 +32,14 @@ from cairn.agent.summarize import (
     Summary,
     SummaryRequest,
 )
-from cairn.agent.tokens import EstimateCounter, TokenCounter, count_message
+from cairn.agent.tokens import (
+    EstimateCounter,
+    ExactCounter,
+    TokenCounter,
+    count_message,
+    counter_for,
+    describe_counter,
+)
 
 __all__ = [
     "DEFAULT_PRICES",
@@ -44,6 +51,7 @@ __all__ = [
     "ConversationView",
     "Disagreement",
     "EstimateCounter",
+    "ExactCounter",
     "ExtractiveSummarizer",
     "FidelityReport",
     "LLMSummarizer",
@@ -63,6 +71,8 @@ __all__ = [
     "Usage",
     "assistant",
     "count_message",
+    "counter_for",
+    "describe_counter",
     "fidelity",
     "iter_history",
     "load_conversation",

@@ -123,6 +123,16 @@ class ConversationView:
     store: Store
 
     @property
+    def counted_by(self) -> str:
+        """What counted the tokens between model calls, as the latest reply row
+        recorded it (``o200k_base (exact)``, ``estimate``: ``cairn.agent.tokens``);
+        at each call the provider's count replaces it."""
+        for row in reversed(self.parsed):
+            if row.meta is not None and "counter" in row.meta:
+                return f"{row.meta['counter']}, the provider's at each call"
+        return "not recorded (no model call yet)"
+
+    @property
     def stored(self) -> tuple[StoredMessage, ...]:
         """The active rows as the archive shows them (sharing the parsed messages)."""
         records = self.store.load_active_messages(self.task_id, self.name)

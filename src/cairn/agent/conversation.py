@@ -68,7 +68,13 @@ from cairn.agent.summarize import (
     is_async_summarizer,
     summary_text,
 )
-from cairn.agent.tokens import DEFAULT_COUNTER, TokenCounter, count_message
+from cairn.agent.tokens import (
+    TokenCounter,
+    count_message,
+    counter_for,
+    describe_counter,
+    framing_of,
+)
 from cairn.engine.run import adrive, drive
 from cairn.errors import NonDeterminismError, StoreError
 from cairn.names import check_name
@@ -174,12 +180,19 @@ class Conversation:
 
     @property
     def tokens(self) -> int:
-        """Tokens of the active context: the provider's count at the last call plus
-        an estimate of what came after, or an estimate of all of it."""
+        """Tokens of the active context as a prompt: the provider's count at the
+        last call plus ``counter``'s count of what came after, or ``counter``'s
+        count of all of it (with the reply's priming, for an exact counter)."""
         if self._anchor is None:
-            return self._window.tokens()
+            return self._window.tokens() + framing_of(self.counter).per_prompt
         counted, first = self._anchor
         return counted + sum(row.tokens for row in self._window.tail if row.idx >= first)
+
+    @property
+    def counter_name(self) -> str:
+        """What the counts between model calls come from: ``o200k_base (exact)``,
+        ``cl100k_base (exact)`` or ``estimate`` (``cairn.agent.tokens``)."""
+        return describe_counter(self.counter)
 
     @property
     def position(self) -> int:
@@ -201,7 +214,7 @@ class Conversation:
     def __repr__(self) -> str:
         return (
             f"<Conversation {self.name!r} of task {self.task_id!r}: {self._pos} rows, "
-            f"{len(self)} active, ~{self.tokens} tokens>"
+            f"{len(self)} active, {self.tokens} tokens ({self.counter_name})>"
         )
 
     # -- appending ---------------------------------------------------------------------
@@ -453,6 +466,7 @@ def open_conversation(
     keep_tail: int = DEFAULT_KEEP_TAIL,
     summarizer: Summarizer | None = None,
     counter: TokenCounter | None = None,
+    model: str | None = None,
     prices: PriceTable | None = None,
     client: Any = None,
     start_from: Mapping[str, Any] | str | None = None,
@@ -461,7 +475,9 @@ def open_conversation(
 ) -> Conversation:
     """``ctx.conversation``: open (or create) conversation ``name`` of the task.
 
-    Asked again in the same task attempt, it returns the same object."""
+    Asked again in the same task attempt, it returns the same object. Without a
+    ``counter``, the one for ``model`` (``cairn.agent.tokens.counter_for``): exact
+    for an OpenAI model with the ``tokens`` extra, else the estimate."""
     check_name("conversation name", name)
     run: TaskRun = ctx._run
     key = id(run)
@@ -479,7 +495,7 @@ def open_conversation(
         threshold=threshold,
         keep_tail=keep_tail,
         summarizer=summarizer or ExtractiveSummarizer(max_tokens=summary_tokens),
-        counter=counter or DEFAULT_COUNTER,
+        counter=counter or counter_for(model),
         prices=prices or DEFAULT_PRICES,
         client=client,
         summary_tokens=summary_tokens,

@@ -36,7 +36,7 @@ from cairn.agent.pricing import DEFAULT_PRICES, PriceTable
 from cairn.agent.providers import Completion, Provider, default_client, provider_for
 from cairn.agent.reply import Reply
 from cairn.agent.summarize import is_async_summarizer
-from cairn.agent.tokens import count_message
+from cairn.agent.tokens import count_message, describe_counter, is_exact
 from cairn.engine.run import Machine, adrive, drive, in_event_loop
 from cairn.engine.steps import step_machine
 from cairn.retry import Retry
@@ -165,8 +165,15 @@ def _conversation_call(
         if cleared and cleared[0]:
             meta["cleared"] = cleared[0]
         meta.update(tools_meta(conv, tools))
+        # Which counter counted the rows between calls (cairn conversation shows it).
+        meta["counter"] = describe_counter(conv.counter)
         message = normalize(completion.message)
-        tokens = count_message(message, conv.counter) if usage.estimated else usage.output_tokens
+        # The reply's tokens as the next prompt holds it: an exact counter's count
+        # (framing included, which the provider's output tokens leave out), else
+        # the provider's count, else the estimate.
+        exact = is_exact(conv.counter)
+        counted = exact or usage.estimated
+        tokens = count_message(message, conv.counter) if counted else usage.output_tokens
         row = Row(conv.position, message, tokens, meta=meta)
         conv.write(row)
         return {"idx": row.idx, **meta}

@@ -23,7 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 from cairn.agent.messages import SYSTEM_ROLES, Message, text_of
 from cairn.agent.pricing import Usage
 from cairn.agent.provider_errors import client_secrets, is_sdk_error, provider_error
-from cairn.agent.tokens import count_message, count_messages
+from cairn.agent.tokens import count_message, count_messages, counter_for
 from cairn.errors import ConfigurationError
 
 ANTHROPIC_DEFAULT_MAX_TOKENS = 4096
@@ -57,8 +57,13 @@ class Provider(Protocol):
     ) -> Completion | Awaitable[Completion]: ...
 
 
-def _estimated(messages: Sequence[Message], reply: Message) -> Usage:
-    return Usage(count_messages(messages), count_message(reply), 0, estimated=True)
+def _estimated(messages: Sequence[Message], reply: Message, model: str) -> Usage:
+    """Usage when the provider reported none: counted by cairn (exactly for an
+    OpenAI model with the tokens extra), and marked as not the provider's."""
+    counter = counter_for(model)
+    return Usage(
+        count_messages(messages, counter), count_message(reply, counter), 0, estimated=True
+    )
 
 
 def _send(provider: str, client: Any, create: Any, **kwargs: Any) -> Any:
@@ -155,8 +160,9 @@ class OpenAIProvider:
     def _completion(self, messages: Sequence[Message], response: Any) -> Completion:
         choice = response.choices[0]
         reply = openai_message(choice.message)
-        usage = openai_usage(getattr(response, "usage", None)) or _estimated(messages, reply)
-        return Completion(reply, usage, str(response.model), choice.finish_reason)
+        model = str(response.model)
+        usage = openai_usage(getattr(response, "usage", None)) or _estimated(messages, reply, model)
+        return Completion(reply, usage, model, choice.finish_reason)
 
 
 # -- Anthropic ----------------------------------------------------------------------------

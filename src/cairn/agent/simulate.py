@@ -13,9 +13,12 @@ shape, to the assistant message::
         client = openai.OpenAI(base_url=server.base_url, api_key="unused")
 
 It counts every request, and every repeat of an identical request, so a test
-can prove that a resumed agent sent nothing twice. Usage is estimated with
-cairn's token estimator, and summed over all requests in ``prompt_tokens`` and
-``completion_tokens``. A reply longer than the request's ``max_tokens`` is cut
+can prove that a resumed agent sent nothing twice. Usage is counted with its
+``counter`` (cairn's estimate by default), and summed over all requests in
+``prompt_tokens`` and ``completion_tokens``. Given an exact counter
+(``cairn.agent.tokens.ExactCounter``, the ``tokens`` extra), it counts a prompt
+the way OpenAI's cookbook does (``openai_prompt_tokens``), with that encoding,
+as the real API does. A reply longer than the request's ``max_tokens`` is cut
 there, with finish reason ``length`` (``max_tokens`` on ``/v1/messages``), as a
 real model's would be. Request headers are never kept.
 """
@@ -38,10 +41,40 @@ from typing import Any, Self
 from cairn.agent.messages import Message, text_of
 from cairn.agent.pricing import Usage
 from cairn.agent.providers import Completion
-from cairn.agent.tokens import DEFAULT_COUNTER, TokenCounter, count_message, count_messages
+from cairn.agent.tokens import (
+    DEFAULT_COUNTER,
+    TokenCounter,
+    count_message,
+    count_messages,
+    is_exact,
+)
 
 Respond = Callable[[dict[str, Any]], Mapping[str, Any]]
 _POLL = 0.02
+
+
+def openai_prompt_tokens(messages: Sequence[Mapping[str, Any]], counter: TokenCounter) -> int:
+    """A chat prompt's tokens as OpenAI's cookbook counts them for its chat models
+    (``num_tokens_from_messages``): 3 per message, every string field's tokens
+    (role, content, name), 1 more for a name, and 3 for the reply's priming.
+    Written from the cookbook, apart from ``cairn.agent.tokens``, so that a test
+    can hold cairn's counts against it. Tool calls: their text, 4 each."""
+    total = 3
+    for message in messages:
+        total += 3
+        for key, value in message.items():
+            if key == "tool_calls":
+                for call in value or ():
+                    function = call.get("function") or {}
+                    total += 4 + counter.count(str(function.get("name", "")))
+                    total += counter.count(str(function.get("arguments", "")))
+            elif key == "content" and isinstance(value, list):
+                total += sum(counter.count(p["text"]) for p in value if "text" in p)
+            elif key in ("role", "content", "name") and isinstance(value, str):
+                total += counter.count(value)
+                if key == "name":
+                    total += 1
+    return total
 
 
 def echo(request: Mapping[str, Any]) -> Message:
@@ -218,7 +251,11 @@ class SimulatedModelServer:
         was cut off at the request's ``max_tokens`` (as a real model stops there)."""
         reply = dict(self.respond(request))
         counter = self.counter
-        prompt = count_messages(request.get("messages") or [], counter)
+        messages = request.get("messages") or []
+        if is_exact(counter):
+            prompt = openai_prompt_tokens(messages, counter)
+        else:
+            prompt = count_messages(messages, counter)
         prompt += sum(len(json.dumps(t)) // 4 for t in request.get("tools") or [])
         cap = request.get("max_tokens") or request.get("max_completion_tokens")
         size = count_message(reply, counter)
