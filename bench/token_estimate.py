@@ -1,12 +1,12 @@
 """How far cairn's token estimate is from real encodings, per kind of text.
 
 ``EstimateCounter`` (``cairn.agent.tokens``) guesses tokens from characters. This
-measures it against OpenAI's ``o200k_base`` (gpt-4o, gpt-4.1, o-series) and
-``cl100k_base`` (gpt-4, gpt-3.5) encodings, offline: the ``bpe-openai`` package
-ships both encoding files inside its wheel (tiktoken itself downloads them at
-run time, which cairn's tests and benchmarks may not do). Install it beside the
-project to run this (``.venv/bin/pip install bpe-openai``); cairn does not
-depend on it.
+measures it against OpenAI's ``o200k_base`` (gpt-4o, gpt-4.1, gpt-5, o-series)
+and ``cl100k_base`` (gpt-4, gpt-3.5) encodings, offline, through cairn's
+``ExactCounter``: the ``tokens`` extra (``bpe-openai``, whose wheel ships both
+encoding files; tiktoken itself downloads them at run time, which cairn's tests
+and benchmarks may not do). Install it to run this:
+``.venv/bin/pip install -e '.[tokens]'``.
 
 Texts, cut into chunks of about 2,000 characters:
 
@@ -20,8 +20,10 @@ Texts, cut into chunks of about 2,000 characters:
   Japanese translation of Rust by Example shipped with the Rust toolchain (the
   pages' text, code blocks left out), where this machine has them.
 
-For each kind and encoding: the number of chunks, the estimate over the real
-count in total, and the 10th, 50th and 90th percentile of that ratio per chunk.
+For each kind and encoding: the number of chunks, the real tokens and the
+estimate's in total, the estimate over the real count in total, and the 10th,
+50th and 90th percentile of that ratio per chunk, as a Markdown table (``--json``
+for the numbers as JSON).
 
     .venv/bin/python -m bench.token_estimate
 """
@@ -29,7 +31,6 @@ count in total, and the 10th, 50th and 90th percentile of that ratio per chunk.
 from __future__ import annotations
 
 import html
-import importlib
 import json
 import re
 import statistics
@@ -37,9 +38,8 @@ import sys
 import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-from cairn.agent.tokens import EstimateCounter
+from cairn.agent.tokens import EstimateCounter, ExactCounter, has_exact_counts
 
 ROOT = Path(__file__).resolve().parents[1]
 CHUNK = 2000
@@ -104,14 +104,14 @@ def samples() -> dict[str, list[str]]:
     }
 
 
-def measure(encoding: Any, texts: list[str]) -> dict[str, float]:
-    """The estimate against ``encoding`` over the chunks of ``texts``."""
+def measure(exact: ExactCounter, texts: list[str]) -> dict[str, float]:
+    """The estimate against the ``exact`` count over the chunks of ``texts``."""
     counter = EstimateCounter()
     ratios: list[float] = []
     estimated = real = 0
     for text in texts:
         for piece in _chunks(text):
-            guess, truth = counter.count(piece), len(encoding.encode(piece))
+            guess, truth = counter.count(piece), exact.count(piece)
             estimated += guess
             real += truth
             ratios.append(guess / truth)
@@ -120,6 +120,8 @@ def measure(encoding: Any, texts: list[str]) -> dict[str, float]:
     deciles = statistics.quantiles(ratios, n=10) if len(ratios) > 1 else ratios * 9
     return {
         "chunks": len(ratios),
+        "real": real,
+        "estimate": estimated,
         "total": estimated / real,
         "p10": deciles[0],
         "p50": statistics.median(ratios),
@@ -127,17 +129,34 @@ def measure(encoding: Any, texts: list[str]) -> dict[str, float]:
     }
 
 
+def table(results: dict[str, dict[str, dict[str, float]]]) -> str:
+    """The results as a Markdown table, one row per encoding and kind of text."""
+    lines = [
+        "| encoding | text | chunks | real tokens | estimate | estimate / real | p10 | p50 | p90 |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, kinds in results.items():
+        for kind, m in kinds.items():
+            if not m["chunks"]:
+                lines.append(f"| {name} | {kind} | 0 | | | | | | |")
+                continue
+            lines.append(
+                f"| {name} | {kind} | {m['chunks']:.0f} | {m['real']:,.0f} "
+                f"| {m['estimate']:,.0f} | {m['total']:.2f} | {m['p10']:.2f} "
+                f"| {m['p50']:.2f} | {m['p90']:.2f} |"
+            )
+    return "\n".join(lines)
+
+
 def main() -> None:
-    try:
-        bpe = importlib.import_module("bpe_openai")
-    except ImportError:
-        sys.exit("needs the bpe-openai package (it ships the encodings): pip install bpe-openai")
+    if not has_exact_counts():
+        sys.exit("needs the tokens extra (bpe-openai): pip install -e '.[tokens]'")
     found = samples()
     results = {}
     for name in ENCODINGS:
-        encoding = bpe.get_encoding(name)
-        results[name] = {kind: measure(encoding, texts) for kind, texts in found.items()}
-    print(json.dumps(results, indent=2))
+        exact = ExactCounter(name)
+        results[name] = {kind: measure(exact, texts) for kind, texts in found.items()}
+    print(json.dumps(results, indent=2) if "--json" in sys.argv[1:] else table(results))
 
 
 if __name__ == "__main__":

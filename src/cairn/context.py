@@ -395,7 +395,9 @@ class Context:
         """Open (or create) the durable conversation ``name`` of this task.
 
         Options: ``system``, ``threshold`` (8000 tokens), ``keep_tail`` (2000),
-        ``summarizer``, ``counter``, ``prices``, ``client``, ``start_from`` (a
+        ``summarizer``, ``counter`` (or ``model``: the counter for that model's
+        tokens, exact for OpenAI models with the ``tokens`` extra, see
+        ``cairn.agent.tokens``), ``prices``, ``client``, ``start_from`` (a
         handoff document), ``summary_tokens`` and ``clear_tool_results`` (a
         ``ToolResultClearing``); see ``cairn.agent.conversation``.
         """

@@ -35,6 +35,7 @@ from cairn.agent.tokens import (
     encoding_for_model,
     has_exact_counts,
 )
+from cairn.store import admin
 from tests.agent_server import openai_client
 
 needs_extra = pytest.mark.skipif(
@@ -138,7 +139,7 @@ def test_cairns_counts_are_the_servers_exactly(
     # The estimate would not have been exact for this text: the test measures something.
     estimate = [count_messages(b["messages"], DEFAULT_COUNTER) for b in exact_server.bodies]
     assert estimate != sent
-    stats = conversation_detail(app.store, "t").stats()
+    stats = conversation_detail(admin(app.store), "t").stats()
     assert stats["token counts"] == f"{encoding} (exact), the provider's at each call"
 
 
@@ -210,5 +211,5 @@ def test_without_the_extra_an_openai_conversation_counts_with_the_estimate(app: 
         result = app.run(talk, task_id="t")
     assert isinstance(counter_for("gpt-4o"), EstimateCounter)
     assert result == {"counter": "estimate", "before": result["sent"], "sent": result["sent"]}
-    stats = conversation_detail(app.store, "t").stats()
+    stats = conversation_detail(admin(app.store), "t").stats()
     assert stats["token counts"] == "estimate, the provider's at each call"

@@ -32,7 +32,7 @@ from cairn.agent._window import Row
 from cairn.agent.clearing import Cleared
 from cairn.agent.compaction import compaction_machine
 from cairn.agent.messages import Message, normalize
-from cairn.agent.pricing import DEFAULT_PRICES, PriceTable
+from cairn.agent.pricing import DEFAULT_PRICES, PriceTable, Usage
 from cairn.agent.providers import Completion, Provider, default_client, provider_for
 from cairn.agent.reply import Reply
 from cairn.agent.summarize import is_async_summarizer
@@ -127,6 +127,15 @@ def _sender(
 
 
 # -- ctx.llm ---------------------------------------------------------------------------------
+def _reply_tokens(conv: Conversation, message: Message, usage: Usage) -> int:
+    """The reply's tokens as the next prompt holds it: an exact counter's count
+    (framing included, which the provider's output tokens leave out), else the
+    provider's count, else the estimate."""
+    if is_exact(conv.counter) or usage.estimated:
+        return count_message(message, conv.counter)
+    return usage.output_tokens
+
+
 def _conversation_call(
     conv: Conversation,
     provider: Provider,
@@ -164,17 +173,10 @@ def _conversation_call(
         meta["saved_cost"] = prices.saving(completion.model, saved, usage.cached_tokens)
         if cleared and cleared[0]:
             meta["cleared"] = cleared[0]
-        meta.update(tools_meta(conv, tools))
-        # Which counter counted the rows between calls (cairn conversation shows it).
-        meta["counter"] = describe_counter(conv.counter)
+        # And which counter counted the rows between calls (cairn conversation shows it).
+        meta.update(tools_meta(conv, tools), counter=describe_counter(conv.counter))
         message = normalize(completion.message)
-        # The reply's tokens as the next prompt holds it: an exact counter's count
-        # (framing included, which the provider's output tokens leave out), else
-        # the provider's count, else the estimate.
-        exact = is_exact(conv.counter)
-        counted = exact or usage.estimated
-        tokens = count_message(message, conv.counter) if counted else usage.output_tokens
-        row = Row(conv.position, message, tokens, meta=meta)
+        row = Row(conv.position, message, _reply_tokens(conv, message, usage), meta=meta)
         conv.write(row)
         return {"idx": row.idx, **meta}
 
