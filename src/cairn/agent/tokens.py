@@ -6,7 +6,7 @@ Which count a conversation uses
 * The provider's count, whenever a call reports one: after each model call the
   conversation's ``tokens`` is the prompt tokens the provider counted plus what
   was appended since (``Conversation.tokens``), and costs come from the
-  provider's usage alone (``cairn.agent.costs``).
+  provider's usage (``cairn.agent.costs``).
 * For what came after the last call (and before the first), ``counter``: with
   the ``tokens`` extra installed (``pip install 'cairn-durable[tokens]'``) and a
   conversation opened for an OpenAI model (``ctx.conversation(..., model="gpt-4o")``
@@ -42,8 +42,8 @@ Exact counts
 first time it runs, which cairn never does). A message counts as OpenAI's
 cookbook counts a chat prompt: 3 tokens of framing, its role's tokens, its
 content's, and a ``name``'s tokens plus 1; a prompt adds 3 for the reply's
-priming (``count_messages``). Tool calls and tool schemas have no published
-rule: their text is encoded exactly, their framing is estimated (4 per call).
+priming (``count_messages``). Tool calls have no published rule: their text
+is encoded exactly, their framing is estimated (4 per call).
 """
 
 from __future__ import annotations
