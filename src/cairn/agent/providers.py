@@ -119,7 +119,7 @@ def _stream_error(provider: str, client: Any, error: Exception) -> Exception | N
     library = type(error).__module__.split(".", 1)[0]
     if is_sdk_error(error):
         mapped = provider_error(error, client_secrets(client), provider=provider)
-        if isinstance(mapped, RetryAfter | Transient):
+        if isinstance(mapped, RetryAfter):
             return mapped
         transient = Transient(f"{mapped} (while the reply was streamed)")
         vars(transient)["provider_error"] = error
