@@ -248,6 +248,44 @@ def test_a_stream_cut_off_mid_way_is_retried_like_a_transient_error(
     assert json.loads(row.content)["content"] == TEXT
 
 
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("how", ["end", "error"])
+def test_a_stream_that_ends_early_or_with_an_error_event_is_retried(
+    app: Cairn, api: str, how: str
+) -> None:
+    """A stream whose body ends cleanly without its last events (no finish
+    reason, no message_stop), or that breaks off with an error event (the
+    API's overloaded error): each is a Transient error, so the call is sent
+    again, and with the policy spent the task fails with it, the partial text
+    never recorded."""
+    with model_server(Scripted([TEXT])) as server:
+        server.drop_next(1, after=4, how=how)
+        client = client_for(server, api)
+
+        @app.task(name="ask", retry=NO_RETRY)
+        def ask(ctx: Context) -> Any:
+            conv = ctx.conversation("main", client=client)
+            conv.append(user("How is the ledger?"))
+            return ctx.llm(conv, model="tiny", stream=True, retry=QUICK).content
+
+        assert app.run(ask, task_id="a") == TEXT
+        assert server.requests == 2
+        server.drop_next(1, after=4, how=how)
+
+        @app.task(name="once", retry=NO_RETRY)
+        def once(ctx: Context) -> Any:
+            reply = ctx.llm_call(
+                [user("hi")], model="tiny", client=client, stream=True, retry=NO_RETRY
+            )
+            return reply.content
+
+        with pytest.raises(TaskFailed) as failed:
+            app.run(once, task_id="b")
+        assert server.requests == 3
+    assert failed.value.error["type"].endswith("Transient")
+    assert "streamed" in failed.value.error["message"]
+
+
 def test_a_stream_cut_off_every_time_fails_after_the_policy_s_attempts(app: Cairn) -> None:
     """Every stream is cut off: the call is sent as many times as the policy's
     attempts, then the task fails with the Transient error, which says the

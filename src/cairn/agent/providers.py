@@ -185,7 +185,7 @@ async def _aclose(stream: Any) -> None:
 
 
 def _incomplete(provider: str) -> Transient:
-    return Transient(f"{provider}: the stream ended before the reply was complete")
+    return Transient(f"{provider}: the streamed reply ended before it was complete")
 
 
 async def _handed(on_text: OnText, text: str) -> None:
@@ -284,8 +284,12 @@ class OpenAIProvider:
         if tools:
             kwargs["tools"] = list(tools)
         kwargs["stream"] = True
-        # The usage comes in a last chunk of its own, only when asked for.
-        kwargs["stream_options"] = {**(kwargs.get("stream_options") or {}), "include_usage": True}
+        # The usage comes in a last chunk of its own, only when asked for (an
+        # endpoint that refuses the option: stream_options={"include_usage": False},
+        # and the usage is estimated).
+        options = dict(kwargs.get("stream_options") or {})
+        options.setdefault("include_usage", True)
+        kwargs["stream_options"] = options
         create = self._client.chat.completions.create
         if self.is_async:
             return self._astream(create, messages, model, kwargs, on_text)

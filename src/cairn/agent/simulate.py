@@ -25,7 +25,9 @@ event, tool call arguments a few characters per event, and the usage in the
 last events (OpenAI's usage chunk when the request asks for it with
 ``stream_options={"include_usage": true}``; Anthropic's ``message_start`` and
 ``message_delta``). ``drop_next`` cuts the next streams off after a few events
-(the connection closed without the stream's end, as a server that died would),
+(the connection closed without the stream's end, as a server that died would;
+or the body ended cleanly without the stream's last events, as behind a proxy;
+or an error event, as an overloaded model sends),
 and ``hold_next`` stops one mid-stream until the test lets it go on, so a test
 can kill its client while the reply is arriving.
 """
@@ -95,8 +97,15 @@ class _Stream:
     never) and where it is held (None: nowhere)."""
 
     events: list[bytes]
-    drop_after: int | None
+    drop: _Drop | None
     hold: Hold | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Drop:
+    after: int
+    how: str
+    error: bytes
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -131,9 +140,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.end_headers()
         for number, event in enumerate(stream.events):
-            if number == stream.drop_after:
+            drop = stream.drop
+            if drop is not None and number == drop.after:
                 self.close_connection = True
-                return  # the socket closes with the body unfinished
+                if drop.how == "error":
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(drop.error), drop.error))
+                if drop.how in ("end", "error"):
+                    self.wfile.write(b"0\r\n\r\n")
+                return  # "cut": the socket closes with the body unfinished
             if stream.hold is not None and number == stream.hold.after:
                 stream.hold.wait()
             self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
@@ -176,7 +190,7 @@ class SimulatedModelServer:
         self._bodies: list[dict[str, Any]] = []
         self._fingerprints: Counter[str] = Counter()
         self._failures: list[_Failure] = []
-        self._drops: list[int] = []
+        self._drops: list[tuple[int, str]] = []
         self._holds: list[Hold] = []
         self._held: list[Hold] = []
         self._streams = 0
@@ -244,11 +258,15 @@ class SimulatedModelServer:
         with self._lock:
             self._failures += [failure] * count
 
-    def drop_next(self, count: int, *, after: int = 2) -> None:
+    def drop_next(self, count: int, *, after: int = 2, how: str = "cut") -> None:
         """Cut the next ``count`` streamed answers off after their first ``after``
-        events: the connection is closed without the stream's end."""
+        events: ``how="cut"`` closes the connection with the body unfinished,
+        ``"end"`` ends the body cleanly without the stream's last events, and
+        ``"error"`` sends an error event (the API's overloaded error) and ends."""
+        if how not in ("cut", "end", "error"):
+            raise ValueError(f"how must be 'cut', 'end' or 'error', not {how!r}")
         with self._lock:
-            self._drops += [after] * count
+            self._drops += [(after, how)] * count
 
     def hold_next(self, *, after: int = 2) -> Hold:
         """Stop the next streamed answer after ``after`` events until the returned
@@ -328,8 +346,12 @@ class SimulatedModelServer:
             events = anthropic_events(answer)
         with self._lock:
             self._streams += 1
-            drop = self._drops.pop(0) if self._drops else None
+            planned = self._drops.pop(0) if self._drops else None
             hold = self._holds.pop(0) if self._holds else None
+        drop = None
+        if planned is not None:
+            openai = path.rstrip("/").endswith("/chat/completions")
+            drop = _Drop(*planned, _error_event(openai))
         return _Stream(events, drop, hold)
 
     def _reply(self, request: dict[str, Any]) -> tuple[Message, int, int, bool]:
@@ -411,6 +433,14 @@ class SimulatedModelServer:
                 "cache_creation_input_tokens": 0,
             },
         }
+
+
+def _error_event(openai: bool) -> bytes:
+    """The event an overloaded model breaks a stream off with, in each API's shape."""
+    if openai:
+        return _sse({"error": {"message": "simulated overload", "type": "server_error"}})
+    error = {"type": "overloaded_error", "message": "simulated overload"}
+    return _sse({"type": "error", "error": error}, "error")
 
 
 def _words(text: str) -> list[str]:
