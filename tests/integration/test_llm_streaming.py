@@ -21,7 +21,7 @@ import pytest
 
 from cairn import Cairn, Context, TaskFailed
 from cairn.agent import Price, PriceTable, user
-from cairn.agent.simulate import SimulatedModelServer
+from cairn.agent.simulate import SimulatedModelServer, SimulatedProvider
 from cairn.clock import FakeClock
 from cairn.retry import NO_RETRY, Retry
 from cairn.testing import set_fault_hook
@@ -386,3 +386,40 @@ def test_on_chunk_must_fit_the_client(app: Cairn) -> None:
             with pytest.raises(TaskFailed, match="on_chunk"):
                 app.run(ask, task_id=f"a{number}")
         assert server.requests == 0
+
+
+def test_without_the_usage_chunk_the_usage_is_estimated(app: Cairn) -> None:
+    """An endpoint that refuses stream_options is called with include_usage
+    False: the server sends no usage chunk, and the recorded usage is cairn's
+    estimate, marked as one."""
+    with model_server(Scripted([TEXT])) as server:
+        client = client_for(server, "openai")
+
+        @app.task(name="ask")
+        def ask(ctx: Context) -> Any:
+            options = {"include_usage": False}
+            reply = ctx.llm_call(
+                [user("hi")], model="tiny", client=client, stream=True, stream_options=options
+            )
+            return [reply.content, reply.usage.to_dict()]
+
+        content, usage = app.run(ask, task_id="a")
+        assert server.bodies[0]["stream_options"] == {"include_usage": False}
+    assert content == TEXT
+    assert usage["estimated"]
+    assert usage["output_tokens"] > 0
+
+
+def test_a_provider_without_stream_hands_its_reply_over_as_one_chunk(app: Cairn) -> None:
+    """A Provider of one's own that has no stream method (the in-process
+    simulated one) answers in one piece, and on_chunk gets it as one chunk."""
+    chunks: list[str] = []
+    provider = SimulatedProvider(Scripted([TEXT]))
+
+    @app.task(name="ask")
+    def ask(ctx: Context) -> Any:
+        reply = ctx.llm_call([user("hi")], model="tiny", client=provider, on_chunk=chunks.append)
+        return reply.content
+
+    assert app.run(ask, task_id="a") == TEXT
+    assert chunks == [TEXT]

@@ -343,10 +343,10 @@ class _OpenAIStream:
         usage = openai_usage(getattr(chunk, "usage", None))
         if usage is not None:
             self.usage = usage
-        choices = getattr(chunk, "choices", None) or []
-        if not choices:
+        # The first choice only, as unstreamed (n > 1 streams the others beside it).
+        choice = next((c for c in getattr(chunk, "choices", None) or () if c.index == 0), None)
+        if choice is None:
             return ""
-        choice = choices[0]
         if choice.finish_reason:
             self.finish = str(choice.finish_reason)
         delta = choice.delta
