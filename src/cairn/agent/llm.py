@@ -119,7 +119,7 @@ def _completion_meta(
 class Chunks:
     """Hands the pieces of a streamed reply to the caller's ``on_chunk``, and
     remembers whether any came live (a replayed call gets its text as one chunk
-    afterwards, ``deliver_replayed``). An error of ``on_chunk``'s is raised as
+    afterwards, ``replayed``). An error of ``on_chunk``'s is raised as
     ``Permanent``: the call is not retried for it."""
 
     __slots__ = ("live", "on_chunk")
