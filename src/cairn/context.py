@@ -410,8 +410,10 @@ class Context:
         first if it is due), append the reply and return it; on replay the recorded
         reply comes back and nothing is sent. An awaitable with an async client.
 
-        Options: ``tools``, ``client``, ``prices``, ``retry``, and any request
-        parameter (``temperature``, ``max_tokens``, ...); see ``cairn.agent.llm``.
+        Options: ``tools``, ``client``, ``prices``, ``retry``, ``stream`` and
+        ``on_chunk`` (the reply's text handed over as it arrives; on replay, the
+        recorded text as one chunk), and any request parameter (``temperature``,
+        ``max_tokens``, ...); see ``cairn.agent.llm``.
         """
         from cairn.agent.llm import llm
 
@@ -420,7 +422,8 @@ class Context:
     def llm_call(
         self, messages: Sequence[Mapping[str, Any]], /, *, model: str, **options: Any
     ) -> Any:
-        """One recorded model call on ``messages``, outside any conversation."""
+        """One recorded model call on ``messages``, outside any conversation (the
+        options of ``llm``, ``stream`` and ``on_chunk`` included, and ``name``)."""
         from cairn.agent.llm import llm_call
 
         return llm_call(self, messages, model=model, **options)

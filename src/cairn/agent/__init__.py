@@ -23,7 +23,13 @@ from cairn.agent.fidelity import Disagreement, FidelityReport, fidelity, next_to
 from cairn.agent.handoff import parse_handoff
 from cairn.agent.messages import Message, assistant, system, tool_call, tool_result, user
 from cairn.agent.pricing import DEFAULT_PRICES, Price, PriceTable, Usage
-from cairn.agent.providers import AnthropicProvider, Completion, OpenAIProvider, Provider
+from cairn.agent.providers import (
+    AnthropicProvider,
+    Completion,
+    OpenAIProvider,
+    Provider,
+    StreamingProvider,
+)
 from cairn.agent.reply import Reply, ToolCall
 from cairn.agent.summarize import (
     ExtractiveSummarizer,
@@ -62,6 +68,7 @@ __all__ = [
     "Provider",
     "Reply",
     "StoredMessage",
+    "StreamingProvider",
     "Summarizer",
     "Summary",
     "SummaryRequest",

@@ -19,11 +19,24 @@ its entry records the reply message with the usage.
 
 Both return the reply, or an awaitable of it when the client (or the
 conversation's summarizer) is async, as ``ctx.step`` does for async functions.
+
+Streaming: ``stream=True`` (or an ``on_chunk=`` callback, which implies it)
+sends the request with ``stream=True`` and hands each piece of the reply's text
+to ``on_chunk`` as it arrives; the entry is recorded when the stream has ended,
+exactly as a call without streaming (the whole reply, its usage from the
+stream's last event, its cost). On replay nothing is sent and ``on_chunk`` gets
+the recorded text as one chunk, so the chunks a caller sees always join up to
+``reply.content``, live or replayed. A stream cut short (the process killed,
+the connection dropped) records nothing of its partial text: the call is made
+again from the start, on the next attempt or the next run, and ``on_chunk``
+sees the text again from its beginning. An error raised by ``on_chunk`` fails
+the call without a retry (sending the request again would not fix it).
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -33,12 +46,20 @@ from cairn.agent.clearing import Cleared
 from cairn.agent.compaction import compaction_machine
 from cairn.agent.messages import Message, normalize
 from cairn.agent.pricing import DEFAULT_PRICES, PriceTable, Usage
-from cairn.agent.providers import Completion, Provider, default_client, provider_for
+from cairn.agent.providers import (
+    Completion,
+    OnText,
+    Provider,
+    StreamingProvider,
+    default_client,
+    provider_for,
+)
 from cairn.agent.reply import Reply
 from cairn.agent.summarize import is_async_summarizer
 from cairn.agent.tokens import count_message, describe_counter, is_exact
 from cairn.engine.run import Machine, adrive, drive, in_event_loop
 from cairn.engine.steps import step_machine
+from cairn.errors import ConfigurationError, Permanent
 from cairn.retry import Retry
 
 if TYPE_CHECKING:
@@ -95,6 +116,101 @@ def _completion_meta(
     }
 
 
+class Chunks:
+    """Hands the pieces of a streamed reply to the caller's ``on_chunk``, and
+    remembers whether any came live (a replayed call gets its text as one chunk
+    afterwards, ``replayed``). An error of ``on_chunk``'s is raised as
+    ``Permanent``: the call is not retried for it."""
+
+    __slots__ = ("live", "on_chunk")
+
+    def __init__(self, on_chunk: OnText | None) -> None:
+        self.on_chunk = on_chunk
+        self.live = False
+
+    def __call__(self, text: str) -> Any:
+        self.live = True
+        if self.on_chunk is None:
+            return None
+        try:
+            result = self.on_chunk(text)
+        except Exception as exc:
+            raise _callback_failed(exc) from exc
+        if inspect.isawaitable(result):
+            return self._awaited(result)
+        return None
+
+    async def _awaited(self, result: Awaitable[Any]) -> None:
+        try:
+            await result
+        except Exception as exc:
+            raise _callback_failed(exc) from exc
+
+    def replayed(self, reply: Reply) -> Any:
+        """After the call: its recorded text as one chunk, if none came live."""
+        if self.live or not reply.content:
+            return None
+        result = self(reply.content)
+        self.live = False
+        return result
+
+
+def _callback_failed(exc: Exception) -> Permanent:
+    return Permanent(f"on_chunk raised {type(exc).__name__}: {exc}")
+
+
+def _chunks(stream: bool, on_chunk: OnText | None, provider: Provider) -> Chunks | None:
+    """What streams the call, or None when it is not streamed."""
+    if on_chunk is not None and not callable(on_chunk):
+        raise ConfigurationError(f"on_chunk= must be a callable, not {type(on_chunk).__name__}")
+    if not stream and on_chunk is None:
+        return None
+    if inspect.iscoroutinefunction(on_chunk) and not provider.is_async:
+        raise ConfigurationError(
+            "on_chunk= is an async function but the client is sync: pass a plain "
+            "function, or an async client (openai.AsyncOpenAI, anthropic.AsyncAnthropic)"
+        )
+    return Chunks(on_chunk)
+
+
+def _request(
+    provider: Provider,
+    messages: list[Message],
+    model: str,
+    tools: Tools,
+    params: Mapping[str, Any],
+    chunks: Chunks | None,
+) -> Any:
+    """The provider's completion (or an awaitable of it), streamed into ``chunks``
+    if there are any. A provider without ``stream`` answers in one piece, handed
+    over as one chunk."""
+    if chunks is None:
+        return provider.complete(messages, model=model, tools=tools, params=params)
+    if isinstance(provider, StreamingProvider):
+        return provider.stream(messages, model=model, tools=tools, params=params, on_text=chunks)
+    pending = provider.complete(messages, model=model, tools=tools, params=params)
+    if provider.is_async:
+        return _one_chunk_async(pending, chunks)  # type: ignore[arg-type]
+    return _one_chunk(pending, chunks)  # type: ignore[arg-type]
+
+
+def _one_chunk(completion: Completion, chunks: Chunks) -> Completion:
+    text = completion.message.get("content")
+    if isinstance(text, str) and text:
+        chunks(text)
+    return completion
+
+
+async def _one_chunk_async(pending: Awaitable[Completion], chunks: Chunks) -> Completion:
+    completion = await pending
+    text = completion.message.get("content")
+    if isinstance(text, str) and text:
+        result = chunks(text)
+        if inspect.isawaitable(result):
+            await result
+    return completion
+
+
 def _sender(
     provider: Provider,
     prepare: Callable[[], tuple[dict[str, Any] | None, list[Message]]],
@@ -102,6 +218,7 @@ def _sender(
     model: str,
     tools: Tools,
     params: Mapping[str, Any],
+    chunks: Chunks | None = None,
 ) -> Callable[[], Any]:
     """The function the step machine calls: send (unless ``prepare`` found the
     answer already stored) and record. Async when the provider is."""
@@ -111,8 +228,8 @@ def _sender(
             found, messages = prepare()
             if found is not None:
                 return found
-            pending = provider.complete(messages, model=model, tools=tools, params=params)
-            return finish(await pending)  # type: ignore[misc]
+            pending = _request(provider, messages, model, tools, params, chunks)
+            return finish(await pending)
 
         return send_async
 
@@ -120,10 +237,29 @@ def _sender(
         found, messages = prepare()
         if found is not None:
             return found
-        completion = provider.complete(messages, model=model, tools=tools, params=params)
-        return finish(completion)  # type: ignore[arg-type]
+        return finish(_request(provider, messages, model, tools, params, chunks))
 
     return send
+
+
+def _handed_back(
+    reply: Reply | Awaitable[Reply], chunks: Chunks | None
+) -> Reply | Awaitable[Reply]:
+    """The reply, after a replayed call's text went to ``on_chunk`` as one chunk."""
+    if chunks is None:
+        return reply
+    if inspect.isawaitable(reply):
+        return _handed_back_async(reply, chunks)
+    chunks.replayed(reply)
+    return reply
+
+
+async def _handed_back_async(pending: Awaitable[Reply], chunks: Chunks) -> Reply:
+    reply = await pending
+    result = chunks.replayed(reply)
+    if inspect.isawaitable(result):
+        await result
+    return reply
 
 
 # -- ctx.llm ---------------------------------------------------------------------------------
@@ -144,6 +280,7 @@ def _conversation_call(
     params: Mapping[str, Any],
     retry: Retry,
     prices: PriceTable,
+    chunks: Chunks | None = None,
 ) -> Machine[Reply]:
     yield from compaction_machine(conv)
     # Decided once per call, before the first attempt (a retry sends the same
@@ -180,7 +317,7 @@ def _conversation_call(
         conv.write(row)
         return {"idx": row.idx, **meta}
 
-    send = _sender(provider, prepare, finish, model, tools, params)
+    send = _sender(provider, prepare, finish, model, tools, params, chunks)
     outcome = yield from step_machine(
         conv._run,
         "llm",
@@ -207,10 +344,13 @@ def llm(
     client: Any = None,
     prices: PriceTable | None = None,
     retry: Retry | None = None,
+    stream: bool = False,
+    on_chunk: OnText | None = None,
     **params: Any,
 ) -> Reply | Awaitable[Reply]:
     """``ctx.llm``: compact if due, send ``conv``'s active context, append the reply."""
     provider = _provider(client if client is not None else conv.client)
+    chunks = _chunks(stream, on_chunk, provider)
     machine = _conversation_call(
         conv,
         provider,
@@ -219,11 +359,12 @@ def llm(
         params,
         retry or ctx._default_step_retry,
         prices or conv.prices,
+        chunks,
     )
     run: TaskRun = ctx._run
     if provider.is_async or is_async_summarizer(conv.summarizer):
-        return adrive(machine, run.clock)
-    return drive(machine, run.clock)
+        return _handed_back(adrive(machine, run.clock), chunks)
+    return _handed_back(drive(machine, run.clock), chunks)
 
 
 # -- ctx.llm_call -------------------------------------------------------------------------
@@ -237,10 +378,13 @@ def llm_call(
     prices: PriceTable | None = None,
     retry: Retry | None = None,
     name: str = "llm",
+    stream: bool = False,
+    on_chunk: OnText | None = None,
     **params: Any,
 ) -> Reply | Awaitable[Reply]:
     """``ctx.llm_call``: one recorded request, outside any conversation."""
     provider = _provider(client)
+    chunks = _chunks(stream, on_chunk, provider)
     table = prices or DEFAULT_PRICES
     request = [normalize(m) for m in messages]
 
@@ -251,13 +395,13 @@ def llm_call(
         meta = _completion_meta(provider, completion, table)
         return {"message": normalize(completion.message), **meta}
 
-    send = _sender(provider, prepare, finish, model, tools, params)
+    send = _sender(provider, prepare, finish, model, tools, params, chunks)
     run: TaskRun = ctx._run
     printed = model_fingerprint(model, _system_of(request), tools)
     machine = _single_call(run, name, send, retry or ctx._default_step_retry, printed)
     if provider.is_async:
-        return adrive(machine, run.clock)
-    return drive(machine, run.clock)
+        return _handed_back(adrive(machine, run.clock), chunks)
+    return _handed_back(drive(machine, run.clock), chunks)
 
 
 def _single_call(

@@ -8,6 +8,14 @@ OpenAI itself, vLLM, Ollama, a llama.cpp server.
 Messages are kept in the OpenAI chat shape everywhere in cairn; the Anthropic
 provider converts them on the way out and the reply on the way back. Clients
 are never recorded: no key, header or URL reaches the store.
+
+A provider may also ``stream``: send the request with ``stream=True``, hand each
+piece of the reply's text to ``on_text`` as it arrives, and return the whole
+``Completion`` once the stream has ended (usage from the stream's last event:
+OpenAI's ``stream_options={"include_usage": True}`` chunk, Anthropic's
+``message_delta``). A stream that breaks off (the connection dropped, an error
+event, an end without its finish) raises ``Transient``: the call may be made
+again, from the start.
 """
 
 from __future__ import annotations
@@ -16,15 +24,15 @@ import inspect
 import json
 import os
 import threading
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from cairn.agent.messages import SYSTEM_ROLES, Message, text_of
 from cairn.agent.pricing import Usage
-from cairn.agent.provider_errors import client_secrets, is_sdk_error, provider_error
+from cairn.agent.provider_errors import client_secrets, is_sdk_error, provider_error, redact
 from cairn.agent.tokens import count_message, count_messages, counter_for
-from cairn.errors import ConfigurationError
+from cairn.errors import ConfigurationError, RetryAfter, Transient
 
 ANTHROPIC_DEFAULT_MAX_TOKENS = 4096
 
@@ -66,6 +74,27 @@ def _estimated(messages: Sequence[Message], reply: Message, model: str) -> Usage
     )
 
 
+OnText = Callable[[str], Any]
+
+
+@runtime_checkable
+class StreamingProvider(Provider, Protocol):
+    """A ``Provider`` that can also stream: ``stream`` hands each piece of the
+    reply's text to ``on_text`` as it arrives and returns the whole
+    ``Completion`` (an awaitable of it when ``is_async``; there ``on_text`` may
+    return an awaitable, which is awaited)."""
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        model: str,
+        tools: Sequence[Mapping[str, Any]] | None,
+        params: Mapping[str, Any],
+        on_text: OnText,
+    ) -> Completion | Awaitable[Completion]: ...
+
+
 def _send(provider: str, client: Any, create: Any, **kwargs: Any) -> Any:
     """``create(**kwargs)``, with an SDK error raised as cairn's own, redacted
     (``cairn.agent.provider_errors``)."""
@@ -85,6 +114,90 @@ async def _asend(provider: str, client: Any, create: Any, **kwargs: Any) -> Any:
         if not is_sdk_error(exc):
             raise
         raise provider_error(exc, client_secrets(client), provider=provider) from None
+
+
+def _stream_error(provider: str, client: Any, error: Exception) -> Exception | None:
+    """cairn's error for ``error``, raised while a stream was being read, or None
+    if it is not the SDK's nor its HTTP library's (then it goes up as it is). A
+    stream that broke off may be asked again: anything but a ``RetryAfter`` is
+    ``Transient`` (an SDK error event mid-stream carries no HTTP status)."""
+    library = type(error).__module__.split(".", 1)[0]
+    if is_sdk_error(error):
+        mapped = provider_error(error, client_secrets(client), provider=provider)
+        if isinstance(mapped, RetryAfter):
+            return mapped
+        transient = Transient(f"{mapped} (while the reply was streamed)")
+        vars(transient)["provider_error"] = error
+        return transient
+    if library in ("httpx", "httpcore"):
+        text = redact(f"{provider} {type(error).__name__} while the reply was streamed: {error}")
+        return Transient(text)
+    return None
+
+
+def _read(provider: str, client: Any, stream: Any, add: Callable[[Any], str]) -> Iterator[str]:
+    """The text each event of an SDK stream adds (``add``), the stream's errors
+    as cairn's (``_stream_error``). Only the reading is guarded: an error of the
+    caller's between two events is its own. The caller closes the stream."""
+    iterator = iter(stream)
+    while True:
+        try:
+            event = next(iterator)
+        except StopIteration:
+            return
+        except Exception as exc:
+            mapped = _stream_error(provider, client, exc)
+            if mapped is None:
+                raise
+            raise mapped from None
+        text = add(event)
+        if text:
+            yield text
+
+
+async def _aread(
+    provider: str, client: Any, stream: Any, add: Callable[[Any], str]
+) -> AsyncGenerator[str, None]:
+    """``_read`` for an async SDK stream."""
+    iterator = stream.__aiter__()
+    while True:
+        try:
+            event = await iterator.__anext__()
+        except StopAsyncIteration:
+            return
+        except Exception as exc:
+            mapped = _stream_error(provider, client, exc)
+            if mapped is None:
+                raise
+            raise mapped from None
+        text = add(event)
+        if text:
+            yield text
+
+
+def _close(stream: Any) -> None:
+    close = getattr(stream, "close", None)
+    if callable(close):
+        close()
+
+
+async def _aclose(stream: Any) -> None:
+    close = getattr(stream, "close", None)
+    if callable(close):
+        result = close()
+        if inspect.isawaitable(result):
+            await result
+
+
+def _incomplete(provider: str) -> Transient:
+    return Transient(f"{provider}: the streamed reply ended before it was complete")
+
+
+async def _handed(on_text: OnText, text: str) -> None:
+    """``on_text(text)``, awaited if it returned an awaitable (an async callback)."""
+    result = on_text(text)
+    if inspect.isawaitable(result):
+        await result
 
 
 def _is_async_client(client: Any, method: Any) -> bool:
@@ -163,6 +276,122 @@ class OpenAIProvider:
         model = str(response.model)
         usage = openai_usage(getattr(response, "usage", None)) or _estimated(messages, reply, model)
         return Completion(reply, usage, model, choice.finish_reason)
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        model: str,
+        tools: Sequence[Mapping[str, Any]] | None,
+        params: Mapping[str, Any],
+        on_text: OnText,
+    ) -> Completion | Awaitable[Completion]:
+        kwargs = dict(params)
+        if tools:
+            kwargs["tools"] = list(tools)
+        kwargs["stream"] = True
+        # The usage comes in a last chunk of its own, only when asked for (an
+        # endpoint that refuses the option: stream_options={"include_usage": False},
+        # and the usage is estimated).
+        options = dict(kwargs.get("stream_options") or {})
+        options.setdefault("include_usage", True)
+        kwargs["stream_options"] = options
+        create = self._client.chat.completions.create
+        if self.is_async:
+            return self._astream(create, messages, model, kwargs, on_text)
+        stream = _send(
+            self.name, self._client, create, model=model, messages=list(messages), **kwargs
+        )
+        reply = _OpenAIStream(model)
+        try:
+            for text in _read(self.name, self._client, stream, reply.add):
+                on_text(text)
+        finally:
+            _close(stream)
+        return reply.completion(self.name, messages)
+
+    async def _astream(
+        self,
+        create: Any,
+        messages: Sequence[Message],
+        model: str,
+        kwargs: dict[str, Any],
+        on_text: OnText,
+    ) -> Completion:
+        stream = await _asend(
+            self.name, self._client, create, model=model, messages=list(messages), **kwargs
+        )
+        reply = _OpenAIStream(model)
+        texts = _aread(self.name, self._client, stream, reply.add)
+        try:
+            async for text in texts:
+                await _handed(on_text, text)
+        finally:
+            await texts.aclose()
+            await _aclose(stream)
+        return reply.completion(self.name, messages)
+
+
+class _OpenAIStream:
+    """A chat completion put together from its streamed chunks."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.texts: list[str] = []
+        self.refusals: list[str] = []
+        self.calls: dict[int, dict[str, str]] = {}
+        self.finish: str | None = None
+        self.usage: Usage | None = None
+
+    def add(self, chunk: Any) -> str:
+        """Take one chunk in; the text it adds to the reply ("" if none)."""
+        self.model = str(getattr(chunk, "model", None) or self.model)
+        usage = openai_usage(getattr(chunk, "usage", None))
+        if usage is not None:
+            self.usage = usage
+        # The first choice only, as unstreamed (n > 1 streams the others beside it).
+        choice = next((c for c in getattr(chunk, "choices", None) or () if c.index == 0), None)
+        if choice is None:
+            return ""
+        if choice.finish_reason:
+            self.finish = str(choice.finish_reason)
+        delta = choice.delta
+        if delta is None:
+            return ""
+        for call in getattr(delta, "tool_calls", None) or ():
+            slot = self.calls.setdefault(int(call.index), {"id": "", "name": "", "arguments": ""})
+            if call.id:
+                slot["id"] = call.id
+            function = call.function
+            if function is not None:
+                if function.name and not slot["name"]:
+                    slot["name"] = function.name
+                slot["arguments"] += function.arguments or ""
+        refusal = getattr(delta, "refusal", None)
+        if refusal:
+            self.refusals.append(refusal)
+        text = delta.content or ""
+        if text:
+            self.texts.append(text)
+        return str(text)
+
+    def completion(self, provider: str, messages: Sequence[Message]) -> Completion:
+        if self.finish is None:
+            raise _incomplete(provider)
+        message: Message = {"role": "assistant", "content": "".join(self.texts) or None}
+        if self.calls:
+            message["tool_calls"] = [
+                {
+                    "id": slot["id"],
+                    "type": "function",
+                    "function": {"name": slot["name"], "arguments": slot["arguments"]},
+                }
+                for _, slot in sorted(self.calls.items())
+            ]
+        if self.refusals:
+            message["refusal"] = "".join(self.refusals)
+        usage = self.usage or _estimated(messages, message, self.model)
+        return Completion(message, usage, self.model, self.finish)
 
 
 # -- Anthropic ----------------------------------------------------------------------------
@@ -275,15 +504,7 @@ class AnthropicProvider:
         tools: Sequence[Mapping[str, Any]] | None,
         params: Mapping[str, Any],
     ) -> Completion | Awaitable[Completion]:
-        system, turns = to_anthropic(messages)
-        kwargs = dict(params)
-        kwargs.setdefault(
-            "max_tokens", kwargs.pop("max_completion_tokens", ANTHROPIC_DEFAULT_MAX_TOKENS)
-        )
-        if system is not None:
-            kwargs["system"] = system
-        if tools:
-            kwargs["tools"] = anthropic_tools(tools)
+        turns, kwargs = self._request(messages, tools, params)
         create = self._client.messages.create
         if self.is_async:
             return self._acomplete(create, model, turns, kwargs)
@@ -302,6 +523,155 @@ class AnthropicProvider:
     def _completion(self, response: Any) -> Completion:
         message, usage = from_anthropic(response)
         return Completion(message, usage, str(response.model), response.stop_reason)
+
+    def _request(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]] | None,
+        params: Mapping[str, Any],
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        system, turns = to_anthropic(messages)
+        kwargs = dict(params)
+        kwargs.setdefault(
+            "max_tokens", kwargs.pop("max_completion_tokens", ANTHROPIC_DEFAULT_MAX_TOKENS)
+        )
+        if system is not None:
+            kwargs["system"] = system
+        if tools:
+            kwargs["tools"] = anthropic_tools(tools)
+        return turns, kwargs
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        model: str,
+        tools: Sequence[Mapping[str, Any]] | None,
+        params: Mapping[str, Any],
+        on_text: OnText,
+    ) -> Completion | Awaitable[Completion]:
+        turns, kwargs = self._request(messages, tools, params)
+        kwargs["stream"] = True
+        create = self._client.messages.create
+        if self.is_async:
+            return self._astream(create, model, turns, kwargs, on_text)
+        stream = _send(self.name, self._client, create, model=model, messages=turns, **kwargs)
+        reply = _AnthropicStream(model)
+        try:
+            for text in _read(self.name, self._client, stream, reply.add):
+                on_text(text)
+        finally:
+            _close(stream)
+        return reply.completion(self.name)
+
+    async def _astream(
+        self,
+        create: Any,
+        model: str,
+        turns: list[dict[str, Any]],
+        kwargs: dict[str, Any],
+        on_text: OnText,
+    ) -> Completion:
+        stream = await _asend(
+            self.name, self._client, create, model=model, messages=turns, **kwargs
+        )
+        reply = _AnthropicStream(model)
+        texts = _aread(self.name, self._client, stream, reply.add)
+        try:
+            async for text in texts:
+                await _handed(on_text, text)
+        finally:
+            await texts.aclose()
+            await _aclose(stream)
+        return reply.completion(self.name)
+
+
+_ANTHROPIC_USAGE = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+)
+
+
+def _arguments(streamed: str) -> str:
+    """A streamed tool call's input as ``from_anthropic`` writes it (the JSON text
+    re-dumped); text that is not JSON is kept as it came."""
+    try:
+        value = json.loads(streamed or "{}")
+    except ValueError:
+        return streamed
+    return json.dumps(value, ensure_ascii=False)
+
+
+class _AnthropicStream:
+    """An Anthropic message put together from its stream's events."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self.usage: dict[str, int] = {}
+        self.stop_reason: str | None = None
+        self.stopped = False
+
+    def _count(self, usage: Any) -> None:
+        for name in _ANTHROPIC_USAGE:
+            value = getattr(usage, name, None)
+            if value is not None:
+                self.usage[name] = int(value)
+
+    def add(self, event: Any) -> str:
+        """Take one event in; the text it adds to the reply ("" if none)."""
+        kind = getattr(event, "type", None)
+        if kind == "message_start":
+            self.model = str(event.message.model or self.model)
+            self._count(event.message.usage)
+        elif kind == "content_block_start":
+            block = event.content_block
+            if block.type == "tool_use":
+                self.blocks[event.index] = {"type": "tool_use", "id": block.id,
+                                            "name": block.name, "json": ""}  # fmt: skip
+            elif block.type == "text":
+                self.blocks[event.index] = {"type": "text", "text": block.text or ""}
+                return str(block.text or "")
+        elif kind == "content_block_delta":
+            block = self.blocks.get(event.index)
+            delta = event.delta
+            if block is None:
+                return ""
+            if delta.type == "text_delta" and block["type"] == "text":
+                block["text"] += delta.text
+                return str(delta.text)
+            if delta.type == "input_json_delta" and block["type"] == "tool_use":
+                block["json"] += delta.partial_json
+        elif kind == "message_delta":
+            self.stop_reason = event.delta.stop_reason or self.stop_reason
+            self._count(event.usage)
+        elif kind == "message_stop":
+            self.stopped = True
+        return ""
+
+    def completion(self, provider: str) -> Completion:
+        if not self.stopped:
+            raise _incomplete(provider)
+        texts: list[str] = []
+        calls: list[dict[str, Any]] = []
+        for _, block in sorted(self.blocks.items()):
+            if block["type"] == "text":
+                texts.append(block["text"])
+                continue
+            arguments = _arguments(block["json"])
+            function = {"name": block["name"], "arguments": arguments}
+            calls.append({"id": block["id"], "type": "function", "function": function})
+        message: Message = {"role": "assistant", "content": "".join(texts) or None}
+        if calls:
+            message["tool_calls"] = calls
+        counts = self.usage
+        cached = counts.get("cache_read_input_tokens", 0)
+        created = counts.get("cache_creation_input_tokens", 0)
+        usage = Usage(counts.get("input_tokens", 0) + cached + created,
+                      counts.get("output_tokens", 0), cached)  # fmt: skip
+        return Completion(message, usage, self.model, self.stop_reason)
 
 
 # -- choosing a provider --------------------------------------------------------------------

@@ -21,6 +21,18 @@ the way OpenAI's cookbook does (``openai_prompt_tokens``), with that encoding,
 as the real API does. A reply longer than the request's ``max_tokens`` is cut
 there, with finish reason ``length`` (``max_tokens`` on ``/v1/messages``), as a
 real model's would be. Request headers are never kept.
+
+A request with ``"stream": true`` is answered as the APIs stream, in
+server-sent events over a chunked response: the reply's text one word per
+event, tool call arguments a few characters per event, and the usage in the
+last events (OpenAI's usage chunk when the request asks for it with
+``stream_options={"include_usage": true}``; Anthropic's ``message_start`` and
+``message_delta``). ``drop_next`` cuts the next streams off after a few events
+(the connection closed without the stream's end, as a server that died would;
+or the body ended cleanly without the stream's last events, as behind a proxy;
+or an error event, as an overloaded model sends),
+and ``hold_next`` stops one mid-stream until the test lets it go on, so a test
+can kill its client while the reply is arriving.
 """
 
 from __future__ import annotations
@@ -28,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import re
 import sys
 import threading
 from collections import Counter
@@ -51,6 +64,10 @@ from cairn.agent.tokens import (
 
 Respond = Callable[[dict[str, Any]], Mapping[str, Any]]
 _POLL = 0.02
+# A streamed reply's text goes one word (with the spaces before it) per event.
+_WORDS = re.compile(r"\s*\S+|\s+")
+# ... and a tool call's arguments this many characters per event.
+_ARGUMENT_PIECE = 8
 
 
 def openai_prompt_tokens(messages: Sequence[Mapping[str, Any]], counter: TokenCounter) -> int:
@@ -90,6 +107,40 @@ class _Failure:
     message: str
 
 
+class Hold:
+    """A stream the server stops after ``after`` events: ``reached`` is set once
+    they are sent, and the stream goes on when ``release()`` is called."""
+
+    def __init__(self, after: int) -> None:
+        self.after = after
+        self.reached = threading.Event()
+        self._released = threading.Event()
+
+    def release(self) -> None:
+        self._released.set()
+
+    def wait(self) -> None:
+        self.reached.set()
+        self._released.wait()
+
+
+@dataclass(frozen=True, slots=True)
+class _Stream:
+    """How one streamed answer goes: its events, where it is cut off (None:
+    never) and where it is held (None: nowhere)."""
+
+    events: list[bytes]
+    drop: _Drop | None
+    hold: Hold | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Drop:
+    after: int
+    how: str
+    error: bytes
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.0"
     server: _Server
@@ -97,7 +148,12 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
-        status, body, headers = self.server.owner.answer(self.path, raw)
+        owner = self.server.owner
+        status, body, headers = owner.answer(self.path, raw)
+        stream = owner.streamed(self.path, raw, status, body)
+        if stream is not None:
+            self._stream(stream)
+            return
         data = json.dumps(body).encode()
         self.send_response(status)
         for name, value in headers.items():
@@ -106,6 +162,31 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+    def _stream(self, stream: _Stream) -> None:
+        """Server-sent events in a chunked body (so a cut shows: no last chunk)."""
+        self.protocol_version = "HTTP/1.1"
+        self.send_response(HTTPStatus.OK)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        for number, event in enumerate(stream.events):
+            drop = stream.drop
+            if drop is not None and number == drop.after:
+                self.close_connection = True
+                if drop.how == "error":
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(drop.error), drop.error))
+                if drop.how in ("end", "error"):
+                    self.wfile.write(b"0\r\n\r\n")
+                return  # "cut": the socket closes with the body unfinished
+            if stream.hold is not None and number == stream.hold.after:
+                stream.hold.wait()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib's name
         """Quiet."""
@@ -142,6 +223,10 @@ class SimulatedModelServer:
         self._bodies: list[dict[str, Any]] = []
         self._fingerprints: Counter[str] = Counter()
         self._failures: list[_Failure] = []
+        self._drops: list[tuple[int, str]] = []
+        self._holds: list[Hold] = []
+        self._held: list[Hold] = []
+        self._streams = 0
         self._ids = itertools.count(1)
         # The server's own token accounting, summed over every answered request.
         self.prompt_tokens = 0
@@ -181,6 +266,12 @@ class SimulatedModelServer:
             return list(self._bodies)
 
     @property
+    def streams(self) -> int:
+        """Requests answered as a stream (cut off or not)."""
+        with self._lock:
+            return self._streams
+
+    @property
     def repeats(self) -> int:
         """Requests that were identical to an earlier one."""
         with self._lock:
@@ -200,6 +291,25 @@ class SimulatedModelServer:
         with self._lock:
             self._failures += [failure] * count
 
+    def drop_next(self, count: int, *, after: int = 2, how: str = "cut") -> None:
+        """Cut the next ``count`` streamed answers off after their first ``after``
+        events: ``how="cut"`` closes the connection with the body unfinished,
+        ``"end"`` ends the body cleanly without the stream's last events, and
+        ``"error"`` sends an error event (the API's overloaded error) and ends."""
+        if how not in ("cut", "end", "error"):
+            raise ValueError(f"how must be 'cut', 'end' or 'error', not {how!r}")
+        with self._lock:
+            self._drops += [(after, how)] * count
+
+    def hold_next(self, *, after: int = 2) -> Hold:
+        """Stop the next streamed answer after ``after`` events until the returned
+        ``Hold`` is released (its ``reached`` event says when it stopped)."""
+        hold = Hold(after)
+        with self._lock:
+            self._holds.append(hold)
+            self._held.append(hold)
+        return hold
+
     # -- running -------------------------------------------------------------------------
     def start(self) -> Self:
         self._httpd = _Server(self)
@@ -210,6 +320,9 @@ class SimulatedModelServer:
         return self
 
     def stop(self) -> None:
+        with self._lock:
+            for hold in self._held:
+                hold.release()  # no handler thread waits past the server
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -245,6 +358,34 @@ class SimulatedModelServer:
         if path.rstrip("/").endswith("/messages"):
             return HTTPStatus.OK, self._anthropic(body), {}
         return HTTPStatus.NOT_FOUND, {"error": {"message": f"no route {path}"}}, {}
+
+    def streamed(
+        self, path: str, raw: bytes, status: int, answer: dict[str, Any]
+    ) -> _Stream | None:
+        """The stream that carries ``answer``, if the request asked for one and
+        the answer is not an error."""
+        if status != HTTPStatus.OK:
+            return None
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            return None
+        if not isinstance(body, dict) or body.get("stream") is not True:
+            return None
+        if path.rstrip("/").endswith("/chat/completions"):
+            options = body.get("stream_options") or {}
+            events = openai_events(answer, include_usage=bool(options.get("include_usage")))
+        else:
+            events = anthropic_events(answer)
+        with self._lock:
+            self._streams += 1
+            planned = self._drops.pop(0) if self._drops else None
+            hold = self._holds.pop(0) if self._holds else None
+        drop = None
+        if planned is not None:
+            openai = path.rstrip("/").endswith("/chat/completions")
+            drop = _Drop(*planned, _error_event(openai))
+        return _Stream(events, drop, hold)
 
     def _reply(self, request: dict[str, Any]) -> tuple[Message, int, int, bool]:
         """The reply, the prompt's and the reply's tokens, and whether the reply
@@ -329,6 +470,96 @@ class SimulatedModelServer:
                 "cache_creation_input_tokens": 0,
             },
         }
+
+
+def _error_event(openai: bool) -> bytes:
+    """The event an overloaded model breaks a stream off with, in each API's shape."""
+    if openai:
+        return _sse({"error": {"message": "simulated overload", "type": "server_error"}})
+    error = {"type": "overloaded_error", "message": "simulated overload"}
+    return _sse({"type": "error", "error": error}, "error")
+
+
+def _words(text: str) -> list[str]:
+    return _WORDS.findall(text)
+
+
+def _pieces(text: str) -> list[str]:
+    return [text[i : i + _ARGUMENT_PIECE] for i in range(0, len(text), _ARGUMENT_PIECE)] or [""]
+
+
+def _sse(data: Mapping[str, Any] | str, event: str | None = None) -> bytes:
+    text = data if isinstance(data, str) else json.dumps(data)
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {text}\n\n".encode()
+
+
+def openai_events(answer: Mapping[str, Any], *, include_usage: bool) -> list[bytes]:
+    """A chat completion (as ``/v1/chat/completions`` answers it) as the events
+    of its stream: the role, the text a word at a time, each tool call's name
+    and then its arguments in pieces, the finish reason, the usage if asked,
+    ``[DONE]``."""
+    choice = answer["choices"][0]
+    message = choice["message"]
+    base = {
+        "id": answer["id"],
+        "object": "chat.completion.chunk",
+        "created": answer["created"],
+        "model": answer["model"],
+    }
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        part = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+        return {**base, "choices": [part], **({"usage": None} if include_usage else {})}
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    chunks += [chunk({"content": word}) for word in _words(message.get("content") or "")]
+    for index, call in enumerate(message.get("tool_calls") or ()):
+        function = call["function"]
+        head = {"index": index, "id": call["id"], "type": "function"}
+        head["function"] = {"name": function["name"], "arguments": ""}
+        chunks.append(chunk({"tool_calls": [head]}))
+        for piece in _pieces(function.get("arguments") or ""):
+            part = {"index": index, "function": {"arguments": piece}}
+            chunks.append(chunk({"tool_calls": [part]}))
+    chunks.append(chunk({}, choice["finish_reason"]))
+    if include_usage:
+        chunks.append({**base, "choices": [], "usage": answer["usage"]})
+    return [*(_sse(c) for c in chunks), _sse("[DONE]")]
+
+
+def anthropic_events(answer: Mapping[str, Any]) -> list[bytes]:
+    """A message (as ``/v1/messages`` answers it) as the events of its stream:
+    ``message_start`` with the input usage, each block started, filled in
+    pieces and stopped, ``message_delta`` with the stop reason and the output
+    tokens, ``message_stop``."""
+    usage = dict(answer["usage"])
+    start = {**answer, "content": [], "stop_reason": None, "stop_sequence": None}
+    start["usage"] = {**usage, "output_tokens": 1}
+    events = [_sse({"type": "message_start", "message": start}, "message_start")]
+    for index, block in enumerate(answer["content"]):
+        if block["type"] == "text":
+            opened: dict[str, Any] = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": w} for w in _words(block["text"])]
+        else:
+            opened = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+            text = json.dumps(block["input"])
+            deltas = [{"type": "input_json_delta", "partial_json": p} for p in _pieces(text)]
+        head = {"type": "content_block_start", "index": index, "content_block": opened}
+        events.append(_sse(head, "content_block_start"))
+        for piece in deltas:
+            part = {"type": "content_block_delta", "index": index, "delta": piece}
+            events.append(_sse(part, "content_block_delta"))
+        events.append(_sse({"type": "content_block_stop", "index": index}, "content_block_stop"))
+    delta: dict[str, Any] = {"stop_reason": answer["stop_reason"], "stop_sequence": None}
+    ending = {
+        "type": "message_delta",
+        "delta": delta,
+        "usage": {"output_tokens": usage["output_tokens"]},
+    }
+    events.append(_sse(ending, "message_delta"))
+    events.append(_sse({"type": "message_stop"}, "message_stop"))
+    return events
 
 
 def _cut(text: str, cap: int, counter: TokenCounter) -> str:
