@@ -272,6 +272,28 @@ def _reply_tokens(conv: Conversation, message: Message, usage: Usage) -> int:
     return usage.output_tokens
 
 
+def _reply_meta(
+    conv: Conversation,
+    provider: Provider,
+    completion: Completion,
+    prices: PriceTable,
+    tools: Tools,
+) -> dict[str, Any]:
+    """What a reply row records beside the message: the usage and cost, the
+    context's size, the input the call would have sent uncompacted and that
+    saving's price, the tools offered, and which counter counted the rows."""
+    stats = conv.stats
+    meta = _completion_meta(provider, completion, prices)
+    meta.update(context_tokens=stats.active_tokens, full_tokens=stats.full_tokens)
+    usage = completion.usage
+    uncompacted = conv.uncompacted_input(usage.input_tokens)
+    meta["uncompacted_input"] = uncompacted
+    saved = uncompacted - usage.input_tokens
+    meta["saved_cost"] = prices.saving(completion.model, saved, usage.cached_tokens)
+    meta.update(tools_meta(conv, tools), counter=describe_counter(conv.counter))
+    return meta
+
+
 def _conversation_call(
     conv: Conversation,
     provider: Provider,
@@ -300,20 +322,11 @@ def _conversation_call(
         return None, conv.messages
 
     def finish(completion: Completion) -> dict[str, Any]:
-        stats = conv.stats
-        meta = _completion_meta(provider, completion, prices)
-        meta.update(context_tokens=stats.active_tokens, full_tokens=stats.full_tokens)
-        usage = completion.usage
-        uncompacted = conv.uncompacted_input(usage.input_tokens)
-        meta["uncompacted_input"] = uncompacted
-        saved = uncompacted - usage.input_tokens
-        meta["saved_cost"] = prices.saving(completion.model, saved, usage.cached_tokens)
+        meta = _reply_meta(conv, provider, completion, prices, tools)
         if cleared and cleared[0]:
             meta["cleared"] = cleared[0]
-        # And which counter counted the rows between calls (cairn conversation shows it).
-        meta.update(tools_meta(conv, tools), counter=describe_counter(conv.counter))
         message = normalize(completion.message)
-        row = Row(conv.position, message, _reply_tokens(conv, message, usage), meta=meta)
+        row = Row(conv.position, message, _reply_tokens(conv, message, completion.usage), meta=meta)
         conv.write(row)
         return {"idx": row.idx, **meta}
 
