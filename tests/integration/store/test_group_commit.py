@@ -284,8 +284,11 @@ def test_claims_records_and_messages_share_one_commit_each_fenced(store: Store) 
     now = datetime.now(UTC)
     assert store.claim_operation("", "k-settle", settler.id, 1, settler.fence, now).claimed
     assert store.claim_operation("", "k-moved-rec", moved.id, 1, moved.fence, now).claimed
-    conv = {t.id: store.open_conversation(t.id, "main", t.fence) for t in (talker, again, many)}
-    conv[moved.id] = store.open_conversation(moved.id, "main", moved.fence)
+    conv: dict[str, int] = {}
+    for task in (talker, again, many, moved):
+        opened = store.open_conversation(task.id, "main", task.fence)
+        assert opened is not None
+        conv[task.id] = opened
     assert store.append_message(conv[again.id], message_of(again, 0, "hello"), again.fence)
     assert store.release_task(moved.id, moved.fence, now)  # its fence moves
     entry = StepRecord(settler.id, 1, "op", "k-settle", "completed", "7", 1, 1, 1, None, None,
