@@ -8,7 +8,14 @@ single-row INSERTs each committed alone into a table shaped like cairn's step
 rows, measured in the same round on the same kind of store (SQLite: a WAL file
 with the same ``synchronous``; PostgreSQL: the same server). Contenders run in
 turn, each on a fresh store, once per round; tables give medians of per-round
-ratios.
+ratios, and the CPU time the process spent per step (the machine may be
+loaded; CPU time is what group commit cannot share out).
+
+The floor's durability is printed with it: SQLite ``synchronous=FULL`` fsyncs
+the WAL at every commit (durable against power loss), ``NORMAL`` does not (a
+commit survives the process being killed, not the machine losing power);
+PostgreSQL's is its ``fsync`` and ``synchronous_commit`` settings, read from
+the server. cairn's own writes have exactly the floor's durability.
 
     .venv/bin/python -m bench.group_commit [--runs 3] [--tasks 100] [--steps 50]
         [--synchronous NORMAL FULL] [--postgres-url URL | --no-postgres] [--dir DIR]
@@ -28,7 +35,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench._stats import filesystem_of, fmt_ratio, median, table
@@ -199,6 +206,7 @@ class Row:
     ratios: list[float]
     rates: list[float]
     shares: list[float]
+    cpu_us: list[float] = field(default_factory=list)
 
 
 def run(
@@ -232,6 +240,7 @@ def run(
             row.rates.append(found.steps_per_second)
             row.ratios.append(found.steps_per_second * latency)
             row.shares.append(found.batched_share)
+            row.cpu_us.append(found.cpu_seconds / (tasks * steps) * 1e6)
     return list(rows.values()), floors
 
 
@@ -267,15 +276,37 @@ def report(title: str, rows: Sequence[Row], floors: Sequence[float]) -> str:
             f"{min(row.rates):.0f}..{max(row.rates):.0f}",
             fmt_ratio(median(row.ratios)),
             "-" if row.shares[0] != row.shares[0] else f"{median(row.shares):.0%}",
+            f"{median(row.cpu_us):.0f}" if row.cpu_us else "-",
         ]
         for row in rows
     ]
     floor = median(floors)
-    headers = ["contender", "steps/s", "min..max", "vs 1/commit", "in shared commits"]
+    headers = [
+        "contender", "steps/s", "min..max", "vs 1/commit", "in shared commits", "CPU us/step",
+    ]  # fmt: skip
     return (
         f"{title}: raw commit {floor * 1e6:.0f} us median, so 1/commit = {1 / floor:.0f}/s "
         f"(target >= {TARGET:.0f}x for group commit on)\n{table(headers, lines)}\n"
     )
+
+
+def sqlite_durability(synchronous: str) -> str:
+    """What a commit at ``synchronous`` survives, floor and cairn alike."""
+    if synchronous.upper() in ("FULL", "EXTRA"):
+        return "the WAL is fsynced at every commit: durable against power loss"
+    return "no fsync at commit: durable against a killed process, not a power loss"
+
+
+def postgres_durability(url: str) -> str:
+    """The server's own durability settings, read from it."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        settings = [
+            f"{name}={conn.execute(f'SHOW {name}').fetchone()[0]}"  # type: ignore[index]
+            for name in ("fsync", "synchronous_commit", "wal_sync_method")
+        ]
+    return ", ".join(settings)
 
 
 def _sqlite_contenders(
@@ -308,7 +339,8 @@ def main(
     ]
     for mode in synchronous:
         rows, floors = run(*_sqlite_contenders(workdir, mode), runs, tasks, steps, mode)
-        out.append(report(f"SQLite, WAL, synchronous={mode}", rows, floors))
+        title = f"SQLite, WAL, synchronous={mode} ({sqlite_durability(mode)})"
+        out.append(report(title, rows, floors))
     if postgres_url is not None:
         from bench.side_steps import scratch_database
 
@@ -320,8 +352,10 @@ def main(
 
             rows, floors = run(pg_store, lambda: raw_postgres(url, 500), runs, tasks, steps, None)
             more, more_floors = run_workers(url, runs, tasks, steps)
-        out.append(report("PostgreSQL (this machine's server), one process", rows, floors))
-        out.append(report("PostgreSQL, worker processes", more, more_floors))
+        durability = postgres_durability(postgres_url)
+        out.append(report(f"PostgreSQL (this machine's server; {durability}), one process",
+                          rows, floors))  # fmt: skip
+        out.append(report(f"PostgreSQL ({durability}), worker processes", more, more_floors))
     out.append(f"load {os.getloadavg()[0]:.1f} at end")
     return "\n".join(out)
 

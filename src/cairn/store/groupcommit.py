@@ -19,6 +19,9 @@ one queue per store, and whoever commits next commits everything queued:
   ``INSERT … SELECT … WHERE EXISTS`` fenced statement, and its own row count
   decides whether its task lost its lease; one task's error fails only that
   task's write (``cairn.store.stepbatch`` says how).
+* **Not only steps.** ``submit`` / ``asubmit`` queue the other fenced writes
+  a task makes per entry: ``ctx.once``'s claim and record, and conversation
+  messages (``stepbatch.WRITE_KINDS``); each is judged as a step is.
 * **Nothing returns early.** A write returns (or its future resolves) only
   after the transaction holding it committed, with the store's configured
   durability (``synchronous``), so no step is reported done before its row is.

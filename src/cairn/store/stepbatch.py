@@ -49,6 +49,7 @@ from cairn.store import sql
 from cairn.store.driver_errors import unstorable_text
 from cairn.store.postgres import PostgresStore
 from cairn.store.sqlite import SQLiteStore
+from cairn.store.sqlite import _step_insert as _sqlite_step_insert
 from cairn.store.sqlite import _step_params as _sqlite_step_params
 
 if TYPE_CHECKING:
@@ -175,15 +176,6 @@ def _sqlite_error(store: SQLiteStore, exc: sqlite3.Error) -> StoreError:
         return error
 
 
-def _sqlite_one(conn: sqlite3.Connection, params: tuple[Any, ...], first: bool) -> bool:
-    if first:
-        try:
-            return conn.execute(sql.INSERT_STEP, params).rowcount == 1
-        except sqlite3.IntegrityError:
-            pass  # the position was written after all; only this statement was undone
-    return conn.execute(sql.UPSERT_STEP, params).rowcount == 1
-
-
 def _sqlite_messages(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> object:
     """Insert one write's messages: True, False (the fence moved: none is
     written) or ``_ALONE`` (a position was taken: none is written)."""
@@ -203,20 +195,43 @@ def _sqlite_messages(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> o
     return _ALONE if written is None else written
 
 
-def _sqlite_write(store: SQLiteStore, conn: sqlite3.Connection, queued: QueuedStep) -> object:
-    """One queued write's statements, inside the batch's transaction."""
+def _sqlite_statement(store: SQLiteStore, queued: QueuedStep) -> tuple[str | None, Any]:
+    """One queued write's statement and parameters (None: messages, and their
+    rows), made before the write lock is taken. A step's first write is the
+    store's own insert (the shorter one for a call that returned)."""
     kind = queued.kind
     if kind == STEP:
         assert queued.step is not None
-        return _sqlite_one(conn, _sqlite_step_params(queued.step, queued.fence), queued.first)
+        if queued.first:
+            return _sqlite_step_insert(queued.step, queued.fence)
+        return sql.UPSERT_STEP, _sqlite_step_params(queued.step, queued.fence)
     if kind == SETTLE:
-        return conn.execute(sql.SETTLE_OP, _settle_params(store, queued)).rowcount == 1
+        return sql.SETTLE_OP, _settle_params(store, queued)
     if kind == CLAIM:
-        return conn.execute(sql.CLAIM_OP, _claim_params(store, queued)).rowcount == 1
-    return _sqlite_messages(conn, _message_rows(store, queued))
+        return sql.CLAIM_OP, _claim_params(store, queued)
+    return None, _message_rows(store, queued)
+
+
+def _sqlite_write(
+    conn: sqlite3.Connection, queued: QueuedStep, statement: str | None, params: Any
+) -> object:
+    """One queued write, inside the batch's transaction."""
+    if statement is None:
+        return _sqlite_messages(conn, params)
+    try:
+        return conn.execute(statement, params).rowcount == 1
+    except sqlite3.IntegrityError:
+        if queued.kind != STEP or statement is sql.UPSERT_STEP:
+            raise
+    # A step's position was written after all (only this statement was undone):
+    # the upsert, as record_step falls back to.
+    assert queued.step is not None
+    upsert = _sqlite_step_params(queued.step, queued.fence)
+    return conn.execute(sql.UPSERT_STEP, upsert).rowcount == 1
 
 
 def _sqlite_batch(store: SQLiteStore, batch: Sequence[QueuedStep]) -> list[Verdict]:
+    statements = [_sqlite_statement(store, q) for q in batch]
     with store._writing():
         conn = store._conn()
         try:
@@ -225,9 +240,9 @@ def _sqlite_batch(store: SQLiteStore, batch: Sequence[QueuedStep]) -> list[Verdi
             error = _sqlite_error(store, exc)  # locked past the busy timeout, and so on
             return [error] * len(batch)
         verdicts: list[Verdict] = []
-        for queued in batch:
+        for queued, (statement, params) in zip(batch, statements, strict=True):
             try:
-                verdicts.append(_sqlite_write(store, conn, queued))
+                verdicts.append(_sqlite_write(conn, queued, statement, params))
             except UnicodeEncodeError as exc:
                 verdicts.append(unstorable_text(exc))  # refused before SQLite saw it
             except sqlite3.Error as exc:
