@@ -19,6 +19,10 @@ the server. cairn's own writes have exactly the floor's durability.
 
     .venv/bin/python -m bench.group_commit [--runs 3] [--tasks 100] [--steps 50]
         [--synchronous NORMAL FULL] [--postgres-url URL | --no-postgres] [--dir DIR]
+        [--with-once]
+
+``--with-once`` adds async tasks whose every step is a ``ctx.once`` (a claim
+committed before the call, then its record), both grouped with group commit on.
 
 Target (issue 19): >= 3x 1/(raw commit latency) on SQLite with 100 async tasks
 and with 16 threads, and on PostgreSQL.
@@ -56,6 +60,10 @@ def trivial(i: int) -> int:
 
 
 async def atrivial(i: int) -> int:
+    return i + 1
+
+
+async def aonce(key: str, i: int) -> int:
     return i + 1
 
 
@@ -167,8 +175,19 @@ class Drained:
 
 def drain(app: Cairn, mode: str, tasks: int, steps: int) -> Drained:
     """Run ``tasks`` tasks of ``steps`` steps in this process, ``mode`` being
-    ``async`` (one event loop, concurrency = tasks) or ``threads``."""
-    if mode == "async":
+    ``async`` (one event loop, concurrency = tasks), ``threads``, or
+    ``async-once`` (``async``, each step a ``ctx.once``: a claim and a record)."""
+    if mode == "async-once":
+
+        async def many_once(ctx: Context, n: int, i: int) -> int:
+            total = 0
+            for j in range(n):
+                total += await ctx.once(f"{ctx.task_id}/{j}", aonce, j)
+            return total
+
+        task = app.task(name="many_once")(many_once)
+        concurrency = tasks
+    elif mode == "async":
 
         async def many_async(ctx: Context, n: int, i: int) -> int:
             total = 0
@@ -196,7 +215,8 @@ def drain(app: Cairn, mode: str, tasks: int, steps: int) -> Drained:
     if report.counts.get("completed") != tasks:
         raise RuntimeError(f"the batch did not complete: {report.counts}")
     group = coalescer_for(app.store) if app.group_commit else None
-    share = 0.0 if group is None else group.batched_writes / (tasks * steps)
+    writes = tasks * steps * (2 if mode == "async-once" else 1)  # a once: claim and record
+    share = 0.0 if group is None else group.batched_writes / writes
     return Drained(tasks * steps / wall, share, cpu)
 
 
@@ -216,16 +236,17 @@ def run(
     tasks: int,
     steps: int,
     synchronous: str | None,
+    modes: Sequence[str] = ("async", "threads"),
 ) -> tuple[list[Row], list[float]]:
     rows = {
         (mode, on): Row(
-            f"{mode} x{tasks if mode == 'async' else THREADS}, "
+            f"{mode} x{THREADS if mode == 'threads' else tasks}, "
             f"group commit {'on' if on else 'off'}",
             [],
             [],
             [],
         )
-        for mode in ("async", "threads")
+        for mode in modes
         for on in (True, False)
     }
     floors: list[float] = []
@@ -331,6 +352,7 @@ def main(
     steps: int,
     synchronous: Sequence[str],
     postgres_url: str | None,
+    modes: Sequence[str] = ("async", "threads"),
 ) -> str:
     out = [
         f"group commit: {tasks} tasks x {steps} trivial steps in one process, {runs} round(s), "
@@ -338,7 +360,7 @@ def main(
         f"load {os.getloadavg()[0]:.1f} at start"
     ]
     for mode in synchronous:
-        rows, floors = run(*_sqlite_contenders(workdir, mode), runs, tasks, steps, mode)
+        rows, floors = run(*_sqlite_contenders(workdir, mode), runs, tasks, steps, mode, modes)
         title = f"SQLite, WAL, synchronous={mode} ({sqlite_durability(mode)})"
         out.append(report(title, rows, floors))
     if postgres_url is not None:
@@ -350,7 +372,8 @@ def main(
             def pg_store(name: str) -> str:
                 return f"{url}?schema=gc_{next(schemas)}"
 
-            rows, floors = run(pg_store, lambda: raw_postgres(url, 500), runs, tasks, steps, None)
+            floor = lambda: raw_postgres(url, 500)  # noqa: E731
+            rows, floors = run(pg_store, floor, runs, tasks, steps, None, modes)
             more, more_floors = run_workers(url, runs, tasks, steps)
         durability = postgres_durability(postgres_url)
         out.append(report(f"PostgreSQL (this machine's server; {durability}), one process",
@@ -372,6 +395,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         or "postgresql://postgres@127.0.0.1:5432/postgres",
     )
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument(
+        "--with-once",
+        action="store_true",
+        help="also async x TASKS whose every step is a ctx.once (a claim and a record)",
+    )
     parser.add_argument("--dir", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.no_postgres:
@@ -392,6 +420,7 @@ if __name__ == "__main__":
                 parsed.steps,
                 parsed.synchronous,
                 parsed.postgres_url,
+                ("async", "threads", "async-once") if parsed.with_once else ("async", "threads"),
             )
         )
     asyncio.set_event_loop_policy(None)
