@@ -8,10 +8,21 @@ single-row INSERTs each committed alone into a table shaped like cairn's step
 rows, measured in the same round on the same kind of store (SQLite: a WAL file
 with the same ``synchronous``; PostgreSQL: the same server). Contenders run in
 turn, each on a fresh store, once per round; tables give medians of per-round
-ratios.
+ratios, and the CPU time the process spent per step (the machine may be
+loaded; CPU time is what group commit cannot share out).
+
+The floor's durability is printed with it: SQLite ``synchronous=FULL`` fsyncs
+the WAL at every commit (durable against power loss), ``NORMAL`` does not (a
+commit survives the process being killed, not the machine losing power);
+PostgreSQL's is its ``fsync`` and ``synchronous_commit`` settings, read from
+the server. cairn's own writes have exactly the floor's durability.
 
     .venv/bin/python -m bench.group_commit [--runs 3] [--tasks 100] [--steps 50]
         [--synchronous NORMAL FULL] [--postgres-url URL | --no-postgres] [--dir DIR]
+        [--with-once]
+
+``--with-once`` adds async tasks whose every step is a ``ctx.once`` (a claim
+committed before the call, then its record), both grouped with group commit on.
 
 Target (issue 19): >= 3x 1/(raw commit latency) on SQLite with 100 async tasks
 and with 16 threads, and on PostgreSQL.
@@ -28,7 +39,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench._stats import filesystem_of, fmt_ratio, median, table
@@ -49,6 +60,10 @@ def trivial(i: int) -> int:
 
 
 async def atrivial(i: int) -> int:
+    return i + 1
+
+
+async def aonce(key: str, i: int) -> int:
     return i + 1
 
 
@@ -160,8 +175,19 @@ class Drained:
 
 def drain(app: Cairn, mode: str, tasks: int, steps: int) -> Drained:
     """Run ``tasks`` tasks of ``steps`` steps in this process, ``mode`` being
-    ``async`` (one event loop, concurrency = tasks) or ``threads``."""
-    if mode == "async":
+    ``async`` (one event loop, concurrency = tasks), ``threads``, or
+    ``async-once`` (``async``, each step a ``ctx.once``: a claim and a record)."""
+    if mode == "async-once":
+
+        async def many_once(ctx: Context, n: int, i: int) -> int:
+            total = 0
+            for j in range(n):
+                total += await ctx.once(f"{ctx.task_id}/{j}", aonce, j)
+            return total
+
+        task = app.task(name="many_once")(many_once)
+        concurrency = tasks
+    elif mode == "async":
 
         async def many_async(ctx: Context, n: int, i: int) -> int:
             total = 0
@@ -189,7 +215,8 @@ def drain(app: Cairn, mode: str, tasks: int, steps: int) -> Drained:
     if report.counts.get("completed") != tasks:
         raise RuntimeError(f"the batch did not complete: {report.counts}")
     group = coalescer_for(app.store) if app.group_commit else None
-    share = 0.0 if group is None else group.batched_writes / (tasks * steps)
+    writes = tasks * steps * (2 if mode == "async-once" else 1)  # a once: claim and record
+    share = 0.0 if group is None else group.batched_writes / writes
     return Drained(tasks * steps / wall, share, cpu)
 
 
@@ -199,6 +226,7 @@ class Row:
     ratios: list[float]
     rates: list[float]
     shares: list[float]
+    cpu_us: list[float] = field(default_factory=list)
 
 
 def run(
@@ -208,16 +236,17 @@ def run(
     tasks: int,
     steps: int,
     synchronous: str | None,
+    modes: Sequence[str] = ("async", "threads"),
 ) -> tuple[list[Row], list[float]]:
     rows = {
         (mode, on): Row(
-            f"{mode} x{tasks if mode == 'async' else THREADS}, "
+            f"{mode} x{THREADS if mode == 'threads' else tasks}, "
             f"group commit {'on' if on else 'off'}",
             [],
             [],
             [],
         )
-        for mode in ("async", "threads")
+        for mode in modes
         for on in (True, False)
     }
     floors: list[float] = []
@@ -232,6 +261,7 @@ def run(
             row.rates.append(found.steps_per_second)
             row.ratios.append(found.steps_per_second * latency)
             row.shares.append(found.batched_share)
+            row.cpu_us.append(found.cpu_seconds / (tasks * steps) * 1e6)
     return list(rows.values()), floors
 
 
@@ -267,15 +297,37 @@ def report(title: str, rows: Sequence[Row], floors: Sequence[float]) -> str:
             f"{min(row.rates):.0f}..{max(row.rates):.0f}",
             fmt_ratio(median(row.ratios)),
             "-" if row.shares[0] != row.shares[0] else f"{median(row.shares):.0%}",
+            f"{median(row.cpu_us):.0f}" if row.cpu_us else "-",
         ]
         for row in rows
     ]
     floor = median(floors)
-    headers = ["contender", "steps/s", "min..max", "vs 1/commit", "in shared commits"]
+    headers = [
+        "contender", "steps/s", "min..max", "vs 1/commit", "in shared commits", "CPU us/step",
+    ]  # fmt: skip
     return (
         f"{title}: raw commit {floor * 1e6:.0f} us median, so 1/commit = {1 / floor:.0f}/s "
         f"(target >= {TARGET:.0f}x for group commit on)\n{table(headers, lines)}\n"
     )
+
+
+def sqlite_durability(synchronous: str) -> str:
+    """What a commit at ``synchronous`` survives, floor and cairn alike."""
+    if synchronous.upper() in ("FULL", "EXTRA"):
+        return "the WAL is fsynced at every commit: durable against power loss"
+    return "no fsync at commit: durable against a killed process, not a power loss"
+
+
+def postgres_durability(url: str) -> str:
+    """The server's own durability settings, read from it."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        settings = [
+            f"{name}={conn.execute(f'SHOW {name}').fetchone()[0]}"  # type: ignore[index]
+            for name in ("fsync", "synchronous_commit", "wal_sync_method")
+        ]
+    return ", ".join(settings)
 
 
 def _sqlite_contenders(
@@ -300,6 +352,7 @@ def main(
     steps: int,
     synchronous: Sequence[str],
     postgres_url: str | None,
+    modes: Sequence[str] = ("async", "threads"),
 ) -> str:
     out = [
         f"group commit: {tasks} tasks x {steps} trivial steps in one process, {runs} round(s), "
@@ -307,8 +360,9 @@ def main(
         f"load {os.getloadavg()[0]:.1f} at start"
     ]
     for mode in synchronous:
-        rows, floors = run(*_sqlite_contenders(workdir, mode), runs, tasks, steps, mode)
-        out.append(report(f"SQLite, WAL, synchronous={mode}", rows, floors))
+        rows, floors = run(*_sqlite_contenders(workdir, mode), runs, tasks, steps, mode, modes)
+        title = f"SQLite, WAL, synchronous={mode} ({sqlite_durability(mode)})"
+        out.append(report(title, rows, floors))
     if postgres_url is not None:
         from bench.side_steps import scratch_database
 
@@ -318,10 +372,13 @@ def main(
             def pg_store(name: str) -> str:
                 return f"{url}?schema=gc_{next(schemas)}"
 
-            rows, floors = run(pg_store, lambda: raw_postgres(url, 500), runs, tasks, steps, None)
+            floor = lambda: raw_postgres(url, 500)  # noqa: E731
+            rows, floors = run(pg_store, floor, runs, tasks, steps, None, modes)
             more, more_floors = run_workers(url, runs, tasks, steps)
-        out.append(report("PostgreSQL (this machine's server), one process", rows, floors))
-        out.append(report("PostgreSQL, worker processes", more, more_floors))
+        durability = postgres_durability(postgres_url)
+        out.append(report(f"PostgreSQL (this machine's server; {durability}), one process",
+                          rows, floors))  # fmt: skip
+        out.append(report(f"PostgreSQL ({durability}), worker processes", more, more_floors))
     out.append(f"load {os.getloadavg()[0]:.1f} at end")
     return "\n".join(out)
 
@@ -338,6 +395,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         or "postgresql://postgres@127.0.0.1:5432/postgres",
     )
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument(
+        "--with-once",
+        action="store_true",
+        help="also async x TASKS whose every step is a ctx.once (a claim and a record)",
+    )
     parser.add_argument("--dir", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.no_postgres:
@@ -358,6 +420,7 @@ if __name__ == "__main__":
                 parsed.steps,
                 parsed.synchronous,
                 parsed.postgres_url,
+                ("async", "threads", "async-once") if parsed.with_once else ("async", "threads"),
             )
         )
     asyncio.set_event_loop_policy(None)

@@ -66,10 +66,11 @@ class Cairn:
     ``Cairn()`` uses the store named by ``$CAIRN_STORE``, else a SQLite file at
     ``./.cairn/cairn.db``. The store is opened on first use, not at import.
 
-    ``group_commit`` (on by default): step writes of this process's tasks that
+    ``group_commit`` (on by default): step writes (and ``ctx.once`` claims and
+    records, and conversation message appends) of this process's tasks that
     arrive while another commit is under way share the next commit, each still
     fenced on its own, and none returns before its commit is durable
-    (docs/architecture.md, "Group commit"). ``False`` commits every step alone.
+    (docs/architecture.md, "Group commit"). ``False`` commits each alone.
     """
 
     def __init__(

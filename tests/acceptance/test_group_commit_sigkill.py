@@ -14,6 +14,7 @@ and its commit may run again, at most one per task).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -54,6 +55,9 @@ class CountingServer(LocalServer):
         _, kind, task, prefix, seq = request.path.split("/", 4)
         key = (f"{task}/{prefix}", int(seq))
         with self._lock:
+            if kind == "seen":
+                request.send_json(HTTPStatus.OK, {"seen": self.effects[key] > 0})
+                return
             if kind == "effect":
                 self.effects[key] += 1
             else:
@@ -116,6 +120,81 @@ def test_sigkill_right_after_a_step_returns_finds_its_row(store_url: str, mode: 
             history = store.load_history(f"gc/n={n}")
             assert [history[i + 1].output for i in range(STEPS)] == [
                 str(n * 100 + i) for i in range(STEPS)
+            ]
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("mode", ["async", "threads"])
+def test_sigkill_right_after_a_once_returns_finds_it_completed(store_url: str, mode: str) -> None:
+    """SIGKILL right after the Nth ``ctx.once`` returned (its claim and its
+    record grouped with other tasks'): every operation reported done is
+    completed in the store with its result; the restart completes the batch,
+    and the server saw every operation's effect exactly once (a claim caught
+    in flight is reconciled with the server, never called twice)."""
+    with CountingServer(kill_at=KILL_AT) as server:
+        assert run_script(store_url, server, f"once-{mode}") == -signal.SIGKILL
+        assert server.killed.is_set()
+        reported = list(server.done)
+        store = open_store(store_url)
+        try:
+            for task_id, i in reported:
+                op = store.get_operation("", f"{task_id}/{i}")
+                assert op is not None, f"{task_id} operation {i} was reported done, not stored"
+                assert op.status == "completed"
+                assert op.result == str(int(task_id.rsplit("=", 1)[1]) * 100 + i)
+        finally:
+            store.close()
+        server.kill_at = None
+        assert run_script(store_url, server, f"once-{mode}") == 0
+        effects = Counter(server.effects)
+    every_op = {(f"gc/n={n}", i) for n in range(TASKS) for i in range(STEPS)}
+    assert effects == dict.fromkeys(every_op, 1)  # nothing lost, nothing twice
+    store = open_store(store_url)
+    try:
+        assert store.batch_counts("gc") == {"completed": TASKS}
+        for n in range(TASKS):
+            for i in range(STEPS):
+                op = store.get_operation("", f"gc/n={n}/{i}")
+                assert op is not None
+                assert (op.status, op.result) == ("completed", str(n * 100 + i))
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("mode", ["async", "threads"])
+def test_sigkill_right_after_a_message_is_appended_finds_it(store_url: str, mode: str) -> None:
+    """SIGKILL right after the Nth conversation message was appended (grouped
+    with other tasks' writes): every message reported done is stored; after
+    the restart each task's conversation holds each of its messages once, in
+    order, and no step reported done ran again."""
+    with CountingServer(kill_at=KILL_AT) as server:
+        assert run_script(store_url, server, f"conv-{mode}") == -signal.SIGKILL
+        assert server.killed.is_set()
+        reported = list(server.done)
+        store = open_store(store_url)
+        try:
+            for task_id, i in reported:
+                n = int(task_id.rsplit("=", 1)[1])
+                [row] = store.load_messages(task_id, "main", i, 1)
+                assert (row.idx, json.loads(row.content)["content"]) == (i, f"{n}-{i}")
+        finally:
+            store.close()
+        server.kill_at = None
+        assert run_script(store_url, server, f"conv-{mode}") == 0
+        effects = Counter(server.effects)
+    every_step = {(f"gc/n={n}", i) for n in range(TASKS) for i in range(STEPS)}
+    assert set(effects) == every_step
+    doubled = {key for key, count in effects.items() if count > 1}
+    assert not doubled & set(reported)
+    assert len(doubled) <= TASKS
+    store = open_store(store_url)
+    try:
+        assert store.batch_counts("gc") == {"completed": TASKS}
+        for n in range(TASKS):
+            stored = store.load_messages(f"gc/n={n}", "main", 0, STEPS + 5)
+            assert [(m.idx, json.loads(m.content)["content"]) for m in stored] == [
+                (i, f"{n}-{i}") for i in range(STEPS)
             ]
     finally:
         store.close()

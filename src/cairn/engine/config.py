@@ -71,8 +71,9 @@ class EngineConfig:
     rerun_models: bool = False
     # The app's version, recorded on each task it enqueues (None: no version).
     version: str | None = None
-    # Whether the step writes of this process's tasks that meet share one
-    # commit (cairn.store.groupcommit); off: each step commits alone.
+    # Whether the step writes (and once claims/records, conversation appends)
+    # of this process's tasks that meet share one commit
+    # (cairn.store.groupcommit); off: each commits alone.
     group_commit: bool = True
 
     def registered(self, name: str, *, task_id: str | None = None) -> TaskDef[..., Any]:

@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from cairn.engine.owners import ClaimantState, claimant_state
-from cairn.engine.run import Call, Machine, TaskRun, Wait, no_fault
+from cairn.engine.run import Call, Machine, Persist, TaskRun, Wait, no_fault
 from cairn.errors import CodecError, InDoubtOperation, OperationFailed, StoreUnavailable
 from cairn.retry import Retry, is_permanent
 from cairn.store.records import OperationClaim, OperationRecord, StepRecord
@@ -105,8 +105,9 @@ def once_machine(
     hooked = run.hook is not no_fault  # free when no test installed one
     while True:
         # The claim nearly every operation gets at once, taken here; anything
-        # else (the key already there) is looked into by _claim.
-        claim = run.claim_operation(scope, key, seq)
+        # else (the key already there) is looked into by _claim. Yielded (group
+        # commit): an async task awaits it; either way it returns once durable.
+        claim = yield Persist(TaskRun.claim_operation, (run, scope, key, seq), {})
         if claim.claimed:
             calls: int | _Settled = 1
         else:
@@ -131,7 +132,7 @@ def once_machine(
             if hooked:
                 run.hook("after_act", run.task_id, seq, key)
             output = _encoded(run, scope, key, calls, value, what)
-            recorded = _record(run, seq, key, calls, output, started, scope, hooked)
+            recorded = yield from _record(run, seq, key, calls, output, started, scope, hooked)
         finally:
             run.acting.discard((scope, key))
         if recorded is not None:
@@ -314,11 +315,14 @@ def _record(
     started: datetime,
     scope: str,
     hooked: bool,
-) -> _Settled | None:
+) -> Machine[_Settled | None]:
     """Record claim ``calls`` completed with ``output``, fenced on our task. None
     if the claim was taken from us meanwhile (our task is still ours: look again)."""
     step = _completed_entry(run, seq, key, output, calls, started)
-    if not run.complete_operation(scope, key, calls, output, step):
+    # Yielded (group commit): an async task awaits the commit holding it.
+    record = (run, scope, key, calls, output, step)
+    completed = yield Persist(TaskRun.complete_operation, record, {})
+    if not completed:
         # We acted, but the key or the task is no longer ours: keep what we
         # learned for the audit, and change nothing else.
         run.record_late_result(scope, key, output)

@@ -29,7 +29,7 @@ import inspect
 import json
 import time
 import traceback
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -61,6 +61,10 @@ from cairn.store.records import (
     StepKind,
     StepRecord,
 )
+from cairn.store.stepbatch import CLAIM, MESSAGES, SETTLE
+
+# A claim granted (the store's own answer for one, made once).
+_CLAIMED = OperationClaim(claimed=True, record=None)
 
 if TYPE_CHECKING:
     from cairn.engine.config import ChangePolicy, EngineConfig
@@ -160,9 +164,12 @@ async def adrive(machine: Machine[T], clock: Clock) -> T:
             await clock.asleep(effect.seconds)
             continue
         if type(effect) is Persist:
-            run, record = effect.args
             try:
-                await run.awrite(record)
+                if effect.fn is _WRITE:
+                    run, record = effect.args
+                    await run.awrite(record)
+                else:
+                    value = await _AWAITED[effect.fn](*effect.args)
             except Exception as exc:  # noqa: BLE001 - handed to the machine, as a call's
                 error = exc
             except BaseException:
@@ -440,7 +447,32 @@ class TaskRun:
 
     # -- operations (ctx.once): a completed operation is the task's history entry
     def claim_operation(self, scope: str, key: str, seq: int) -> OperationClaim:
-        """Claim ``key`` for this run's position ``seq``, under the fence."""
+        """Claim ``key`` for this run's position ``seq``, under the fence. With
+        group commit on, the claim may share a commit with other tasks' writes;
+        it returns only once that commit is durable, so the claim is still
+        committed before the operation's function runs."""
+        group = self.group
+        if group is None:
+            return self.store.claim_operation(scope, key, self.task_id, seq, self.fence, self.now())
+        args = (scope, key, self.task_id, seq, self.now())
+        return self._claimed(group.submit(CLAIM, args, self.fence, None), scope, key, seq)
+
+    async def aclaim_operation(self, scope: str, key: str, seq: int) -> OperationClaim:
+        """``claim_operation``, awaited: the event loop runs other tasks meanwhile."""
+        group = self.group
+        if group is None:
+            return self.claim_operation(scope, key, seq)
+        args = (scope, key, self.task_id, seq, self.now())
+        verdict = await group.asubmit(CLAIM, args, self.fence, None)
+        return self._claimed(verdict, scope, key, seq)
+
+    def _claimed(self, verdict: object, scope: str, key: str, seq: int) -> OperationClaim:
+        """What a grouped claim came to: granted, or (its row count was 0: the
+        key is there already, or the fence moved) the store's own answer."""
+        if isinstance(verdict, OperationClaim):
+            return verdict  # it ran alone, through the store's own claim
+        if verdict:
+            return _CLAIMED
         return self.store.claim_operation(scope, key, self.task_id, seq, self.fence, self.now())
 
     def reclaim_operation(
@@ -489,8 +521,27 @@ class TaskRun:
         self, scope: str, key: str, calls: int, output: str, step: StepRecord
     ) -> bool:
         """Record claim ``calls`` completed, as the history entry ``step``; False
-        if the key or the task is no longer ours (then nothing is written)."""
-        if not self.store.complete_operation(scope, key, calls, output, step, self.fence):
+        if the key or the task is no longer ours (then nothing is written). With
+        group commit on, it may share a commit with other tasks' writes, and
+        returns once that commit is durable."""
+        group = self.group
+        if group is None:
+            done = self.store.complete_operation(scope, key, calls, output, step, self.fence)
+        else:
+            done = group.submit(SETTLE, (scope, key, calls, output), self.fence, step)
+        if not done:
+            return False
+        self.history[step.seq] = step
+        return True
+
+    async def acomplete_operation(
+        self, scope: str, key: str, calls: int, output: str, step: StepRecord
+    ) -> bool:
+        """``complete_operation``, awaited: the event loop runs other tasks meanwhile."""
+        group = self.group
+        if group is None:
+            return self.complete_operation(scope, key, calls, output, step)
+        if not await group.asubmit(SETTLE, (scope, key, calls, output), self.fence, step):
             return False
         self.history[step.seq] = step
         return True
@@ -510,12 +561,20 @@ class TaskRun:
         return self.store.open_conversation(self.task_id, name, self.fence)
 
     def append_message(self, conv_id: int, message: MessageRecord) -> bool:
-        """Append one conversation message under the fence."""
-        return self.store.append_message(conv_id, message, self.fence)
+        """Append one conversation message under the fence (with group commit
+        on, in a commit it may share, durable before this returns)."""
+        group = self.group
+        if group is None:
+            return self.store.append_message(conv_id, message, self.fence)
+        return bool(group.submit(MESSAGES, (conv_id, (message,)), self.fence, None))
 
     def append_messages(self, conv_id: int, messages: Sequence[MessageRecord]) -> bool:
-        """Append conversation messages under the fence."""
-        return self.store.append_messages(conv_id, messages, self.fence)
+        """Append conversation messages under the fence, all or none (grouped as
+        ``append_message`` where the store can keep them all or none in a batch)."""
+        group = self.group
+        if group is None or (len(messages) > 1 and not group.multirow):
+            return self.store.append_messages(conv_id, messages, self.fence)
+        return bool(group.submit(MESSAGES, (conv_id, tuple(messages)), self.fence, None))
 
     def lost(self) -> NoReturn:
         """The fence moved: say why, and stop the task."""
@@ -538,3 +597,11 @@ class TaskRun:
             name=name, **details,
         )  # fmt: skip
         notify(engine.observer, event)
+
+
+# The writes ``adrive`` awaits (``Persist``): each sync method, and its async twin.
+_WRITE = TaskRun.write
+_AWAITED: dict[Callable[..., Any], Callable[..., Awaitable[Any]]] = {
+    TaskRun.claim_operation: TaskRun.aclaim_operation,
+    TaskRun.complete_operation: TaskRun.acomplete_operation,
+}

@@ -19,6 +19,9 @@ one queue per store, and whoever commits next commits everything queued:
   ``INSERT … SELECT … WHERE EXISTS`` fenced statement, and its own row count
   decides whether its task lost its lease; one task's error fails only that
   task's write (``cairn.store.stepbatch`` says how).
+* **Not only steps.** ``submit`` / ``asubmit`` queue the other fenced writes
+  a task makes per entry: ``ctx.once``'s claim and record, and conversation
+  messages (``stepbatch.WRITE_KINDS``); each is judged as a step is.
 * **Nothing returns early.** A write returns (or its future resolves) only
   after the transaction holding it committed, with the store's configured
   durability (``synchronous``), so no step is reported done before its row is.
@@ -34,10 +37,17 @@ import contextlib
 import threading
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from cairn.store.records import StepRecord
-from cairn.store.stepbatch import Verdict, batch_writer, leaders_for
+from cairn.store.stepbatch import (
+    STEP,
+    Verdict,
+    alone_or_error,
+    batch_writer,
+    batches_multirow,
+    leaders_for,
+)
 
 # The commit thread waits this long for work before it ends (a new one starts
 # with the next async write): it never delays a write, it only lets an idle
@@ -46,24 +56,31 @@ _IDLE_SECONDS = 2.0
 
 
 class PendingStep:
-    """One task's step write, queued: what to write, and (once committed) its
-    verdict: True (written), False (the fence moved) or the error to raise.
+    """One task's write, queued: what to write (a step row, or another of
+    ``stepbatch.WRITE_KINDS``), and (once committed) its verdict: True
+    (written), False (the fence moved) or the error to raise.
 
     A thread's write carries a ``gate``, a lock held until the write is settled
     or its thread is handed the lead; an async task's carries its loop and the
     future it awaits."""
 
-    __slots__ = ("fence", "first", "future", "gate", "loop", "step", "summoned", "verdict")
+    __slots__ = (
+        "args", "fence", "first", "future", "gate", "kind", "loop", "step", "summoned", "verdict",
+    )  # fmt: skip
 
     def __init__(
         self,
-        step: StepRecord,
+        step: StepRecord | None,
         fence: int,
         first: bool,
         loop: asyncio.AbstractEventLoop | None = None,
-        future: asyncio.Future[bool] | None = None,
+        future: asyncio.Future[Any] | None = None,
+        kind: int = STEP,
+        args: tuple[Any, ...] = (),
     ) -> None:
+        self.kind = kind
         self.step = step
+        self.args = args
         self.fence = fence
         self.first = first
         self.loop = loop
@@ -75,11 +92,21 @@ class PendingStep:
             self.gate = threading.Lock()
             self.gate.acquire()
 
-    def outcome(self) -> bool:
+    def outcome(self) -> Any:
         verdict = self.verdict
         if isinstance(verdict, BaseException):
             raise verdict
-        return bool(verdict)
+        return verdict
+
+
+class _Alone(NamedTuple):
+    """A write that goes alone at once (nobody was committing): no gate, no future."""
+
+    kind: int
+    step: StepRecord | None
+    args: tuple[Any, ...]
+    fence: int
+    first: bool
 
 
 class Coalescer:
@@ -98,6 +125,8 @@ class Coalescer:
             raise TypeError(f"{type(store).__name__} cannot write a batch of steps")
         self._write = write
         self._max_leading = leaders_for(store)
+        # Whether a write of several conversation messages may join a batch.
+        self.multirow = batches_multirow(store)
         self._cond = threading.Condition(threading.Lock())
         self._queue: list[PendingStep] = []
         self._leading = 0
@@ -126,6 +155,32 @@ class Coalescer:
                 return bool(self._store.record_step(step, fence, first=first))
             finally:
                 self._hand_over()
+        return bool(self._wait(pending))
+
+    def submit(self, kind: int, args: tuple[Any, ...], fence: int, step: StepRecord | None) -> Any:
+        """``record`` for a write of another kind (``stepbatch.WRITE_KINDS``):
+        True, False (the fence moved), or what the store's own method returned
+        when it ran alone (an ``OperationClaim`` for a claim)."""
+        with self._cond:
+            if self._leading < self._max_leading:
+                self._leading += 1
+                pending = None
+            else:
+                pending = PendingStep(step, fence, False, kind=kind, args=args)
+                self._queue.append(pending)
+        if pending is None:
+            try:
+                verdict = alone_or_error(self._store, _Alone(kind, step, args, fence, False))
+            finally:
+                self._hand_over()
+            if isinstance(verdict, BaseException):
+                raise verdict
+            return verdict
+        return self._wait(pending)
+
+    def _wait(self, pending: PendingStep) -> Any:
+        """A queued thread's write: wait until it is settled, leading a commit
+        if the lead is handed to it."""
         assert pending.gate is not None
         pending.gate.acquire()  # released when it is settled, or handed the lead
         if pending.verdict is None:
@@ -147,13 +202,25 @@ class Coalescer:
         a thread leading already), and the event loop runs other tasks meanwhile."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bool] = loop.create_future()
-        pending = PendingStep(step, fence, first, loop, future)
+        self._enqueue(PendingStep(step, fence, first, loop, future))
+        return await future
+
+    async def asubmit(
+        self, kind: int, args: tuple[Any, ...], fence: int, step: StepRecord | None
+    ) -> Any:
+        """``submit``, awaited (as ``arecord``)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._enqueue(PendingStep(step, fence, False, loop, future, kind, args))
+        return await future
+
+    def _enqueue(self, pending: PendingStep) -> None:
+        """Queue an async task's write, and wake the commit thread if nobody leads."""
         with self._cond:
             self._queue.append(pending)
             if not self._helper_leads and self._leading < self._max_leading:
                 self._leading += 1
                 self._wake_helper()
-        return await future
 
     # -- committing ---------------------------------------------------------------------
     def _commit(self, batch: Sequence[PendingStep]) -> None:
@@ -241,12 +308,8 @@ def _helper_main(ref: weakref.ReferenceType[Coalescer]) -> None:
 
 
 def _settle_solo(store: Any, pending: PendingStep) -> None:
-    """One queued write alone: the store's own single-step write."""
-    try:
-        verdict: Verdict = bool(store.record_step(pending.step, pending.fence, first=pending.first))
-    except BaseException as exc:  # noqa: BLE001 - the write's own error, handed to its task
-        verdict = exc
-    _settle(pending, verdict)
+    """One queued write alone: the store's own method for it."""
+    _settle(pending, alone_or_error(store, pending))
 
 
 def _settle(pending: PendingStep, verdict: Verdict) -> None:
@@ -263,7 +326,7 @@ def _settle(pending: PendingStep, verdict: Verdict) -> None:
 def _settle_all(batch: Sequence[PendingStep], verdicts: Sequence[Verdict]) -> None:
     """``_settle`` for a whole batch, waking each event loop once for all of its
     coroutines (one wake-up of a loop costs a system call)."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[bool], Verdict]]] = {}
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Verdict]]] = {}
     for pending, verdict in zip(batch, verdicts, strict=True):
         pending.verdict = verdict
         if pending.gate is not None:
@@ -275,12 +338,12 @@ def _settle_all(batch: Sequence[PendingStep], verdicts: Sequence[Verdict]) -> No
             loop.call_soon_threadsafe(_resolve_many, answers)
 
 
-def _resolve_many(answers: Sequence[tuple[asyncio.Future[bool], Verdict]]) -> None:
+def _resolve_many(answers: Sequence[tuple[asyncio.Future[Any], Verdict]]) -> None:
     for future, verdict in answers:
         _resolve(future, verdict)
 
 
-def _resolve(future: asyncio.Future[bool], verdict: Verdict) -> None:
+def _resolve(future: asyncio.Future[Any], verdict: Verdict) -> None:
     if future.done():
         return  # the awaiting task was cancelled meanwhile
     if isinstance(verdict, BaseException):

@@ -12,6 +12,7 @@ then commit as exactly one transaction.
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -23,12 +24,14 @@ import pytest
 
 from cairn import Cairn, Context
 from cairn.store import Store, open_store
-from cairn.store.groupcommit import Coalescer, coalescer_for
-from cairn.store.records import NewTask, StepRecord, TaskRecord
+from cairn.store.groupcommit import Coalescer, PendingStep, coalescer_for
+from cairn.store.records import MessageRecord, NewTask, OperationClaim, StepRecord, TaskRecord
 from cairn.store.sqlite import SQLiteStore
+from cairn.store.stepbatch import CLAIM, MESSAGES, SETTLE
 from tests.servers import wait_until
 
 WAIT = 30.0  # generous: conditions, not timings
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -239,3 +242,189 @@ def _error_alone(store: Store, step: StepRecord, fence: int) -> BaseException:
 async def _plus(n: int, i: int) -> int:
     await asyncio.sleep(0)  # real-sleep-ok: a zero yield, so the tasks interleave
     return n + i
+
+
+# -- ctx.once's claim and record, and conversation appends ---------------------------------
+def message_of(task: TaskRecord, idx: int, text: str) -> MessageRecord:
+    content = json.dumps({"role": "user", "content": text})
+    return MessageRecord(task.id, "main", idx, "user", content, 5, "message", None, None, NOW)
+
+
+def submit_in_threads(
+    group: Coalescer, writes: Sequence[tuple[str, int, tuple[Any, ...], int, StepRecord | None]]
+) -> tuple[list[threading.Thread], dict[str, Any]]:
+    """``record_in_threads`` for writes of any kind: (label, kind, args, fence, step)."""
+    verdicts: dict[str, Any] = {}
+
+    def one(label: str, kind: int, args: tuple[Any, ...], fence: int, step: Any) -> None:
+        try:
+            verdicts[label] = group.submit(kind, args, fence, step)
+        except Exception as exc:  # noqa: BLE001 - the verdict under test
+            verdicts[label] = exc
+
+    threads = [threading.Thread(target=one, args=write) for write in writes]
+    for thread in threads:
+        thread.start()
+    return threads, verdicts
+
+
+def test_claims_records_and_messages_share_one_commit_each_fenced(store: Store) -> None:
+    """Once-claims, once-records and message appends queued behind a blocked
+    commit commit as one transaction, each judged by its own row count: a task
+    whose fence moved gets False for each of its writes and nothing of it is
+    written; a message whose position is already taken by the same message (a
+    retried write) is answered by the store's own path, as alone."""
+    group = coalescer_for(store)
+    assert group is not None
+    tasks = claimed(store, 6 + group._max_leading)
+    leaders, (settler, claimer, moved, talker, again, many) = (
+        tasks[: group._max_leading],
+        tasks[group._max_leading :],
+    )
+    now = datetime.now(UTC)
+    assert store.claim_operation("", "k-settle", settler.id, 1, settler.fence, now).claimed
+    assert store.claim_operation("", "k-moved-rec", moved.id, 1, moved.fence, now).claimed
+    conv: dict[str, int] = {}
+    for task in (talker, again, many, moved):
+        opened = store.open_conversation(task.id, "main", task.fence)
+        assert opened is not None
+        conv[task.id] = opened
+    assert store.append_message(conv[again.id], message_of(again, 0, "hello"), again.fence)
+    assert store.release_task(moved.id, moved.fence, now)  # its fence moves
+    entry = StepRecord(settler.id, 1, "op", "k-settle", "completed", "7", 1, 1, 1, None, None,
+                       now, now)  # fmt: skip
+    moved_entry = entry._replace(task_id=moved.id, name="k-moved-rec")
+    several = tuple(message_of(many, i, f"m{i}") for i in range(3))
+    writes: list[tuple[str, int, tuple[Any, ...], int, StepRecord | None]] = [
+        ("settle", SETTLE, ("", "k-settle", 1, "7"), settler.fence, entry),
+        ("claim", CLAIM, ("", "k-claim", claimer.id, 1, now), claimer.fence, None),
+        ("moved claim", CLAIM, ("", "k-moved", moved.id, 2, now), moved.fence, None),
+        ("moved settle", SETTLE, ("", "k-moved-rec", 1, "7"), moved.fence, moved_entry),
+        ("moved message", MESSAGES, (conv[moved.id], (message_of(moved, 0, "x"),)), moved.fence,
+         None),
+        ("message", MESSAGES, (conv[talker.id], (message_of(talker, 0, "hi"),)), talker.fence,
+         None),
+        ("retried", MESSAGES, (conv[again.id], (message_of(again, 0, "hello"),)), again.fence,
+         None),
+    ]  # fmt: skip
+    if group.multirow:
+        writes.append(("several", MESSAGES, (conv[many.id], several), many.fence, None))
+    with writes_blocked(store) as release:
+        first, _verdicts = record_in_threads(group, [(step_of(t), t.fence) for t in leaders])
+        assert wait_until(lambda: leading(group) == len(leaders), WAIT)
+        later, more = submit_in_threads(group, writes)
+        assert wait_until(lambda: queued(group) == len(writes), WAIT)
+        release()
+        for thread in first + later:
+            thread.join(WAIT)
+    assert (group.batches, group.batched_writes) == (1, len(writes))
+    # A claim answered alone (PostgreSQL runs every write of a batch alone once
+    # the server refused any of it: here the retried message) is the store's
+    # own answer, an OperationClaim.
+    answers = {k: v.claimed if isinstance(v, OperationClaim) else v for k, v in more.items()}
+    expected = {
+        "settle": True, "claim": True, "moved claim": False, "moved settle": False,
+        "moved message": False, "message": True, "retried": True, "several": True,
+    }  # fmt: skip
+    if not group.multirow:
+        del expected["several"]
+    assert answers == expected
+    settled = store.get_operation("", "k-settle")
+    assert settled is not None
+    assert (settled.status, settled.result) == ("completed", "7")
+    claim = store.get_operation("", "k-claim")
+    assert claim is not None
+    assert (claim.status, claim.task_id) == ("claimed", claimer.id)
+    assert store.get_operation("", "k-moved") is None
+    moved_op = store.get_operation("", "k-moved-rec")
+    assert moved_op is not None
+    assert moved_op.status == "claimed"
+    assert store.load_messages(moved.id, "main", 0, 10) == []
+    assert [m.content for m in store.load_messages(talker.id, "main", 0, 10)] == [
+        message_of(talker, 0, "hi").content
+    ]
+    assert len(store.load_messages(again.id, "main", 0, 10)) == 1
+    if group.multirow:
+        assert [m.idx for m in store.load_messages(many.id, "main", 0, 10)] == [0, 1, 2]
+
+
+def test_several_messages_of_a_fenced_out_task_write_none(store_url: str) -> None:
+    """A write of several messages whose task's fence moved writes none of them,
+    in a batch (SQLite keeps them in a savepoint of their own) and alone."""
+    opened = open_store(store_url)
+    try:
+        group = coalescer_for(opened)
+        assert group is not None
+        [ours, moved] = claimed(opened, 2)
+        conv = opened.open_conversation(moved.id, "main", moved.fence)
+        assert conv is not None
+        assert opened.release_task(moved.id, moved.fence, datetime.now(UTC))
+        messages = tuple(message_of(moved, i, f"m{i}") for i in range(3))
+        batch = [
+            PendingStep(step_of(ours), ours.fence, True),
+            PendingStep(None, moved.fence, False, kind=MESSAGES, args=(conv, messages)),
+        ]
+        if group.multirow:
+            assert group._write(batch) == [True, False]
+        assert group.submit(MESSAGES, (conv, messages), moved.fence, None) is False
+        assert opened.load_messages(moved.id, "main", 0, 10) == []
+    finally:
+        opened.close()
+
+
+def test_once_and_conversations_in_many_tasks_record_everything(store_url: str) -> None:
+    """Twenty async tasks and eight threads, each with a ctx.once per round and
+    a conversation message per round (group commit on): every operation is
+    completed once with its result, and every message is stored once, in order."""
+    calls: list[str] = []
+
+    def act(key: str, n: int) -> int:
+        calls.append(key)
+        return n
+
+    async def aact(key: str, n: int) -> int:
+        await asyncio.sleep(0)  # real-sleep-ok: a zero yield, so the tasks interleave
+        return act(key, n)
+
+    with Cairn(store_url) as app:
+
+        @app.task
+        async def async_talk(ctx: Context, n: int) -> int:
+            conv = ctx.conversation("main")
+            total = 0
+            for i in range(3):
+                total += await ctx.once(f"a{n}-{i}", aact, n)
+                conv.append({"role": "user", "content": f"a{n}-{i}"})
+            return total
+
+        @app.task
+        def sync_talk(ctx: Context, n: int) -> int:
+            conv = ctx.conversation("main")
+            total = 0
+            for i in range(3):
+                total += ctx.once(f"s{n}-{i}", act, n)
+                conv.append({"role": "user", "content": f"s{n}-{i}"})
+            return total
+
+        items = [{"n": n} for n in range(20)]
+        assert app.run_batch("a", async_talk, items, concurrency=20, progress=False).counts == {
+            "completed": 20
+        }
+        assert app.run_batch("s", sync_talk, items[:8], concurrency=8, progress=False).counts == {
+            "completed": 8
+        }
+        keys = [f"a{n}-{i}" for n in range(20) for i in range(3)]
+        keys += [f"s{n}-{i}" for n in range(8) for i in range(3)]
+        assert sorted(calls) == sorted(keys)
+        for key in keys:
+            op = app.store.get_operation("", key)
+            assert op is not None
+            assert op.status == "completed"
+        for prefix, batch, count in (("a", "a", 20), ("s", "s", 8)):
+            for n in range(count):
+                task_id = f"{batch}/n={n}"
+                assert app.result(task_id) == 3 * n
+                stored = app.store.load_messages(task_id, "main", 0, 10)
+                assert [json.loads(m.content)["content"] for m in stored] == [
+                    f"{prefix}{n}-{i}" for i in range(3)
+                ]
