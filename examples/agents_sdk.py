@@ -59,6 +59,8 @@ CRASH_CHECK = {
     "task": "research",
     "kwargs": {"topic": "crash", "docs": 2, "threshold": 400, "keep_tail": 150},
     "effects": "ledger_entries",
+    # Imported once by the process the runs fork from, not once a run (~1.5 s each).
+    "preload": ["agents", "openai", "cairn.integrations.openai_agents"],
 }
 
 

@@ -25,7 +25,7 @@ import pytest
 from cairn import Cairn
 from cairn.clock import FakeClock
 from cairn.observe.logs import QUIET
-from tests.pgcluster import pg_cluster  # noqa: F401 - the fixture, for every test module
+from tests.pgcluster import _kept_cluster, pg_cluster  # noqa: F401 - the fixtures, for every test module
 
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/postgres"
 BACKENDS = ("sqlite", "postgres")

@@ -10,7 +10,9 @@ here instead, and the cluster is always dropped afterwards::
         ...
         cluster.start()
 
-or, in a test, the ``pg_cluster`` fixture. Two ways to make one, whichever the
+or, in a test, the ``pg_cluster`` fixture (one cluster per test worker, kept
+between its tests: each test finds it running with only the ``postgres``
+database, as a new one would be). Two ways to make one, whichever the
 machine has:
 
 * Debian's ``pg_createcluster`` (the version is the newest under
@@ -34,9 +36,10 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -229,22 +232,83 @@ def private_cluster() -> Iterator[Cluster]:
             yield cluster
 
 
-def _unavailable(reason: str) -> None:
+def _unavailable(reason: str) -> NoReturn:
     if os.environ.get("CI") == "true":
         pytest.fail(f"a private PostgreSQL cluster is required in CI: {reason}")
     pytest.skip(f"cannot make a private PostgreSQL cluster: {reason}")
 
 
+class _Kept:
+    """One worker's private cluster, made at the first test that asks and kept for
+    the next ones (making one costs seconds): each test gets it running and with
+    only the ``postgres`` database, as a new cluster would be."""
+
+    def __init__(self) -> None:
+        self._stack = ExitStack()
+        self.cluster: Cluster | None = None
+
+    def get(self) -> Cluster:
+        if self.cluster is None:
+            self.cluster = self._stack.enter_context(private_cluster())
+        return self.cluster
+
+    def reset(self) -> None:
+        """After a test: running again, and every database it made dropped (even
+        one it left refusing connections); a cluster that cannot be brought back
+        is dropped, and the next test gets a new one."""
+        cluster = self.cluster
+        if cluster is None:
+            return
+        try:
+            if not cluster.accepts():
+                with suppress(RuntimeError):  # a start the test began may be under way
+                    cluster.start()
+                cluster.wait_accepting()
+            _drop_databases(cluster)
+        except Exception:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        self.cluster = None
+        self._stack.close()
+
+
+def _drop_databases(cluster: Cluster) -> None:
+    import psycopg
+
+    with psycopg.connect(cluster.url(), autocommit=True) as conn:
+        names = conn.execute(
+            "SELECT datname FROM pg_database WHERE datname <> 'postgres' AND NOT datistemplate"
+        ).fetchall()
+        for (name,) in names:
+            conn.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def _kept_cluster() -> Iterator[_Kept]:
+    kept = _Kept()
+    try:
+        yield kept
+    finally:
+        kept.close()
+
+
 @pytest.fixture
-def pg_cluster() -> Iterator[Cluster]:
-    """A private PostgreSQL cluster for one test, which it may stop and start;
-    always dropped afterwards."""
+def pg_cluster(_kept_cluster: _Kept) -> Iterator[Cluster]:
+    """A private PostgreSQL cluster for one test at a time, which it may stop and
+    start; after the test it is running again, with only the ``postgres``
+    database (the worker's tests share one cluster, dropped at the end)."""
     try:
         import psycopg  # noqa: F401 - the cluster is no use without the driver
     except ImportError:
         _unavailable("psycopg is not installed (pip install -e '.[test]')")
     try:
-        with private_cluster() as cluster:
-            yield cluster
+        cluster = _kept_cluster.get()
     except ClusterUnavailable as exc:
         _unavailable(str(exc))
+    try:
+        yield cluster
+    finally:
+        _kept_cluster.reset()

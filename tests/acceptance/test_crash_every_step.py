@@ -8,6 +8,7 @@ declares how to crash-check it in its ``CRASH_CHECK`` dict.
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -35,17 +36,15 @@ def failing(report: CrashReport) -> list[str]:
 
 
 def example_check(path: Path) -> dict[str, Any]:
-    """The example's CRASH_CHECK, read without importing it into this process."""
-    code = f"import runpy, json; print(json.dumps(runpy.run_path({str(path)!r})['CRASH_CHECK']))"
-    found = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=SCRIPT_TIMEOUT_SECONDS,
-    )
-    check: dict[str, Any] = json.loads(found.stdout)
-    return check
+    """The example's CRASH_CHECK, read from its source without importing it (nor
+    the framework it imports, which costs seconds): a literal dict at top level."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == "CRASH_CHECK" for target in node.targets
+        ):
+            check: dict[str, Any] = ast.literal_eval(node.value)
+            return check
+    raise AssertionError(f"{path} declares no literal CRASH_CHECK at top level")
 
 
 def test_there_is_an_example_to_check() -> None:
@@ -54,9 +53,9 @@ def test_there_is_an_example_to_check() -> None:
     assert ROOT / "examples" / "review_apps.py" in EXAMPLES
 
 
-# Each case forks twice and the child imports the example's framework itself
-# (the Agents SDK example: ~1.5 s of imports a fork on this VM), so the
-# default 120 s is too short for the slowest example on a loaded machine.
+# Each case forks twice; an example whose framework is slow to import preloads it
+# (CRASH_CHECK["preload"]), but on a loaded machine the slowest example still
+# needs more than the default 120 s.
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.stem)
 def test_every_example_survives_a_crash_at_every_boundary(
@@ -77,6 +76,7 @@ def test_every_example_survives_a_crash_at_every_boundary(
         f"{example}:{check['task']}",
         check.get("kwargs", {}),
         effects=None if effects is None else f"{example}:{effects}",
+        preload=check.get("preload", ()),
     )
     points = {case.boundary.point for case in report.cases}
     assert {"before_step", "step_returned", "after_step", "after_task"} <= points
@@ -254,3 +254,71 @@ def test_the_review_example_runs_as_a_script_and_applies_each_change_once(
         assert "3/3 apps reviewed" in done.stdout
     ledger = (tmp_path / "run" / "ad-platform-ledger.jsonl").read_text().splitlines()
     assert len(ledger) == 3
+
+
+COUNTING_LIBRARY = textwrap.dedent(
+    """
+    # A library whose state a run changes: each import starts a new list.
+    calls = []
+    """
+)
+COUNTING_TASK = textwrap.dedent(
+    """
+    import counting_library
+    from cairn import Cairn, Context
+
+    app = Cairn()
+
+    def note(label):
+        # How many times this process has run the step: 1, unless the list was kept.
+        counting_library.calls.append(label)
+        return counting_library.calls.count(label)
+
+    @app.task
+    def job(ctx: Context) -> list[int]:
+        return [ctx.step("first", note, "a"), ctx.step("second", note, "b")]
+    """
+)
+THREADED_LIBRARY = textwrap.dedent(
+    """
+    import threading
+
+    # A library that starts a thread at import: a fork would not have it.
+    stop = threading.Event()
+    threading.Thread(target=stop.wait, name="library-worker", daemon=True).start()
+    """
+)
+
+
+def test_a_preloaded_library_starts_fresh_in_every_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A library preloaded once by the forking process is, in every run, as it was
+    right after its import: each step appends its name to the library's list and
+    counts it, 1 in the clean run and in every crashed-and-resumed case (a run
+    that kept an earlier run's list would count 2 and fail its case), with the
+    same verdicts as without preload."""
+    (tmp_path / "counting_library.py").write_text(COUNTING_LIBRARY)
+    (tmp_path / "counting_task.py").write_text(COUNTING_TASK)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    preloaded = crash_at_every_step("counting_task:job", preload=["counting_library"])
+    plain = crash_at_every_step("counting_task:job")
+    assert preloaded.ok, preloaded.table()
+    assert json.loads(preloaded.clean_result) == json.loads(plain.clean_result) == [1, 1]
+    assert len(preloaded.cases) == len(plain.cases) == 7
+    assert [c.resumed for c in preloaded.cases] == [c.resumed for c in plain.cases]
+
+
+def test_a_preload_that_starts_a_thread_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A forked child keeps only the thread that forked, so a library that starts
+    a thread at import cannot be preloaded: the check stops before any run, with
+    an error that names the thread and says to leave the module out."""
+    (tmp_path / "threaded_library.py").write_text(THREADED_LIBRARY)
+    (tmp_path / "counting_library.py").write_text(COUNTING_LIBRARY)
+    (tmp_path / "counting_task.py").write_text(COUNTING_TASK)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(RuntimeError, match=r"library-worker.*leave it out of preload="):
+        crash_at_every_step("counting_task:job", preload=["threaded_library"])
+    assert not list(tmp_path.glob("**/clean.events"))

@@ -356,6 +356,9 @@ def test_a_small_run_survives_a_crash_at_every_boundary(
             {"fired_at": FIRED_AT},
             effects=f"{__name__}:database_rows",
             compare_result=False,
+            # Libraries every run imports (the effects function's module imports
+            # pytest): imported once before the forks, not once a run.
+            preload=["pytest", "httpx"],
         )
     key = f"'daily-report/{DAY}'"
     assert [c.boundary.label() for c in report.failures] == [

@@ -1,9 +1,9 @@
 """The program behind crash testing's processes, and one run of a crash case.
 
 ``python -m cairn.testing._case_runner`` is the zygote of ``_zygote`` (one
-forked child per request); ``--once REQUEST_FILE`` runs one request in a fresh
-interpreter instead. Nothing imports this module, so ``python -m`` runs it
-cleanly.
+forked child per request; ``--preload a,b`` imports those modules first);
+``--once REQUEST_FILE`` runs one request in a fresh interpreter instead.
+Nothing imports this module, so ``python -m`` runs it cleanly.
 
 ``run_case(spec)`` is what a crash test's child runs: load the user's task,
 log every boundary it passes to ``spec["events"]`` (one JSON line each), crash
@@ -103,6 +103,9 @@ def run_case(spec: dict[str, Any]) -> None:
 def main(argv: list[str]) -> None:
     if argv[:1] == ["--once"]:
         raise SystemExit(run_once(argv[1]))
+    if argv[:1] == ["--preload"]:
+        serve([name for name in argv[1].split(",") if name])
+        return
     serve()
 
 

@@ -15,6 +15,14 @@ interpreter instead (``python -m cairn.testing._case_runner --once REQUEST_FILE`
 The zygote's program is ``cairn.testing._case_runner``, a module nothing else
 imports, so ``python -m`` runs it cleanly.
 
+A zygote may *preload* libraries (``--preload agents,openai``): it imports them
+before its first fork, so a framework that takes seconds to import (the
+OpenAI Agents SDK) is imported once, not once a run. Every child still starts
+from the modules as they stand right after that import, since no run's
+changes reach the zygote; the user's own modules are never preloaded. A
+preload that leaves a thread running is refused (a fork keeps only the
+thread that forked, so the child would not be what a new interpreter is).
+
 A request: ``entry`` ("module:function", called with ``spec``), ``spec`` (any
 JSON), ``cwd``, ``env`` (added to the environment), ``output`` (the file that
 gets the child's stdout and stderr) and ``timeout`` (seconds; the child ends
@@ -37,7 +45,7 @@ import subprocess
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -108,13 +116,33 @@ def _run_child(request: Request) -> int:
 # -- the zygote side ------------------------------------------------------------------
 
 
-def _reply(message: dict[str, int]) -> None:
+def _reply(message: dict[str, Any]) -> None:
     # Unbuffered: a forked child must never inherit half-written replies.
     os.write(1, (json.dumps(message) + "\n").encode())
 
 
-def serve() -> None:
-    """The zygote's loop: one request per stdin line, one child at a time."""
+def preload(modules: Sequence[str]) -> None:
+    """Import ``modules`` in this process, before any fork; refuse one that leaves
+    a thread running."""
+    for name in modules:
+        importlib.import_module(name)
+    main = threading.main_thread()
+    running = [thread.name for thread in threading.enumerate() if thread is not main]
+    if running:
+        raise RuntimeError(
+            f"preloading {', '.join(modules)} started threads ({', '.join(running)}): a forked "
+            "child would run without them, so it cannot be preloaded; leave it out of preload="
+        )
+
+
+def serve(modules: Sequence[str] = ()) -> None:
+    """The zygote's loop: one request per stdin line, one child at a time, after
+    importing the ``modules`` to preload."""
+    try:
+        preload(modules)
+    except Exception as exc:  # noqa: BLE001 - the launcher raises it with the message
+        _reply({"pid": -1, "exit": -1, "error": f"{type(exc).__name__}: {exc}"})
+        return
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -168,11 +196,13 @@ class Launcher:
     """Starts runs through one zygote (or fresh interpreters), one at a time:
     wait for each run to end before starting the next."""
 
-    def __init__(self, *, fresh_interpreters: bool = False) -> None:
+    def __init__(self, *, fresh_interpreters: bool = False, preload: Sequence[str] = ()) -> None:
         self._fresh = fresh_interpreters or not CAN_FORK
+        # A fresh interpreter imports whatever the run imports, preloaded or not.
+        self.preload = tuple(preload)
         self._zygote: subprocess.Popen[bytes] | None = None
         self._current: Running | None = None
-        self._replies: queue.Queue[dict[str, int]] = queue.Queue()
+        self._replies: queue.Queue[dict[str, Any]] = queue.Queue()
 
     def start(self, request: Request) -> Running:
         """Start ``request`` now."""
@@ -187,11 +217,16 @@ class Launcher:
             return self._current
         zygote = self._running_zygote()
         assert zygote.stdin is not None
-        zygote.stdin.write((json.dumps(asdict(request)) + "\n").encode())
-        zygote.stdin.flush()
-        pid = self._replies.get()["pid"]
+        # BrokenPipeError: the zygote has ended (a refused preload); its last reply says why.
+        with contextlib.suppress(BrokenPipeError):
+            zygote.stdin.write((json.dumps(asdict(request)) + "\n").encode())
+            zygote.stdin.flush()
+        reply = self._replies.get()
+        pid = reply["pid"]
         if pid < 0:
-            raise RuntimeError("cairn's test zygote process ended; see its output above")
+            raise RuntimeError(
+                reply.get("error", "cairn's test zygote process ended; see its output above")
+            )
         self._current = Running(pid, self._next_exit)
         return self._current
 
@@ -204,7 +239,8 @@ class Launcher:
         if zygote is not None:
             assert zygote.stdin is not None
             assert zygote.stdout is not None
-            zygote.stdin.close()
+            with contextlib.suppress(BrokenPipeError):
+                zygote.stdin.close()
             zygote.wait()
             zygote.stdout.close()
 
@@ -220,12 +256,15 @@ class Launcher:
         self.close()
 
     def _next_exit(self, timeout: float | None) -> int:
-        return self._replies.get(timeout=timeout)["exit"]
+        return int(self._replies.get(timeout=timeout)["exit"])
 
     def _running_zygote(self) -> subprocess.Popen[bytes]:
         if self._zygote is None:
+            command = [sys.executable, "-m", PROGRAM]
+            if self.preload:
+                command += ["--preload", ",".join(self.preload)]
             self._zygote = subprocess.Popen(
-                [sys.executable, "-m", PROGRAM],
+                command,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env={**os.environ, "PYTHONPATH": child_pythonpath()},
@@ -237,7 +276,7 @@ class Launcher:
         return self._zygote
 
 
-def _read_replies(stream: IO[bytes], replies: queue.Queue[dict[str, int]]) -> None:
+def _read_replies(stream: IO[bytes], replies: queue.Queue[dict[str, Any]]) -> None:
     for line in stream:
         replies.put(json.loads(line))
     replies.put({"pid": -1, "exit": -1})  # the zygote is gone: unblock any waiter
@@ -250,15 +289,20 @@ _idle_lock = threading.Lock()
 
 
 @contextmanager
-def borrowed(*, fresh_interpreters: bool = False) -> Iterator[Launcher]:
-    """A launcher for the duration of a ``with``: an idle zygote if there is one
-    (starting one costs ~0.3 s), kept afterwards for the next caller."""
+def borrowed(
+    *, fresh_interpreters: bool = False, preload: Sequence[str] = ()
+) -> Iterator[Launcher]:
+    """A launcher for the duration of a ``with``: an idle zygote that preloaded the
+    same modules if there is one (starting one costs ~0.3 s, and more with
+    ``preload``), kept afterwards for the next caller."""
     if fresh_interpreters:
         with Launcher(fresh_interpreters=True) as launcher:
             yield launcher
         return
+    wanted = tuple(preload)
     with _idle_lock:
-        launcher = _idle.pop() if _idle else Launcher()
+        same = [index for index, idle in enumerate(_idle) if idle.preload == wanted]
+        launcher = _idle.pop(same[-1]) if same else Launcher(preload=wanted)
     try:
         yield launcher
     except BaseException:

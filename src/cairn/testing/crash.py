@@ -23,7 +23,7 @@ import io
 import json
 import queue
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -106,6 +106,7 @@ def crash_at_every_step(
     timeout: float = 60.0,
     workdir: Path | str | None = None,
     fresh_interpreters: bool = False,
+    preload: Sequence[str] = (),
 ) -> CrashReport:
     """Crash ``target`` at every boundary of a clean run, resume it, and check it.
 
@@ -124,6 +125,13 @@ def crash_at_every_step(
             directory, removed afterwards).
         fresh_interpreters: start every run as a new interpreter rather than a
             fork of one that has imported cairn (slower; the same semantics).
+        preload: libraries (module names) the forking process imports once, before
+            its first fork, rather than every run importing them: for a framework
+            that is slow to import (``["agents", "openai"]``). Each run still
+            starts from them as they stand right after the import. Never your
+            task's own module, nor one that reads the environment, the working
+            directory or the store at import time (each run has its own); a
+            preload that starts a thread is refused.
     """
     spec = _Spec(
         target=absolute(target),
@@ -134,11 +142,13 @@ def crash_at_every_step(
     )
     split(spec.target)
     with _workspace(workdir) as root:
-        with borrowed(fresh_interpreters=fresh_interpreters) as launcher:
+        with borrowed(fresh_interpreters=fresh_interpreters, preload=preload) as launcher:
             first = _run(launcher, spec, root / "clean", "clean", None)
         clean = _clean(first, spec, compare_result)
         found = boundaries(first.events)
-        cases = _run_cases(found, spec, root, clean, max(1, workers), fresh_interpreters)
+        cases = _run_cases(
+            found, spec, root, clean, max(1, workers), fresh_interpreters, tuple(preload)
+        )
     return CrashReport(target, clean.result, tuple(cases))
 
 
@@ -169,7 +179,13 @@ def _clean(first: RunResult, spec: _Spec, compare_result: bool) -> Clean:
 
 
 def _run_cases(
-    found: list[Boundary], spec: _Spec, root: Path, clean: Clean, workers: int, fresh: bool
+    found: list[Boundary],
+    spec: _Spec,
+    root: Path,
+    clean: Clean,
+    workers: int,
+    fresh: bool,
+    preload: tuple[str, ...],
 ) -> list[CaseResult]:
     todo: queue.SimpleQueue[int] = queue.SimpleQueue()
     for index in range(len(found)):
@@ -178,7 +194,7 @@ def _run_cases(
 
     def work() -> None:
         # One launcher per thread: a zygote runs one child at a time.
-        with borrowed(fresh_interpreters=fresh) as launcher:
+        with borrowed(fresh_interpreters=fresh, preload=preload) as launcher:
             while True:
                 try:
                     index = todo.get_nowait()
