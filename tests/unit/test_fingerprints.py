@@ -118,3 +118,51 @@ def test_a_model_calls_fingerprint_names_what_changed() -> None:
     both = model_fingerprint("gpt-4.1", ["Be brief."], [])
     assert what_changed(old, both) == "the model changed, the tools changed"
     assert what_changed("code:1", "code:2") == "its code changed"
+
+
+def test_steps_in_turn_through_one_decorator_keep_their_own_fingerprints(
+    tmp_path: Path,
+) -> None:
+    """A step remembers the last code it fingerprinted, but a decorator's
+    wrapper shares its code with every function it wraps: steps that alternate
+    between two wrapped functions (and a plain one) each record the wrapped
+    function's own fingerprint, never the one looked up just before."""
+    from cairn import Cairn, Context
+
+    def logged(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any) -> Any:
+            return fn(*args)
+
+        return wrapper
+
+    def double(x: int) -> int:
+        return 2 * x
+
+    def triple(x: int) -> int:
+        return 3 * x
+
+    wrapped_double, wrapped_triple = logged(double), logged(triple)
+    app = Cairn(f"sqlite:///{tmp_path / 'c.db'}")
+
+    @app.task
+    def alternate(ctx: Context) -> int:
+        total = 0
+        for i in range(3):
+            total += ctx.step("d", wrapped_double, i)
+            total += ctx.step("t", wrapped_triple, i)
+            total += ctx.step("p", double, i)
+        return total
+
+    with app:
+        app.run(alternate, task_id="alt")
+        history = app.store.load_history("alt")
+    expected = {
+        "d": fingerprint_of(double),
+        "t": fingerprint_of(triple),
+        "p": fingerprint_of(double),
+    }
+    assert expected["d"] != expected["t"]
+    assert len(history) == 9
+    for record in history.values():
+        assert record.fingerprint == expected[record.name], record

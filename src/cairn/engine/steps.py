@@ -23,7 +23,7 @@ import tokenize
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from types import CodeType
-from typing import Any
+from typing import Any, NamedTuple
 
 from cairn.clock import from_iso, to_iso
 from cairn.engine.changes import changed
@@ -43,22 +43,24 @@ from cairn.retry import Retry
 from cairn.store.records import StepKind, StepRecord, StepStatus
 
 _SELF_DECODING = frozenset({int, str, bool, type(None)})
-# A record from all its fields, without StepRecord.__new__'s Python frame.
+# A record (or a label) from all its fields, without a NamedTuple __new__'s
+# Python frame.
 _new_record = tuple.__new__
+_new_label = tuple.__new__
 
 
-class EntryLabel:
+class EntryLabel(NamedTuple):
     """Names the entry (and its position in the history) in an error message;
     formatted only if one is raised. Carries the entry's fingerprint, which its
-    records are written with."""
+    records are written with.
 
-    __slots__ = ("fingerprint", "kind", "name", "seq")
+    A NamedTuple: one is made per step, and ``tuple.__new__`` (``_new_label``)
+    makes it without a Python frame, where a class's ``__init__`` has one."""
 
-    def __init__(self, kind: StepKind, name: str, seq: int, fingerprint: str | None = None) -> None:
-        self.kind = kind
-        self.name = name
-        self.seq = seq
-        self.fingerprint = fingerprint
+    kind: StepKind
+    name: str
+    seq: int
+    fingerprint: str | None = None
 
     def __str__(self) -> str:
         label = "step" if self.kind == "step" else f"recorded {self.kind}"
@@ -165,18 +167,19 @@ def run_step(
 ) -> Any:
     """``step_machine`` for a sync function, run to its end in this thread.
 
-    The cases nearly every step is in, a replay and a first call that returns,
-    are taken here without a generator, a driver loop and a ``Call`` between
-    them. The others (a shared limit, a record to resume from, a call that
-    raised and is retried) go on in the machine's own ``_calls`` loop.
-    """
+    A replay and a first call that returns (nearly every step) are taken here
+    without a generator, a driver loop and a ``Call``; the rest (a shared
+    limit, a record to resume from, a retried call) go on in ``_calls``."""
     seq = run.next_seq()
     record = run.replayed(seq, kind, name)
-    # _label, inline (a call costs more than what it does).
+    # _label, inline. The last step's code is kept with its fingerprint: a
+    # loop of one step pays an identity test, not a lookup hashing the code.
     fingerprint = None
     if kind == "step":
-        fingerprint = _FINGERPRINTS.get(getattr(fn, "__code__", None)) or fingerprint_of(fn)  # type: ignore[arg-type]
-    what = EntryLabel(kind, name, seq, fingerprint)
+        code = getattr(fn, "__code__", None)
+        last = _last_fingerprint
+        fingerprint = last[1] if last[0] is code is not None else _looked_up(fn, code)
+    what: EntryLabel = _new_label(EntryLabel, (kind, name, seq, fingerprint))
     if record is not None:
         if record.status == "completed":
             # _unless_changed, its common answer inline: the code is unchanged.
@@ -211,7 +214,45 @@ def run_step(
         inside_call.reset(token)
         raise
     inside_call.reset(token)
-    return _completed(run, what, value, 1, 1, 0.0, started)
+    return _returned(run, what, value, started)
+
+
+def _returned(run: TaskRun, what: EntryLabel, value: Any, started: datetime) -> Any:
+    """A first call returned ``value``: write its entry, in this thread, and hand
+    back what a replay would return.
+
+    ``_completed_entry``, ``_completed`` and ``_handed_back`` in one frame (each
+    Python call costs measurably here), in the same order, with the same
+    guarantees: the at-least-once window's hook, the encoding (which fails
+    before anything is written, with the step named), the one fenced write,
+    its hooks, and the decoded value."""
+    task_id, seq, kind, name, hook = run.task_id, what.seq, what.kind, what.name, run.hook
+    if hook is not no_fault:  # free when no test installed one
+        hook(f"{kind}_returned", task_id, seq, name)
+    step: StepRecord = _new_record(
+        StepRecord,
+        (
+            task_id, seq, kind, name, "completed", run.encode(value, what), 1, run.attempt,
+            1, None, None, started, run.clock.now(), 0.0, what.fingerprint, None,
+        ),
+    )  # fmt: skip
+    group = run.group
+    history = run.history
+    if group is None:
+        written = run.store.record_step(step, run.fence, first=seq not in history)
+    else:
+        written = group.record(step, run.fence, seq not in history)
+    if not written:
+        run.lost()
+    history[seq] = step
+    if hook is not no_fault:
+        hook(f"after_{kind}", task_id, seq, name)
+    if run.observing:
+        run.observe("call_returned", seq, kind, name, call=1, value=value)
+    # Immutable plain scalars decode to themselves and skip the round trip.
+    if type(value) in _SELF_DECODING:
+        return value
+    return run.decode(step.output or "null", what)
 
 
 def _label(
@@ -481,6 +522,21 @@ def sleep_machine(run: TaskRun, seconds: float) -> Machine[None]:
 # -- fingerprints ---------------------------------------------------------------------
 # By code object: the same function (or lambda) is hashed once per process.
 _FINGERPRINTS: dict[CodeType, str] = {}
+# The last (code, fingerprint) a step looked up: one tuple, replaced whole, so
+# threads sharing it never see a code with another's fingerprint.
+_last_fingerprint: tuple[object, str | None] = (None, None)
+
+
+def _looked_up(fn: Callable[..., Any], code: CodeType | None) -> str:
+    """``fn``'s fingerprint, remembered as the last one looked up when it is
+    its code's own: a decorator's wrapper (kept as "") shares its code with
+    every function it wraps, so it is never remembered."""
+    global _last_fingerprint
+    found = _FINGERPRINTS.get(code)  # type: ignore[arg-type]
+    if found:
+        _last_fingerprint = (code, found)
+        return found
+    return fingerprint_of(fn)
 
 
 def fingerprint_of(fn: Callable[..., Any]) -> str:

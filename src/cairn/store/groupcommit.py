@@ -127,7 +127,12 @@ class Coalescer:
         self._max_leading = leaders_for(store)
         # Whether a write of several conversation messages may join a batch.
         self.multirow = batches_multirow(store)
-        self._cond = threading.Condition(threading.Lock())
+        # The condition's own lock, taken directly where nobody waits on the
+        # condition (a thread's write, a hand-over): ``with self._lock`` is a C
+        # call, ``with self._cond`` a Python frame, and a lone task's step takes
+        # it twice.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._queue: list[PendingStep] = []
         self._leading = 0
         self._helper_leads = False  # the commit thread holds one of the leads
@@ -142,7 +147,7 @@ class Coalescer:
     def record(self, step: StepRecord, fence: int, first: bool) -> bool:
         """Write ``step`` under ``fence`` and return once it is committed: True,
         or False if the fence moved (the store's ``record_step`` contract)."""
-        with self._cond:
+        with self._lock:
             if self._leading < self._max_leading:
                 self._leading += 1
                 pending = None
@@ -249,7 +254,11 @@ class Coalescer:
         """A thread's commit ended: pass the lead to a queued thread (it commits
         the queue), or to the commit thread when only async writes wait, or
         let it go when the queue is empty."""
-        with self._cond:
+        with self._lock:
+            if not self._queue:
+                # The common case, a lone task's write: nothing waits.
+                self._leading -= 1
+                return
             successor = next(
                 (p for p in self._queue if p.gate is not None and not p.summoned), None
             )

@@ -326,17 +326,40 @@ class SQLiteStore(SQLStore):
         # The per-step write, straight to this thread's connection: the shared
         # version's wrappers cost a few microseconds a step, measurable here;
         # and a step's first run calls nothing of cairn's outside this file.
+        # The clean first write (a call that returned: nearly every step) has
+        # its parameters built right here (_step_insert, inline: a Python call
+        # costs more than the tuple).
+        if (
+            first
+            and step.error is None
+            and step.retry_at is None
+            and not step.deferred
+            and step.kept is None
+        ):
+            insert: str | None = sql.INSERT_CLEAN_STEP
+            task_id = step.task_id
+            params: tuple[Any, ...] = (
+                task_id, step.seq, step.kind, step.name, step.status, step.output,
+                step.attempts, step.task_attempt, step.run_attempts,
+                _stamp(step.started_at), _stamp(step.finished_at), step.fingerprint,
+                task_id, fence,
+            )  # fmt: skip
+        elif first:
+            insert, params = sql.INSERT_STEP, _step_params(step, fence)
+        else:
+            insert = None
+            params = _step_params(step, fence)
         with self._write_lock:
             # _conn, inline: this thread's connection, made on its first use.
             conn = getattr(self._local, "conn", None) or self._conn()
             try:
-                if first:
-                    insert, params = _step_insert(step, fence)
+                if insert is not None:
                     try:
                         return conn.execute(insert, params).rowcount == 1
                     except sqlite3.IntegrityError:
                         pass  # the position was written after all: fall back to the upsert
-                return conn.execute(sql.UPSERT_STEP, _step_params(step, fence)).rowcount == 1
+                    params = _step_params(step, fence)
+                return conn.execute(sql.UPSERT_STEP, params).rowcount == 1
             except sqlite3.Error as exc:
                 self._failed(exc)
             except UnicodeEncodeError as exc:
@@ -410,8 +433,9 @@ def _step_params(step: StepRecord, fence: int) -> tuple[Any, ...]:
 
 
 def _step_insert(step: StepRecord, fence: int) -> tuple[str, tuple[Any, ...]]:
-    """``SQLStore._step_insert``, with its timestamps written inline."""
-    # clean_step, inline: this runs once per step.
+    """A step's first write and its parameters: the clean insert for a call that
+    returned, else the full one (a batch's writes, store.stepbatch; the lone
+    write in ``record_step`` builds the same inline)."""
     if (
         step.error is not None
         or step.retry_at is not None
