@@ -488,3 +488,27 @@ def test_schedule_and_limit_names_of_any_text_are_given_back_or_refused(
     any_app.fire_due_schedules()
     stored = sorted(s.name for s in admin(any_app.store).list_schedules())
     assert stored == sorted(t for f, t in TEXTS.items() if f not in NAME)
+
+
+def test_the_store_itself_turns_text_it_cannot_encode_into_a_codec_error(
+    store_url: str,
+) -> None:
+    """On either store, text that reaches the store holding a lone surrogate
+    (a command-line argument that is not UTF-8: `cairn show $'bad\\xff'`) raises
+    a CodecError saying how to clean it, not the driver's UnicodeEncodeError;
+    the store still works afterwards (its connection was not spoiled)."""
+    from cairn import CodecError
+    from cairn.store import open_store
+
+    store = open_store(store_url)
+    try:
+        for _ in range(2):  # the second time on the same (pooled) connection
+            with pytest.raises(CodecError, match="lone surrogate") as refused:
+                store.get_task("bad\udcff")
+            # Chained from the driver's error, as every store error is (the
+            # store's own translation, not a check before it).
+            assert isinstance(refused.value.__cause__, UnicodeEncodeError)
+            assert ADVICE["lone surrogate"] in str(refused.value)
+        assert store.get_task("good") is None
+    finally:
+        store.close()
