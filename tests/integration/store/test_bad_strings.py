@@ -490,6 +490,26 @@ def test_schedule_and_limit_names_of_any_text_are_given_back_or_refused(
     assert stored == sorted(t for f, t in TEXTS.items() if f not in NAME)
 
 
+@pytest.mark.parametrize("fault", sorted(TEXTS))
+def test_a_cron_expression_or_time_zone_of_bad_text_is_a_configuration_error(
+    any_app: Cairn, fault: str
+) -> None:
+    """A cron expression or a time zone holding any of the texts is refused with
+    a ConfigurationError saying what a good one looks like (a megabyte-long time
+    zone was a raw OSError, "File name too long"), its text cut short."""
+
+    @any_app.task(name="nightly")
+    def nightly(ctx: Context, fired_at: Any) -> None:
+        return None
+
+    text = TEXTS[fault]
+    for cron, tz, says in ((f"30 4 * * * {text}", "UTC", "cron"), ("30 4 * * *", text, "IANA")):
+        with pytest.raises(CairnError, match=says) as refused:
+            any_app.schedule(cron, tz=tz, name="nightly")(nightly)
+        assert len(str(refused.value)) < 1000
+    assert admin(any_app.store).list_schedules() == []
+
+
 def test_the_store_itself_turns_text_it_cannot_encode_into_a_codec_error(
     store_url: str,
 ) -> None:
