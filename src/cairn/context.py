@@ -176,7 +176,10 @@ class Context:
         named: object = name  # typed str, but a newcomer may pass the function here
         if fn is None or not isinstance(named, str) or not callable(fn):
             raise _misused("ctx.step", name, fn)
-        check_name("step name", name, max_bytes=None)  # a NUL or lone surrogate: refused
+        if not (name.isascii() and "\x00" not in name and name.strip()):
+            # Blank, a NUL or a lone surrogate: refused (the common ASCII name is
+            # checked inline, so the hot path enters no other module).
+            check_name("step name", name, max_bytes=None)
         if limit is not None:
             self._run.limits.get(limit)  # an unknown name fails here, replay or not
         retry = retry or self._default_step_retry
