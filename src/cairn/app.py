@@ -723,9 +723,10 @@ def _waiting(task_id: str, awaited: str | None) -> TaskWaiting:
 
 def _failed(task_id: str, error_json: str | None, attempts: int) -> TaskFailed:
     error: dict[str, Any] = json.loads(error_json) if error_json else {}
+    note = f" ({error['note']})" if error.get("note") else ""
     return TaskFailed(
         f"task {task_id!r} failed after {attempts} attempt(s): "
-        f"{error.get('type', '?')}: {error.get('message', '')}",
+        f"{error.get('type', '?')}: {error.get('message', '')}{note}",
         task_id=task_id,
         error=error,
     )

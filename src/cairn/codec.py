@@ -64,7 +64,7 @@ from typing import Any, Protocol
 
 from cairn.errors import CodecError, ConfigurationError
 
-__all__ = ["Codec", "JsonCodec", "PickleCodec", "codec_for", "storable_text"]
+__all__ = ["Codec", "JsonCodec", "PickleCodec", "codec_for", "refuse_surrogates", "storable_text"]
 
 TAG = "$cairn"
 _MARK = f'"{TAG}"'  # every tagged object's text contains this; plain JSON never does
@@ -423,6 +423,18 @@ def storable_text(text: str) -> str:
     except UnicodeEncodeError:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text
+
+
+def refuse_surrogates(text: str, value: Any, what: str) -> None:
+    """Raise ``CodecError`` naming ``what`` and where in ``value`` if ``text``
+    (the stored form of ``value``) holds a lone surrogate, which no store can
+    write. O(1) for ASCII."""
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CodecError(f"{what}: {_surrogate_message(value)}") from None
 
 
 _SURROGATE_ADVICE = (

@@ -19,6 +19,7 @@ from cairn.errors import (
     ChildFailed,
     CodecError,
     ConfigurationError,
+    InvalidName,
     NestedStepError,
     NonDeterminismError,
     OperationError,
@@ -33,6 +34,7 @@ ErrorPredicate = Callable[[BaseException], bool]
 _NEVER_RETRIED: tuple[type[BaseException], ...] = (
     Permanent,
     ConfigurationError,
+    InvalidName,  # a name no store can hold: the code gives it again
     NonDeterminismError,
     NestedStepError,
     CodecError,

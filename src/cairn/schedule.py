@@ -67,13 +67,18 @@ def _croniter() -> Any:
     return croniter
 
 
+def _shown(text: str) -> str:
+    """``text`` quoted in a message, cut short if long."""
+    return repr(text) if len(text) <= 60 else f"{text[:60]!r}... ({len(text)} characters)"
+
+
 def zone_named(tz: str) -> ZoneInfo:
     """The IANA time zone ``tz``, or a ConfigurationError saying what to do."""
     try:
         return ZoneInfo(tz)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:  # OSError: too long a name
         raise ConfigurationError(
-            f"unknown time zone {tz!r}: give an IANA name such as 'Asia/Tokyo' or 'UTC' "
+            f"unknown time zone {_shown(tz)}: give an IANA name such as 'Asia/Tokyo' or 'UTC' "
             f"(a machine without a time zone database needs tzdata: {_INSTALL})"
         ) from exc
 
@@ -115,7 +120,7 @@ def check_spec(cron: str, tz: str, catchup: str) -> None:
     croniter = _croniter()
     if not croniter.is_valid(cron):
         raise ConfigurationError(
-            f"{cron!r} is not a cron expression cairn can use: give five fields, "
+            f"{_shown(cron)} is not a cron expression cairn can use: give five fields, "
             "minute hour day-of-month month day-of-week (e.g. '30 4 * * *' for 04:30 "
             "every day), or six with seconds last"
         )

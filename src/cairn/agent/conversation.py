@@ -75,6 +75,7 @@ from cairn.agent.tokens import (
     describe_counter,
     framing_of,
 )
+from cairn.codec import refuse_surrogates
 from cairn.engine.run import adrive, drive
 from cairn.errors import NonDeterminismError, StoreError
 from cairn.names import check_name
@@ -404,6 +405,11 @@ class Conversation:
     def record(self, row: Row) -> MessageRecord:
         meta = None if row.meta is None else json.dumps(row.meta, separators=(",", ":"))
         content = dumps(row.message)
+        # Refused here, named, before anything is written (the driver would
+        # raise UnicodeEncodeError from inside the write).
+        refuse_surrogates(
+            content, row.message, f"conversation {self.name!r}, {row.kind} at position {row.idx}"
+        )
         if self._inline_limit >= 0 and len(content) > self._inline_limit:
             assert self._offloader is not None
             content = offload_content(content, self._offloader)  # durable before the row

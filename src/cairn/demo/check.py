@@ -76,7 +76,8 @@ class Verdict:
     run2_by_step: Counter[str]
     applies: Counter[str]
     expected: list[tuple[str, str]] = field(default_factory=list)
-    # Calls per operation key of this batch, as cairn's audit log counted them.
+    # Claims per operation key of this batch (the audit log's ``calls``): a key
+    # whose first call was killed before the platform acted is claimed twice.
     op_calls: dict[str, int] = field(default_factory=dict)
 
     @property

@@ -131,8 +131,20 @@ def _explain_step_runs(console: Console, verdict: Verdict) -> None:
 
 
 def _ledger(console: Console, verdict: Verdict) -> None:
-    keys, once = len(verdict.op_calls), sum(n == 1 for n in verdict.op_calls.values())
-    console.print(f"apply: guarded by an operation key per app; {once}/{keys} keys called once")
+    # ``calls`` counts the claims of a key, not what the platform did: a kill
+    # during apply's call, before the platform acted, leaves the key claimed; in
+    # run 2 reconcile finds no change at the platform, so cairn claims it again
+    # and calls once more. That key has two claims and one effect. What the
+    # platform really did is its ledger, counted below.
+    again = sum(n > 1 for n in verdict.op_calls.values())
+    keys = len(verdict.op_calls)
+    console.print(f"apply: guarded by an operation key per app ({keys} key{_s(keys)})")
+    if again:
+        console.print(
+            f"  {again} key{_s(again)} claimed again in run 2: the kill stopped the first "
+            "call before the platform acted, reconcile found no change there, so cairn "
+            "called once more (the ledger below counts what the platform did)"
+        )
     applied, apps = verdict.applied_once, verdict.apps
     if applied == len(verdict.applies) == apps:
         console.print(f"ad platform: each app's settings applied exactly once ({applied}/{apps})")
@@ -141,6 +153,10 @@ def _ledger(console: Console, verdict: Verdict) -> None:
     for app_id, n in sorted(verdict.applies.items()):
         if n != 1:
             console.print(f"  [red]{app_id} applied {n} times[/]")
+
+
+def _s(count: int) -> str:
+    return "" if count == 1 else "s"
 
 
 def footer(console: Console, seconds: float, store: Path) -> None:

@@ -43,6 +43,7 @@ from cairn.store.driver_errors import (
     postgres_connect_failed,
     postgres_refused,
     statement_target,
+    unstorable_text,
 )
 from cairn.store.migrate import latest_version, migrations
 from cairn.store.sqlbase import SQLStore
@@ -293,6 +294,10 @@ class PostgresStore(SQLStore):
             return self._pool.run(work, patient=patient)
         except self._driver_error as exc:
             raise self._refused(exc, what()) from exc
+        except UnicodeEncodeError as exc:
+            # Raised by the driver while it encodes a parameter, before anything
+            # is sent: the value is wrong, not the store (as on SQLite).
+            raise unstorable_text(exc) from exc
 
     def _refused(self, exc: Exception, what: str) -> StoreError:
         """The error to raise for ``what`` the server (or driver) refused."""
