@@ -15,6 +15,8 @@ from __future__ import annotations
 import http.server
 import os
 import shutil
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,11 +27,14 @@ from urllib.parse import quote
 
 import pytest
 
-from cairn import Cairn
+from cairn import Cairn, Context
+from cairn.agent import LLMSummarizer, user
+from cairn.agent.simulate import SimulatedModelServer
 from cairn.clock import FakeClock
 from cairn.store import admin
 from cairn.ui.server import DashboardServer, UIConfig, serve_in_thread
 from tests.acceptance.dashboard_data import BATCH, IDS, build
+from tests.agent_server import openai_client
 
 pytestmark = pytest.mark.acceptance
 
@@ -358,3 +363,121 @@ def test_a_phone_gets_the_page_at_its_width(browser: Any, dash: Dash) -> None:
         assert _errors(driver) == []
     finally:
         driver.set_window_size(1280, 900)
+
+
+COST_BATCH = "digest"
+
+
+def _notes_run(path: Path) -> Cairn:
+    """A real run that compacts: a batch of two note-taking agents on the local
+    model server (which reports part of each prompt as read from its cache),
+    each compaction summarized by a model on a server of its own."""
+    app = Cairn(f"sqlite:///{path}", clock=FakeClock())
+    with (
+        SimulatedModelServer(
+            lambda request: {"role": "assistant", "content": "Noted."}, cached_tokens=300
+        ) as agent,
+        SimulatedModelServer(_summary) as summ,
+    ):
+        summarizer = LLMSummarizer(openai_client(summ), model="gpt-4o-mini")
+
+        @app.task(name="notes")
+        def notes(ctx: Context, seed: int) -> int:
+            conv = ctx.conversation(
+                "main",
+                system="You take notes.",
+                threshold=2000,
+                keep_tail=600,
+                summarizer=summarizer,
+                summary_tokens=300,
+                client=openai_client(agent),
+            )
+            for turn in range(30):
+                words = " ".join(f"w{seed}{turn}{i}" for i in range(40 + (turn * seed) % 30))
+                conv.append(user(f"turn {turn}: {words}"))
+                ctx.llm(conv, model="gpt-4o")
+            return conv.stats.compactions
+
+        report = app.run_batch(COST_BATCH, notes, [{"seed": 1}, {"seed": 2}], progress=False)
+        assert report.completed == 2
+        assert summ.requests > 0  # it compacted, through the summarizer's server
+    return app
+
+
+def _summary(request: dict[str, Any]) -> dict[str, Any]:
+    """The summarizer's model: a short summary."""
+    return {"role": "assistant", "content": "Goal: take notes.\n" + "- noted. " * 30}
+
+
+def _cairn_cost(url: str, *args: str) -> dict[str, list[str]]:
+    """The rows ``cairn cost`` prints (the installed command, in a process of its
+    own), by label: each row's cells as printed."""
+    cairn = Path(sys.executable).with_name("cairn")
+    done = subprocess.run(
+        [str(cairn), "cost", "--store", url, *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "400"},
+        timeout=120,
+        check=True,
+    )
+    rows = [line.split() for line in done.stdout.splitlines()[1:] if line.strip()]
+    return {row[0]: row for row in rows}
+
+
+@pytest.fixture
+def cost_dash(tmp_path: Path, browser: Any) -> Iterator[tuple[Cairn, str]]:
+    """The dashboard over the store of ``_notes_run``, and that store's URL."""
+    app = _notes_run(tmp_path / "notes.db")
+    config = UIConfig(admin(app.store), FakeClock().now, poll_seconds=0.2)
+    server = DashboardServer(("127.0.0.1", 0), config)
+    thread = serve_in_thread(server)
+    yield app, server.url
+    browser.get("about:blank")
+    browser.get_log("browser")
+    server.shutdown()
+    server.server_close()
+    thread.join()
+    app.close()
+
+
+def _cost_row(driver: Any) -> list[str]:
+    cells = driver.find_elements(_by().CSS_SELECTOR, "#costs tr.cost-line td")
+    return [cell.text for cell in cells]
+
+
+def test_the_cost_pages_show_what_cairn_cost_prints(
+    browser: Any, cost_dash: tuple[Cairn, str]
+) -> None:
+    """After a real run that compacted (a summarizer model on its own server, a
+    provider reporting cached input), the batch page shows the batch's line of
+    ``cairn cost`` and its tasks' lines of ``cairn cost --batch``, and each
+    task's page the line of ``cairn cost --task``: the same cells, printed by
+    the command in a process of its own from the same store; the headline cards
+    (gross saved, summarizer, net saved, cached input) say the same, and none
+    of them is zero."""
+    app, url = cost_dash
+    driver = browser
+    store = app.store_url
+    by_batch = _cairn_cost(store)
+    driver.get(url + f"/batch?name={COST_BATCH}")
+    shown = _cost_row(driver)
+    assert shown == by_batch[COST_BATCH]
+    gross, summarizer, net = shown[8], shown[9], shown[10]
+    assert float(gross) > float(summarizer) > 0 and float(net) > 0
+    assert int(shown[4]) > 0  # cached input
+    assert _text(driver, "#cost-gross") == f"${gross}"
+    assert _text(driver, "#cost-summarizer") == f"${summarizer}"
+    assert _text(driver, "#cost-net") == f"${net}"
+    assert _text(driver, "#cost-cached") == shown[4]
+    per_task = _cairn_cost(store, "--batch", COST_BATCH)
+    rows = driver.find_elements(_by().CSS_SELECTOR, "#costs tr.cost-task")
+    listed = {row.text.split()[0]: row.text.split() for row in rows}
+    assert listed == {k: v for k, v in per_task.items() if k != "total"}
+    assert len(listed) == 2
+    _shot(driver, "batch-cost")
+    for task_id in listed:
+        driver.get(url + _task(task_id))
+        assert _cost_row(driver) == _cairn_cost(store, "--task", task_id)[task_id]
+        assert float(_text(driver, "#cost-net").lstrip("$")) > 0
+    assert _errors(driver) == []

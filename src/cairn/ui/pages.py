@@ -13,12 +13,13 @@ from datetime import datetime
 
 from cairn.admin.actions import CANCEL, RETRY
 from cairn.admin.batches import batch_view
-from cairn.admin.conversations import call_costs, conversation_detail
+from cairn.admin.conversations import call_costs, conversation_detail, costs
 from cairn.admin.listing import BadCursor, TaskQuery, batch_page, task_page
 from cairn.admin.metrics import metrics_summary
 from cairn.admin.operations import operations as list_operations
 from cairn.admin.views import task_view
 from cairn.agent.archive import StoredMessage
+from cairn.agent.costs import COST_COLUMNS, CostLine
 from cairn.agent.messages import text_of
 from cairn.errors import UnknownTask
 from cairn.observe._time import parse_moment
@@ -33,6 +34,9 @@ from cairn.ui.render import Page
 
 Query = dict[str, str]
 OPS_LIMIT = 200
+# A batch page lists the cost of this many of its tasks (``cairn cost --batch``
+# has them all).
+COST_TASKS = 20
 
 
 class BadQuery(ValueError):
@@ -56,12 +60,32 @@ def batches(config: UIConfig, query: Query) -> Page:
     return Page("Batches", "batches.html", {"page": found, "q": search or ""}, live=True)
 
 
+def _cost(line: CostLine, label: str) -> dict[str, object]:
+    """A cost line as the page shows it: ``cairn cost``'s own cells
+    (``CostLine.cells``), under ``label``."""
+    cells = replace(line, label=label).cells()
+    return {
+        "columns": COST_COLUMNS,
+        "cells": cells,
+        "by_column": dict(zip(COST_COLUMNS, cells, strict=True)),
+        "unpriced": line.unpriced_calls,
+    }
+
+
 def batch(config: UIConfig, query: Query) -> Page:
     name = query.get("name", "")
     view = batch_view(config.store, name, config.now())
     if view is None:
         return message("Not found", f"No batch {name!r} in this store", 404)
-    return Page(f"Batch {name}", "batch.html", {"view": view}, live=True)
+    # What `cairn cost` says of the batch (its line), and `cairn cost --batch` of its tasks.
+    report = costs(config.store, batch=name)
+    context = {
+        "view": view,
+        "cost": _cost(report.total, name) if report.lines else None,
+        "task_costs": [line.cells() for line in report.lines[:COST_TASKS]],
+        "more_costs": max(0, len(report.lines) - COST_TASKS),
+    }
+    return Page(f"Batch {name}", "batch.html", context, live=True)
 
 
 def _moment(query: Query, field: str, now: datetime) -> datetime | None:
@@ -113,8 +137,10 @@ def task(config: UIConfig, query: Query) -> Page:
     ops = list_operations(config.store, task_id=task_id, limit=OPS_LIMIT, now=now)
     # A button shows where the action's own rule allows it (cairn.admin.actions).
     buttons = [a.name for a in (RETRY, CANCEL) if view.task.status in a.sources]
+    report = costs(config.store, task_id=task_id)  # what `cairn cost --task` says
     context = {
         "view": view,
+        "cost": _cost(report.total, task_id) if report.lines else None,
         "csrf": config.csrf,
         "buttons": buttons,
         "can_signal": view.task.status in ("pending", "running", "waiting"),
