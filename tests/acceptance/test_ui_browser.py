@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -34,7 +35,7 @@ from cairn.clock import FakeClock
 from cairn.store import admin
 from cairn.ui.server import DashboardServer, UIConfig, serve_in_thread
 from tests.acceptance.dashboard_data import BATCH, IDS, build
-from tests.agent_server import openai_client
+from tests.agent_server import DocReader, model_server, openai_client, reader_task
 
 pytestmark = pytest.mark.acceptance
 
@@ -401,7 +402,27 @@ def _notes_run(path: Path) -> Cairn:
         report = app.run_batch(COST_BATCH, notes, [{"seed": 1}, {"seed": 2}], progress=False)
         assert report.completed == 2
         assert summ.requests > 0  # it compacted, through the summarizer's server
+    with model_server(DocReader(docs=8)) as reader_model:
+        task = reader_task(app, openai_client(reader_model), threshold=600, keep_tail=200)
+        app.run(task, task_id=READER, goal="Read doc-00 to doc-07.")
     return app
+
+
+READER = "reader/1"
+
+
+def _cairn(*args: str, env: dict[str, str] | None = None) -> str:
+    """What the installed ``cairn`` command prints, run in a process of its own."""
+    cairn = Path(sys.executable).with_name("cairn")
+    done = subprocess.run(
+        [str(cairn), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "400", **(env or {})},
+        timeout=120,
+        check=True,
+    )
+    return done.stdout
 
 
 def _summary(request: dict[str, Any]) -> dict[str, Any]:
@@ -412,16 +433,8 @@ def _summary(request: dict[str, Any]) -> dict[str, Any]:
 def _cairn_cost(url: str, *args: str) -> dict[str, list[str]]:
     """The rows ``cairn cost`` prints (the installed command, in a process of its
     own), by label: each row's cells as printed."""
-    cairn = Path(sys.executable).with_name("cairn")
-    done = subprocess.run(
-        [str(cairn), "cost", "--store", url, *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "COLUMNS": "400"},
-        timeout=120,
-        check=True,
-    )
-    rows = [line.split() for line in done.stdout.splitlines()[1:] if line.strip()]
+    printed = _cairn("cost", "--store", url, *args)
+    rows = [line.split() for line in printed.splitlines()[1:] if line.strip()]
     return {row[0]: row for row in rows}
 
 
@@ -464,7 +477,8 @@ def test_the_cost_pages_show_what_cairn_cost_prints(
     shown = _cost_row(driver)
     assert shown == by_batch[COST_BATCH]
     gross, summarizer, net = shown[8], shown[9], shown[10]
-    assert float(gross) > float(summarizer) > 0 and float(net) > 0
+    assert float(gross) > float(summarizer) > 0
+    assert float(net) > 0
     assert int(shown[4]) > 0  # cached input
     assert _text(driver, "#cost-gross") == f"${gross}"
     assert _text(driver, "#cost-summarizer") == f"${summarizer}"
@@ -480,4 +494,31 @@ def test_the_cost_pages_show_what_cairn_cost_prints(
         driver.get(url + _task(task_id))
         assert _cost_row(driver) == _cairn_cost(store, "--task", task_id)[task_id]
         assert float(_text(driver, "#cost-net").lstrip("$")) > 0
+    assert _errors(driver) == []
+
+
+def test_a_task_page_shows_what_its_fidelity_probes_cost(
+    browser: Any, cost_dash: tuple[Cairn, str]
+) -> None:
+    """After ``cairn fidelity`` probed a compacted agent (the command, against a
+    model server of this process), the agent's task page lists that run with
+    the line ``cairn cost --task`` prints for its probe task, and links to it;
+    the probe task's own page shows the same line."""
+    app, url = cost_dash
+    driver = browser
+    with model_server(DocReader(docs=8)) as probes:
+        env = {"OPENAI_BASE_URL": probes.base_url, "OPENAI_API_KEY": "unused"}
+        said = _cairn(
+            "fidelity", READER, "--model", "gpt-4o-mini", "--store", app.store_url, env=env
+        )
+        assert probes.requests > 0
+    (probe_id,) = re.findall(r"recorded as task (\S+)", said)
+    expected = _cairn_cost(app.store_url, "--task", probe_id)[probe_id]
+    assert int(expected[1]) == probes.requests  # every probe call, counted at the server
+    driver.get(url + _task(READER))
+    rows = driver.find_elements(_by().CSS_SELECTOR, "#probe-costs tbody tr")
+    assert [row.text.split() for row in rows] == [expected]
+    _follow(driver, _by().CSS_SELECTOR, "#probe-costs tbody a")
+    assert _text(driver, "h1") == f"Task {probe_id}"
+    assert _cost_row(driver) == expected
     assert _errors(driver) == []

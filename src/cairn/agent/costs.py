@@ -31,7 +31,6 @@ from cairn.store.admin import admin
 from cairn.store.protocol import Store
 from cairn.store.records import RecordedCall
 
-
 # The columns of a cost line (``CostLine.cells``), shared by ``cairn cost`` and
 # the dashboard so that both say the same thing the same way.
 COST_COLUMNS = (

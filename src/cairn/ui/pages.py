@@ -13,7 +13,7 @@ from datetime import datetime
 
 from cairn.admin.actions import CANCEL, RETRY
 from cairn.admin.batches import batch_view
-from cairn.admin.conversations import call_costs, conversation_detail, costs
+from cairn.admin.conversations import call_costs, conversation_detail, costs, probe_costs
 from cairn.admin.listing import BadCursor, TaskQuery, batch_page, task_page
 from cairn.admin.metrics import metrics_summary
 from cairn.admin.operations import operations as list_operations
@@ -141,6 +141,9 @@ def task(config: UIConfig, query: Query) -> Page:
     context = {
         "view": view,
         "cost": _cost(report.total, task_id) if report.lines else None,
+        # Each `cairn fidelity` run on this task: its probe task's `cairn cost --task` line.
+        "probe_costs": [line.cells() for line in probe_costs(config.store, task_id)],
+        "cost_columns": COST_COLUMNS,
         "csrf": config.csrf,
         "buttons": buttons,
         "can_signal": view.task.status in ("pending", "running", "waiting"),
