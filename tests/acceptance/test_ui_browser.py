@@ -16,8 +16,6 @@ import http.server
 import os
 import re
 import shutil
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,14 +26,13 @@ from urllib.parse import quote
 
 import pytest
 
-from cairn import Cairn, Context
-from cairn.agent import LLMSummarizer, user
-from cairn.agent.simulate import SimulatedModelServer
+from cairn import Cairn
 from cairn.clock import FakeClock
 from cairn.store import admin
 from cairn.ui.server import DashboardServer, UIConfig, serve_in_thread
 from tests.acceptance.dashboard_data import BATCH, IDS, build
-from tests.agent_server import DocReader, model_server, openai_client, reader_task
+from tests.agent_server import DocReader, model_server
+from tests.cost_run import COST_BATCH, READER, cairn, cairn_cost, cost_run
 
 pytestmark = pytest.mark.acceptance
 
@@ -366,82 +363,10 @@ def test_a_phone_gets_the_page_at_its_width(browser: Any, dash: Dash) -> None:
         driver.set_window_size(1280, 900)
 
 
-COST_BATCH = "digest"
-
-
-def _notes_run(path: Path) -> Cairn:
-    """A real run that compacts: a batch of two note-taking agents on the local
-    model server (which reports part of each prompt as read from its cache),
-    each compaction summarized by a model on a server of its own."""
-    app = Cairn(f"sqlite:///{path}", clock=FakeClock())
-    with (
-        SimulatedModelServer(
-            lambda request: {"role": "assistant", "content": "Noted."}, cached_tokens=300
-        ) as agent,
-        SimulatedModelServer(_summary) as summ,
-    ):
-        summarizer = LLMSummarizer(openai_client(summ), model="gpt-4o-mini")
-
-        @app.task(name="notes")
-        def notes(ctx: Context, seed: int) -> int:
-            conv = ctx.conversation(
-                "main",
-                system="You take notes.",
-                threshold=2000,
-                keep_tail=600,
-                summarizer=summarizer,
-                summary_tokens=300,
-                client=openai_client(agent),
-            )
-            for turn in range(30):
-                words = " ".join(f"w{seed}{turn}{i}" for i in range(40 + (turn * seed) % 30))
-                conv.append(user(f"turn {turn}: {words}"))
-                ctx.llm(conv, model="gpt-4o")
-            return conv.stats.compactions
-
-        report = app.run_batch(COST_BATCH, notes, [{"seed": 1}, {"seed": 2}], progress=False)
-        assert report.completed == 2
-        assert summ.requests > 0  # it compacted, through the summarizer's server
-    with model_server(DocReader(docs=8)) as reader_model:
-        task = reader_task(app, openai_client(reader_model), threshold=600, keep_tail=200)
-        app.run(task, task_id=READER, goal="Read doc-00 to doc-07.")
-    return app
-
-
-READER = "reader/1"
-
-
-def _cairn(*args: str, env: dict[str, str] | None = None) -> str:
-    """What the installed ``cairn`` command prints, run in a process of its own."""
-    cairn = Path(sys.executable).with_name("cairn")
-    done = subprocess.run(
-        [str(cairn), *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "COLUMNS": "400", **(env or {})},
-        timeout=120,
-        check=True,
-    )
-    return done.stdout
-
-
-def _summary(request: dict[str, Any]) -> dict[str, Any]:
-    """The summarizer's model: a short summary."""
-    return {"role": "assistant", "content": "Goal: take notes.\n" + "- noted. " * 30}
-
-
-def _cairn_cost(url: str, *args: str) -> dict[str, list[str]]:
-    """The rows ``cairn cost`` prints (the installed command, in a process of its
-    own), by label: each row's cells as printed."""
-    printed = _cairn("cost", "--store", url, *args)
-    rows = [line.split() for line in printed.splitlines()[1:] if line.strip()]
-    return {row[0]: row for row in rows}
-
-
 @pytest.fixture
 def cost_dash(tmp_path: Path, browser: Any) -> Iterator[tuple[Cairn, str]]:
     """The dashboard over the store of ``_notes_run``, and that store's URL."""
-    app = _notes_run(tmp_path / "notes.db")
+    app = cost_run(tmp_path / "notes.db")
     config = UIConfig(admin(app.store), FakeClock().now, poll_seconds=0.2)
     server = DashboardServer(("127.0.0.1", 0), config)
     thread = serve_in_thread(server)
@@ -472,7 +397,7 @@ def test_the_cost_pages_show_what_cairn_cost_prints(
     app, url = cost_dash
     driver = browser
     store = app.store_url
-    by_batch = _cairn_cost(store)
+    by_batch = cairn_cost(store)
     driver.get(url + f"/batch?name={COST_BATCH}")
     shown = _cost_row(driver)
     assert shown == by_batch[COST_BATCH]
@@ -484,7 +409,7 @@ def test_the_cost_pages_show_what_cairn_cost_prints(
     assert _text(driver, "#cost-summarizer") == f"${summarizer}"
     assert _text(driver, "#cost-net") == f"${net}"
     assert _text(driver, "#cost-cached") == shown[4]
-    per_task = _cairn_cost(store, "--batch", COST_BATCH)
+    per_task = cairn_cost(store, "--batch", COST_BATCH)
     rows = driver.find_elements(_by().CSS_SELECTOR, "#costs tr.cost-task")
     listed = {row.text.split()[0]: row.text.split() for row in rows}
     assert listed == {k: v for k, v in per_task.items() if k != "total"}
@@ -492,7 +417,7 @@ def test_the_cost_pages_show_what_cairn_cost_prints(
     _shot(driver, "batch-cost")
     for task_id in listed:
         driver.get(url + _task(task_id))
-        assert _cost_row(driver) == _cairn_cost(store, "--task", task_id)[task_id]
+        assert _cost_row(driver) == cairn_cost(store, "--task", task_id)[task_id]
         assert float(_text(driver, "#cost-net").lstrip("$")) > 0
     assert _errors(driver) == []
 
@@ -508,12 +433,12 @@ def test_a_task_page_shows_what_its_fidelity_probes_cost(
     driver = browser
     with model_server(DocReader(docs=8)) as probes:
         env = {"OPENAI_BASE_URL": probes.base_url, "OPENAI_API_KEY": "unused"}
-        said = _cairn(
+        said = cairn(
             "fidelity", READER, "--model", "gpt-4o-mini", "--store", app.store_url, env=env
         )
         assert probes.requests > 0
     (probe_id,) = re.findall(r"recorded as task (\S+)", said)
-    expected = _cairn_cost(app.store_url, "--task", probe_id)[probe_id]
+    expected = cairn_cost(app.store_url, "--task", probe_id)[probe_id]
     assert int(expected[1]) == probes.requests  # every probe call, counted at the server
     driver.get(url + _task(READER))
     rows = driver.find_elements(_by().CSS_SELECTOR, "#probe-costs tbody tr")

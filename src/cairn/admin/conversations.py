@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cairn.admin.listing import TaskQuery, task_page
 from cairn.agent.archive import (
     Blobs,
     ConversationView,
@@ -22,6 +21,7 @@ from cairn.agent.costs import CostLine, CostReport, cost_report, line_of
 from cairn.agent.pricing import PriceTable
 from cairn.errors import UnknownTask
 from cairn.store import AdminStore
+from cairn.store.reports import TaskQuery
 
 __all__ = [
     "FIDELITY_TASK",
@@ -188,7 +188,8 @@ def probe_costs(
         return []
     query = TaskQuery(name=FIDELITY_TASK, search=f"fidelity:{task_id}:", include_internal=True)
     lines = []
-    for probe in task_page(store, query, size=limit).rows:
+    # The newest first, without the total a listing page counts.
+    for _, probe in store.find_tasks(query, below=None, above=None, size=limit):
         stamp = next((probe.id[len(p) :] for p in prefixes if probe.id.startswith(p)), None)
         if stamp is None or ":" in stamp:  # the probes of another task or conversation
             continue

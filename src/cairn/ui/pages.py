@@ -77,15 +77,19 @@ def batch(config: UIConfig, query: Query) -> Page:
     view = batch_view(config.store, name, config.now())
     if view is None:
         return message("Not found", f"No batch {name!r} in this store", 404)
-    # What `cairn cost` says of the batch (its line), and `cairn cost --batch` of its tasks.
-    report = costs(config.store, batch=name)
-    context = {
-        "view": view,
-        "cost": _cost(report.total, name) if report.lines else None,
-        "task_costs": [line.cells() for line in report.lines[:COST_TASKS]],
-        "more_costs": max(0, len(report.lines) - COST_TASKS),
-    }
-    return Page(f"Batch {name}", "batch.html", context, live=True)
+
+    def cost() -> dict[str, object]:
+        # What `cairn cost` says of the batch (its line), and `cairn cost --batch` of its tasks.
+        report = costs(config.store, batch=name)
+        return {
+            "name": name,
+            "cost": _cost(report.total, name) if report.lines else None,
+            "task_costs": [line.cells() for line in report.lines[:COST_TASKS]],
+            "more_costs": max(0, len(report.lines) - COST_TASKS),
+        }
+
+    page = Page(f"Batch {name}", "batch.html", {"view": view}, live=True)
+    return replace(page, tail="batch_cost.html", tail_context=cost)
 
 
 def _moment(query: Query, field: str, now: datetime) -> datetime | None:
@@ -137,13 +141,8 @@ def task(config: UIConfig, query: Query) -> Page:
     ops = list_operations(config.store, task_id=task_id, limit=OPS_LIMIT, now=now)
     # A button shows where the action's own rule allows it (cairn.admin.actions).
     buttons = [a.name for a in (RETRY, CANCEL) if view.task.status in a.sources]
-    report = costs(config.store, task_id=task_id)  # what `cairn cost --task` says
     context = {
         "view": view,
-        "cost": _cost(report.total, task_id) if report.lines else None,
-        # Each `cairn fidelity` run on this task: its probe task's `cairn cost --task` line.
-        "probe_costs": [line.cells() for line in probe_costs(config.store, task_id)],
-        "cost_columns": COST_COLUMNS,
         "csrf": config.csrf,
         "buttons": buttons,
         "can_signal": view.task.status in ("pending", "running", "waiting"),
@@ -151,7 +150,18 @@ def task(config: UIConfig, query: Query) -> Page:
         "ops": ops,
         "resolve_statuses": RESOLVE_STATUSES,
     }
-    return Page(f"Task {task_id}", "task.html", context, live=True)
+
+    def cost() -> dict[str, object]:
+        report = costs(config.store, task_id=task_id)  # what `cairn cost --task` says
+        return {
+            "cost": _cost(report.total, task_id) if report.lines else None,
+            # Each `cairn fidelity` run on this task: its probe task's `cairn cost --task` line.
+            "probe_costs": [line.cells() for line in probe_costs(config.store, task_id)],
+            "cost_columns": COST_COLUMNS,
+        }
+
+    page = Page(f"Task {task_id}", "task.html", context, live=True)
+    return replace(page, tail="task_cost.html", tail_context=cost)
 
 
 def operations(config: UIConfig, query: Query) -> Page:
