@@ -414,6 +414,7 @@ def test_the_cost_pages_show_what_cairn_cost_prints(
     listed = {row.text.split()[0]: row.text.split() for row in rows}
     assert listed == {k: v for k, v in per_task.items() if k != "total"}
     assert len(listed) == 2
+    driver.execute_script("document.getElementById('cost').scrollIntoView()")
     _shot(driver, "batch-cost")
     for task_id in listed:
         driver.get(url + _task(task_id))
@@ -443,6 +444,8 @@ def test_a_task_page_shows_what_its_fidelity_probes_cost(
     driver.get(url + _task(READER))
     rows = driver.find_elements(_by().CSS_SELECTOR, "#probe-costs tbody tr")
     assert [row.text.split() for row in rows] == [expected]
+    driver.execute_script("document.getElementById('cost').scrollIntoView()")
+    _shot(driver, "task-cost")
     _follow(driver, _by().CSS_SELECTOR, "#probe-costs tbody a")
     assert _text(driver, "h1") == f"Task {probe_id}"
     assert _cost_row(driver) == expected
