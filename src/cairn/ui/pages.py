@@ -88,8 +88,10 @@ def batch(config: UIConfig, query: Query) -> Page:
             "more_costs": max(0, len(report.lines) - COST_TASKS),
         }
 
-    page = Page(f"Batch {name}", "batch.html", {"view": view}, live=True)
-    return replace(page, tail="batch_cost.html", tail_context=cost)
+    context = {"view": view}
+    return Page(
+        f"Batch {name}", "batch.html", context, live=True, tail="batch_cost.html", tail_context=cost
+    )
 
 
 def _moment(query: Query, field: str, now: datetime) -> datetime | None:
@@ -160,8 +162,9 @@ def task(config: UIConfig, query: Query) -> Page:
             "cost_columns": COST_COLUMNS,
         }
 
-    page = Page(f"Task {task_id}", "task.html", context, live=True)
-    return replace(page, tail="task_cost.html", tail_context=cost)
+    return Page(
+        f"Task {task_id}", "task.html", context, live=True, tail="task_cost.html", tail_context=cost
+    )
 
 
 def operations(config: UIConfig, query: Query) -> Page:
