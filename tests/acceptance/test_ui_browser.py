@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import re
 import shutil
 import threading
 from collections.abc import Iterator
@@ -30,6 +31,8 @@ from cairn.clock import FakeClock
 from cairn.store import admin
 from cairn.ui.server import DashboardServer, UIConfig, serve_in_thread
 from tests.acceptance.dashboard_data import BATCH, IDS, build
+from tests.agent_server import DocReader, model_server
+from tests.cost_run import COST_BATCH, READER, cairn, cairn_cost, cost_run
 
 pytestmark = pytest.mark.acceptance
 
@@ -358,3 +361,92 @@ def test_a_phone_gets_the_page_at_its_width(browser: Any, dash: Dash) -> None:
         assert _errors(driver) == []
     finally:
         driver.set_window_size(1280, 900)
+
+
+@pytest.fixture
+def cost_dash(tmp_path: Path, browser: Any) -> Iterator[tuple[Cairn, str]]:
+    """The dashboard over the store of ``_notes_run``, and that store's URL."""
+    app = cost_run(tmp_path / "notes.db")
+    config = UIConfig(admin(app.store), FakeClock().now, poll_seconds=0.2)
+    server = DashboardServer(("127.0.0.1", 0), config)
+    thread = serve_in_thread(server)
+    yield app, server.url
+    browser.get("about:blank")
+    browser.get_log("browser")
+    server.shutdown()
+    server.server_close()
+    thread.join()
+    app.close()
+
+
+def _cost_row(driver: Any) -> list[str]:
+    cells = driver.find_elements(_by().CSS_SELECTOR, "#costs tr.cost-line td")
+    return [cell.text for cell in cells]
+
+
+def test_the_cost_pages_show_what_cairn_cost_prints(
+    browser: Any, cost_dash: tuple[Cairn, str]
+) -> None:
+    """After a real run that compacted (a summarizer model on its own server, a
+    provider reporting cached input), the batch page shows the batch's line of
+    ``cairn cost`` and its tasks' lines of ``cairn cost --batch``, and each
+    task's page the line of ``cairn cost --task``: the same cells, printed by
+    the command in a process of its own from the same store; the headline cards
+    (gross saved, summarizer, net saved, cached input) say the same, and none
+    of them is zero."""
+    app, url = cost_dash
+    driver = browser
+    store = app.store_url
+    by_batch = cairn_cost(store)
+    driver.get(url + f"/batch?name={COST_BATCH}")
+    shown = _cost_row(driver)
+    assert shown == by_batch[COST_BATCH]
+    gross, summarizer, net = shown[8], shown[9], shown[10]
+    assert float(gross) > float(summarizer) > 0
+    assert float(net) > 0
+    assert int(shown[4]) > 0  # cached input
+    assert _text(driver, "#cost-gross") == f"${gross}"
+    assert _text(driver, "#cost-summarizer") == f"${summarizer}"
+    assert _text(driver, "#cost-net") == f"${net}"
+    assert _text(driver, "#cost-cached") == shown[4]
+    per_task = cairn_cost(store, "--batch", COST_BATCH)
+    rows = driver.find_elements(_by().CSS_SELECTOR, "#costs tr.cost-task")
+    listed = {row.text.split()[0]: row.text.split() for row in rows}
+    assert listed == {k: v for k, v in per_task.items() if k != "total"}
+    assert len(listed) == 2
+    driver.execute_script("document.getElementById('cost').scrollIntoView()")
+    _shot(driver, "batch-cost")
+    for task_id in listed:
+        driver.get(url + _task(task_id))
+        assert _cost_row(driver) == cairn_cost(store, "--task", task_id)[task_id]
+        assert float(_text(driver, "#cost-net").lstrip("$")) > 0
+    assert _errors(driver) == []
+
+
+def test_a_task_page_shows_what_its_fidelity_probes_cost(
+    browser: Any, cost_dash: tuple[Cairn, str]
+) -> None:
+    """After ``cairn fidelity`` probed a compacted agent (the command, against a
+    model server of this process), the agent's task page lists that run with
+    the line ``cairn cost --task`` prints for its probe task, and links to it;
+    the probe task's own page shows the same line."""
+    app, url = cost_dash
+    driver = browser
+    with model_server(DocReader(docs=8)) as probes:
+        env = {"OPENAI_BASE_URL": probes.base_url, "OPENAI_API_KEY": "unused"}
+        said = cairn(
+            "fidelity", READER, "--model", "gpt-4o-mini", "--store", app.store_url, env=env
+        )
+        assert probes.requests > 0
+    (probe_id,) = re.findall(r"recorded as task (\S+)", said)
+    expected = cairn_cost(app.store_url, "--task", probe_id)[probe_id]
+    assert int(expected[1]) == probes.requests  # every probe call, counted at the server
+    driver.get(url + _task(READER))
+    rows = driver.find_elements(_by().CSS_SELECTOR, "#probe-costs tbody tr")
+    assert [row.text.split() for row in rows] == [expected]
+    driver.execute_script("document.getElementById('cost').scrollIntoView()")
+    _shot(driver, "task-cost")
+    _follow(driver, _by().CSS_SELECTOR, "#probe-costs tbody a")
+    assert _text(driver, "h1") == f"Task {probe_id}"
+    assert _cost_row(driver) == expected
+    assert _errors(driver) == []

@@ -12,6 +12,7 @@ metrics and stalls.
 from cairn.admin.actions import CANCEL, RETRY, Action, Applied, apply_to_task
 from cairn.admin.batches import BatchView, FailureGroup, SlowStep, batch_view
 from cairn.admin.conversations import (
+    FIDELITY_TASK,
     CallCost,
     ConversationDetail,
     SummaryCover,
@@ -19,6 +20,8 @@ from cairn.admin.conversations import (
     conversation_detail,
     conversation_name,
     costs,
+    fidelity_task_id,
+    probe_costs,
 )
 from cairn.admin.listing import (
     BadCursor,
@@ -47,6 +50,7 @@ from cairn.observe.stalls import Stall, stalls_in
 
 __all__ = [
     "CANCEL",
+    "FIDELITY_TASK",
     "RETRY",
     "Action",
     "Applied",
@@ -78,10 +82,12 @@ __all__ = [
     "conversation_name",
     "costs",
     "error_view",
+    "fidelity_task_id",
     "in_doubt",
     "iter_tasks",
     "metrics_summary",
     "operations",
+    "probe_costs",
     "resolve",
     "send_signal",
     "stalls_in",

@@ -21,8 +21,10 @@ from cairn.agent.costs import CostLine, CostReport, cost_report, line_of
 from cairn.agent.pricing import PriceTable
 from cairn.errors import UnknownTask
 from cairn.store import AdminStore
+from cairn.store.reports import TaskQuery
 
 __all__ = [
+    "FIDELITY_TASK",
     "CallCost",
     "ConversationDetail",
     "SummaryCover",
@@ -30,7 +32,12 @@ __all__ = [
     "conversation_detail",
     "conversation_name",
     "costs",
+    "fidelity_task_id",
+    "probe_costs",
 ]
+
+# The task name of a `cairn fidelity` run, whose probes are its recorded calls.
+FIDELITY_TASK = "cairn.fidelity"
 
 
 def conversation_name(store: AdminStore, task_id: str, name: str | None) -> str:
@@ -162,3 +169,32 @@ def costs(
     ``batch``, or of the one task ``task_id``."""
     by_batch = batch is None and task_id is None
     return cost_report(store, batch=batch, task_id=task_id, by_batch=by_batch, prices=prices)
+
+
+def fidelity_task_id(task_id: str, conv: str, stamp: str) -> str:
+    """The id of the task that probes conversation ``conv`` of ``task_id`` (one
+    ``cairn fidelity`` run, at time ``stamp``)."""
+    return f"fidelity:{task_id}:{conv}:{stamp}"
+
+
+def probe_costs(
+    store: AdminStore, task_id: str, *, limit: int = 20, prices: PriceTable | None = None
+) -> list[CostLine]:
+    """What each ``cairn fidelity`` run on ``task_id`` cost, newest first (at most
+    ``limit``): each its probe task's line of :func:`costs`, as ``cairn cost
+    --task`` that id prints it."""
+    convs = [c.conv for c in store.conversation_summaries(task_id)]
+    prefixes = [fidelity_task_id(task_id, conv, "") for conv in convs]
+    if not prefixes:
+        return []
+    query = TaskQuery(name=FIDELITY_TASK, search=f"fidelity:{task_id}:", include_internal=True)
+    lines = []
+    # The newest first, without the total a listing page counts.
+    for _, probe in store.find_tasks(query, below=None, above=None, size=limit):
+        stamp = next((probe.id[len(p) :] for p in prefixes if probe.id.startswith(p)), None)
+        if stamp is None or ":" in stamp:  # the probes of another task or conversation
+            continue
+        report = costs(store, task_id=probe.id, prices=prices)
+        if report.lines:
+            lines.append(report.lines[0])
+    return lines

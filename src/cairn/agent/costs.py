@@ -31,6 +31,23 @@ from cairn.store.admin import admin
 from cairn.store.protocol import Store
 from cairn.store.records import RecordedCall
 
+# The columns of a cost line (``CostLine.cells``), shared by ``cairn cost`` and
+# the dashboard so that both say the same thing the same way.
+COST_COLUMNS = (
+    "",
+    "calls",
+    "compactions",
+    "tokens in",
+    "cached",
+    "tokens out",
+    "est. cost $",
+    "saved tokens",
+    "gross saved $",
+    "summarizer $",
+    "net saved $",
+    "in without compaction",
+)
+
 
 @dataclass
 class CostLine:
@@ -72,6 +89,24 @@ class CostLine:
         self.summarizer_usage = self.summarizer_usage + other.summarizer_usage
         self.summarizer_cost += other.summarizer_cost
         self.unreadable += other.unreadable
+
+    def cells(self) -> list[str]:
+        """The line as ``cairn cost`` prints it and the dashboard shows it, one
+        text per :data:`COST_COLUMNS` column."""
+        return [
+            self.label,
+            str(self.calls),
+            str(self.compactions),
+            str(self.usage.input_tokens),
+            str(self.usage.cached_tokens),
+            str(self.usage.output_tokens),
+            f"{self.cost:.4f}",
+            str(self.saved_tokens),
+            f"{self.saved_cost:.4f}",
+            f"{self.summarizer_cost:.4f}",
+            f"{self.net_saved_cost:.4f}",
+            str(self.tokens_without_compaction),
+        ]
 
     def to_json(self) -> dict[str, Any]:
         return {

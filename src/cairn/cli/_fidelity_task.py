@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from cairn.admin import FIDELITY_TASK, fidelity_task_id
 from cairn.agent.archive import StoredMessage, iter_history, reader_of
 from cairn.agent.fidelity import (
     FidelityReport,
@@ -85,7 +86,7 @@ def run_probes(
     app = Cairn(store_url, blobs=blobs_url)
     try:
 
-        @app.task(name="cairn.fidelity")
+        @app.task(name=FIDELITY_TASK)
         def probe(ctx: Context, task: str, conversation: str, model: str) -> dict[str, Any]:
             def decide(messages: list[Message], tools: Any = None, label: str = "probe") -> Any:
                 reply = ctx.llm_call(
@@ -108,7 +109,7 @@ def run_probes(
             return report.to_json()
 
         stamp = SystemClock().now().strftime("%Y%m%dT%H%M%S.%fZ")
-        probe_id = f"fidelity:{task_id}:{conv}:{stamp}"
+        probe_id = fidelity_task_id(task_id, conv, stamp)
         app.run(probe, task_id=probe_id, task=task_id, conversation=conv, model=model)
     finally:
         app.close()

@@ -11,28 +11,13 @@ from typing import Annotated
 import typer
 
 from cairn.admin import costs
-from cairn.agent.costs import CostLine
+from cairn.agent.costs import COST_COLUMNS
 from cairn.agent.pricing import PriceTable
 
 from ._consoles import fail, note, stdout_console
 from ._json_output import JsonOption, print_json
 from ._store_option import DEFAULT_URL, StoreOption, opened_store, require_batch
 from ._tables import RowTable
-
-_COLUMNS = (
-    "",
-    "calls",
-    "compactions",
-    "tokens in",
-    "cached",
-    "tokens out",
-    "est. cost $",
-    "saved tokens",
-    "gross saved $",
-    "summarizer $",
-    "net saved $",
-    "in without compaction",
-)
 
 
 def _prices(path: Path | None) -> PriceTable | None:
@@ -81,29 +66,12 @@ def cost_command(
     if not report.lines:
         note("no recorded model calls")
         return
-    view = RowTable(stdout_console(), _COLUMNS, right=_COLUMNS[1:])
+    view = RowTable(stdout_console(), COST_COLUMNS, right=COST_COLUMNS[1:])
     for line in [*report.lines, report.total]:
-        view.add_row(*_cells(line))
+        view.add_row(*line.cells())
     view.print()
     if report.total.unpriced_calls:
         note(
             f"{report.total.unpriced_calls} call(s) used a model with no known price; "
             "give one with --prices"
         )
-
-
-def _cells(line: CostLine) -> list[str]:
-    return [
-        line.label,
-        str(line.calls),
-        str(line.compactions),
-        str(line.usage.input_tokens),
-        str(line.usage.cached_tokens),
-        str(line.usage.output_tokens),
-        f"{line.cost:.4f}",
-        str(line.saved_tokens),
-        f"{line.saved_cost:.4f}",
-        f"{line.summarizer_cost:.4f}",
-        f"{line.net_saved_cost:.4f}",
-        str(line.tokens_without_compaction),
-    ]

@@ -13,12 +13,13 @@ from datetime import datetime
 
 from cairn.admin.actions import CANCEL, RETRY
 from cairn.admin.batches import batch_view
-from cairn.admin.conversations import call_costs, conversation_detail
+from cairn.admin.conversations import call_costs, conversation_detail, costs, probe_costs
 from cairn.admin.listing import BadCursor, TaskQuery, batch_page, task_page
 from cairn.admin.metrics import metrics_summary
 from cairn.admin.operations import operations as list_operations
 from cairn.admin.views import task_view
 from cairn.agent.archive import StoredMessage
+from cairn.agent.costs import COST_COLUMNS, CostLine
 from cairn.agent.messages import text_of
 from cairn.errors import UnknownTask
 from cairn.observe._time import parse_moment
@@ -33,6 +34,9 @@ from cairn.ui.render import Page
 
 Query = dict[str, str]
 OPS_LIMIT = 200
+# A batch page lists the cost of this many of its tasks (``cairn cost --batch``
+# has them all).
+COST_TASKS = 20
 
 
 class BadQuery(ValueError):
@@ -56,12 +60,38 @@ def batches(config: UIConfig, query: Query) -> Page:
     return Page("Batches", "batches.html", {"page": found, "q": search or ""}, live=True)
 
 
+def _cost(line: CostLine, label: str) -> dict[str, object]:
+    """A cost line as the page shows it: ``cairn cost``'s own cells
+    (``CostLine.cells``), under ``label``."""
+    cells = replace(line, label=label).cells()
+    return {
+        "columns": COST_COLUMNS,
+        "cells": cells,
+        "by_column": dict(zip(COST_COLUMNS, cells, strict=True)),
+        "unpriced": line.unpriced_calls,
+    }
+
+
 def batch(config: UIConfig, query: Query) -> Page:
     name = query.get("name", "")
     view = batch_view(config.store, name, config.now())
     if view is None:
         return message("Not found", f"No batch {name!r} in this store", 404)
-    return Page(f"Batch {name}", "batch.html", {"view": view}, live=True)
+
+    def cost() -> dict[str, object]:
+        # What `cairn cost` says of the batch (its line), and `cairn cost --batch` of its tasks.
+        report = costs(config.store, batch=name)
+        return {
+            "name": name,
+            "cost": _cost(report.total, name) if report.lines else None,
+            "task_costs": [line.cells() for line in report.lines[:COST_TASKS]],
+            "more_costs": max(0, len(report.lines) - COST_TASKS),
+        }
+
+    context = {"view": view}
+    return Page(
+        f"Batch {name}", "batch.html", context, live=True, tail="batch_cost.html", tail_context=cost
+    )
 
 
 def _moment(query: Query, field: str, now: datetime) -> datetime | None:
@@ -122,7 +152,19 @@ def task(config: UIConfig, query: Query) -> Page:
         "ops": ops,
         "resolve_statuses": RESOLVE_STATUSES,
     }
-    return Page(f"Task {task_id}", "task.html", context, live=True)
+
+    def cost() -> dict[str, object]:
+        report = costs(config.store, task_id=task_id)  # what `cairn cost --task` says
+        return {
+            "cost": _cost(report.total, task_id) if report.lines else None,
+            # Each `cairn fidelity` run on this task: its probe task's `cairn cost --task` line.
+            "probe_costs": [line.cells() for line in probe_costs(config.store, task_id)],
+            "cost_columns": COST_COLUMNS,
+        }
+
+    return Page(
+        f"Task {task_id}", "task.html", context, live=True, tail="task_cost.html", tail_context=cost
+    )
 
 
 def operations(config: UIConfig, query: Query) -> Page:

@@ -4,13 +4,14 @@ A page is a template of its own content, put inside ``layout.html``. A live
 page's content also sits in a region that htmx (``static/htmx.min.js``) asks
 for again every few seconds; the region carries a digest of what it shows, and
 the server answers 204 (nothing to swap) while that has not changed, so an
-opened ``<details>`` stays open until there is something new to see.
+opened ``<details>`` stays open until there is something new to see. A page's
+tail (its costs) sits below that region and is built with the whole page only.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -86,6 +87,11 @@ class Page:
     context: Mapping[str, Any] = field(default_factory=dict)
     live: bool = False
     status: int = 200
+    # A part below the live region, built only when the whole page is (never on
+    # a poll): what is too costly to read again every few seconds. Its context
+    # is a function, called then.
+    tail: str | None = None
+    tail_context: Callable[[], Mapping[str, Any]] | None = None
 
 
 def content(page: Page) -> str:
@@ -112,8 +118,12 @@ def live_region(page: Page, url: str, poll_seconds: float) -> tuple[str, str]:
 
 
 def full_page(page: Page, region: str | None) -> str:
-    """``page`` inside the layout; ``region`` is its live region, if it has one."""
+    """``page`` inside the layout; ``region`` is its live region, if it has one,
+    followed by its tail."""
     body = region if region is not None else content(page)
+    if page.tail is not None:
+        context = page.tail_context() if page.tail_context is not None else {}
+        body += ENV.get_template(page.tail).render(**context)
     return ENV.get_template("layout.html").render(
         title=page.title, body=_rendered(body), live=page.live
     )
