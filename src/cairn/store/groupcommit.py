@@ -43,6 +43,7 @@ from cairn.store.records import StepRecord
 from cairn.store.stepbatch import (
     STEP,
     Verdict,
+    alone,
     alone_or_error,
     batch_writer,
     batches_multirow,
@@ -166,7 +167,7 @@ class Coalescer:
         """``record`` for a write of another kind (``stepbatch.WRITE_KINDS``):
         True, False (the fence moved), or what the store's own method returned
         when it ran alone (an ``OperationClaim`` for a claim)."""
-        with self._cond:
+        with self._lock:  # the condition's lock, as in ``record``
             if self._leading < self._max_leading:
                 self._leading += 1
                 pending = None
@@ -174,13 +175,12 @@ class Coalescer:
                 pending = PendingStep(step, fence, False, kind=kind, args=args)
                 self._queue.append(pending)
         if pending is None:
+            # Nobody is committing: this write goes alone, at once (its error,
+            # if any, is its caller's).
             try:
-                verdict = alone_or_error(self._store, _Alone(kind, step, args, fence, False))
+                return alone(self._store, _Alone(kind, step, args, fence, False))
             finally:
                 self._hand_over()
-            if isinstance(verdict, BaseException):
-                raise verdict
-            return verdict
         return self._wait(pending)
 
     def _wait(self, pending: PendingStep) -> Any:
