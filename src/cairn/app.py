@@ -66,11 +66,14 @@ class Cairn:
     ``Cairn()`` uses the store named by ``$CAIRN_STORE``, else a SQLite file at
     ``./.cairn/cairn.db``. The store is opened on first use, not at import.
 
-    ``group_commit`` (on by default): step writes (and ``ctx.once`` claims and
-    records, and conversation message appends) of this process's tasks that
-    arrive while another commit is under way share the next commit, each still
-    fenced on its own, and none returns before its commit is durable
-    (docs/architecture.md, "Group commit"). ``False`` commits each alone.
+    ``group_commit``: step writes (and ``ctx.once`` claims and records, and
+    conversation message appends) of this process's tasks that arrive while
+    another commit is under way share the next commit, each still fenced on its
+    own, and none returns before its commit is durable (docs/architecture.md,
+    "Group commit"). ``True`` turns it on, ``False`` commits each alone; the
+    default (``None``) turns it on where a commit waits for the disk (SQLite
+    with ``synchronous="FULL"``, PostgreSQL) and off on SQLite ``NORMAL``, where
+    a commit is cheap and sharing it cost more than it saved.
     """
 
     def __init__(
@@ -90,7 +93,7 @@ class Cairn:
         on_change: ChangePolicy = "fail",
         rerun_models: bool = False,
         version: str | None = None,
-        group_commit: bool = True,
+        group_commit: bool | None = None,
     ) -> None:
         if isinstance(store, str):
             check_store_url(store)  # a malformed URL is refused here, not at first use

@@ -45,7 +45,7 @@ def _seen(url: str) -> bool:
 
 
 def main(store: str, server: str, mode: str, tasks: int, steps: int) -> int:
-    app = Cairn(store)
+    app = Cairn(store, group_commit=True)
 
     def effect(task_id: str, n: int, i: int) -> int:
         _post(f"{server}/effect/{task_id}/{i}")

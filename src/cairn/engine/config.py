@@ -73,8 +73,9 @@ class EngineConfig:
     version: str | None = None
     # Whether the step writes (and once claims/records, conversation appends)
     # of this process's tasks that meet share one commit
-    # (cairn.store.groupcommit); off: each commits alone.
-    group_commit: bool = True
+    # (cairn.store.groupcommit); off: each commits alone; None: on where the
+    # store's commit waits for the disk (groupcommit.groups_by_default).
+    group_commit: bool | None = None
 
     def registered(self, name: str, *, task_id: str | None = None) -> TaskDef[..., Any]:
         """The task function registered as ``name``, or a clear error."""

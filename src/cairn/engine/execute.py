@@ -20,7 +20,7 @@ from cairn.errors import (
     TimeLimitExceeded,
 )
 from cairn.retry import Retry
-from cairn.store.groupcommit import coalescer_for
+from cairn.store.groupcommit import Coalescer, coalescer_for, groups_by_default
 from cairn.store.records import TaskRecord
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ def _prepare(engine: EngineConfig, record: TaskRecord) -> _Prepared:
         limits=engine.limits,
         offloader=engine.offloader,
         engine=engine,
-        group=coalescer_for(engine.store) if engine.group_commit else None,
+        group=_group_of(engine),
     )
     run.on_change, run.rerun_models = engine.change_policy(task)
     ctx = engine.make_context(run)
@@ -125,6 +125,15 @@ def _prepare(engine: EngineConfig, record: TaskRecord) -> _Prepared:
     retry = task.retry or engine.task_retry
     machine = _task_machine(run, ctx, task, kwargs, retry, record.retry_base)
     return _Prepared(run, ctx, machine, resumed=bool(history))
+
+
+def _group_of(engine: EngineConfig) -> Coalescer | None:
+    """The group-commit queue this run's writes go through, or None: as the app
+    said, or where it said nothing, as ``groups_by_default`` decides for its store."""
+    wanted = engine.group_commit
+    if wanted is None:
+        wanted = groups_by_default(engine.store)
+    return coalescer_for(engine.store) if wanted else None
 
 
 def _ended(run: TaskRun, error: BaseException, resumed: bool) -> Outcome:

@@ -364,6 +364,16 @@ def _resolve(future: asyncio.Future[Any], verdict: Verdict) -> None:
 _CREATING = threading.Lock()
 
 
+def groups_by_default(store: Any) -> bool:
+    """Whether group commit is on when the app leaves it unsaid
+    (``Cairn(group_commit=None)``): where a commit waits for the disk (SQLite
+    ``synchronous=FULL``, PostgreSQL), sharing one pays many times over; on
+    SQLite ``NORMAL`` a commit costs about what a step's own Python does, and
+    the hand-over to the commit thread cost more than it saved (docs/benchmarks.md,
+    "Group commit": 31% fewer steps a second for 100 async tasks)."""
+    return getattr(store, "synchronous", None) != "NORMAL"
+
+
 def coalescer_for(store: Any) -> Coalescer | None:
     """The group-commit queue of ``store`` (one per store object, kept on it),
     or None for a store that cannot batch step writes (not a SQL store, or a

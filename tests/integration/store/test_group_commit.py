@@ -18,7 +18,8 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 import pytest
 
@@ -198,7 +199,7 @@ def test_async_writes_share_one_commit_off_the_event_loop(store: Store) -> None:
 def test_many_async_tasks_record_every_step(store_url: str) -> None:
     """Thirty async tasks of five steps at concurrency 30, group commit on: every
     task completes with the right result and every step row is in the store."""
-    with Cairn(store_url) as app:
+    with Cairn(store_url, group_commit=True) as app:
 
         @app.task
         async def counting(ctx: Context, n: int) -> int:
@@ -386,7 +387,7 @@ def test_once_and_conversations_in_many_tasks_record_everything(store_url: str) 
         await asyncio.sleep(0)  # real-sleep-ok: a zero yield, so the tasks interleave
         return act(key, n)
 
-    with Cairn(store_url) as app:
+    with Cairn(store_url, group_commit=True) as app:
 
         @app.task
         async def async_talk(ctx: Context, n: int) -> int:
@@ -428,3 +429,44 @@ def test_once_and_conversations_in_many_tasks_record_everything(store_url: str) 
                 assert [json.loads(m.content)["content"] for m in stored] == [
                     f"{prefix}{n}-{i}" for i in range(3)
                 ]
+
+
+@pytest.mark.parametrize("synchronous", ["NORMAL", "FULL"])
+def test_group_commit_unsaid_is_on_only_where_a_commit_waits_for_the_disk(
+    tmp_path: Path, synchronous: Literal["NORMAL", "FULL"]
+) -> None:
+    """``Cairn()`` with ``group_commit`` unsaid: SQLite ``FULL`` (each commit an
+    fsync) makes the queue and its steps go through it; SQLite ``NORMAL`` writes
+    each step straight through the store (sharing a cheap commit cost more than
+    it saved, docs/benchmarks.md); ``True`` turns it on there too."""
+    url = f"sqlite:///{tmp_path / 'cairn.db'}"
+    with Cairn(url, synchronous=synchronous) as app:
+
+        @app.task
+        def two(ctx: Context) -> int:
+            return int(ctx.step("a", lambda: 1) + ctx.step("b", lambda: 2))
+
+        assert app.run(two) == 3
+        made = getattr(app.store, "_group_commit", None)
+        assert (made is not None) is (synchronous == "FULL")
+    with Cairn(f"sqlite:///{tmp_path / 'on.db'}", group_commit=True) as app:
+
+        @app.task
+        def one(ctx: Context) -> int:
+            return int(ctx.step("a", lambda: 1))
+
+        assert app.run(one) == 1
+        assert getattr(app.store, "_group_commit", None) is not None
+
+
+def test_group_commit_unsaid_is_on_for_postgresql(pg_url: str) -> None:
+    """On PostgreSQL (a commit waits for the server's WAL flush) group commit is
+    on when the app does not say."""
+    with Cairn(pg_url) as app:
+
+        @app.task
+        def one(ctx: Context) -> int:
+            return int(ctx.step("a", lambda: 1))
+
+        assert app.run(one) == 1
+        assert getattr(app.store, "_group_commit", None) is not None
