@@ -126,9 +126,13 @@ def _by() -> Any:
 
 
 def _wait(driver: Any, condition: Any) -> Any:
+    """Until ``condition`` holds. A live update may replace an element between
+    finding it and reading it (a stale reference): the condition is asked again."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, WAIT).until(condition)
+    wait = WebDriverWait(driver, WAIT, ignored_exceptions=[StaleElementReferenceException])
+    return wait.until(condition)
 
 
 def _follow(driver: Any, by: str, value: str) -> None:
