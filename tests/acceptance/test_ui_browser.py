@@ -260,6 +260,12 @@ def test_a_live_page_changes_without_a_reload(browser: Any, dash: Dash) -> None:
     by, driver = _by(), browser
     driver.get(dash.url + _task(IDS.failed))
     assert _text(driver, "#status") == "failed"
+    # The page's htmx-config took: htmx evaluates no text as code, runs no
+    # script in what it swaps in.
+    assert driver.execute_script("return [htmx.config.allowEval, htmx.config.allowScriptTags]") == [
+        False,
+        False,
+    ]
     driver.execute_script("document.documentElement.dataset.mark = 'same page'")
     assert admin(dash.app.store).retry_task(IDS.failed, dash.clock.now())
     _wait(driver, lambda d: _text(d, "#status") == "pending")

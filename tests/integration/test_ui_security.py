@@ -7,6 +7,7 @@ malformed requests, each answered and never a dropped connection or traceback.
 from __future__ import annotations
 
 import http.client
+import json
 import re
 import socket
 import subprocess
@@ -278,6 +279,23 @@ def test_the_csp_allows_only_the_dashboards_own_files(dash: Dashboard) -> None:
     css = dash.request("GET", "/static/dashboard.css")
     assert css.status == 200
     assert css.headers["Content-Type"].startswith("text/css")
+
+
+def test_no_page_lets_htmx_evaluate_code(dash: Dashboard) -> None:
+    """The vendored htmx can evaluate text as code (``hx-on``, ``js:`` values,
+    trigger filters) and run scripts in swapped-in HTML: every page turns both
+    off in its ``htmx-config``, and the CSP forbids ``eval`` and inline scripts
+    besides (no ``'unsafe-eval'`` or ``'unsafe-inline'``), so a task name or an
+    error text shown in a page can never become code."""
+    for path in PAGES:
+        got = dash.request("GET", path)
+        csp = got.headers["Content-Security-Policy"]
+        assert "unsafe-eval" not in csp, path
+        assert "unsafe-inline" not in csp, path
+        (config,) = re.findall(r'<meta name="htmx-config" content=\'([^\']*)\'>', got.body)
+        settings = json.loads(config)
+        assert settings["allowEval"] is False, path
+        assert settings["allowScriptTags"] is False, path
 
 
 def test_the_cookie_is_a_session_id_not_the_token(locked: Dashboard) -> None:
