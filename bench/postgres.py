@@ -5,7 +5,8 @@
     (each its own commit) into a 4-column table keyed like cairn's step rows, in
     the same database over the same kind of connection. Raw and cairn runs
     alternate; the ratio is taken per pair, then the median over pairs is
-    printed. Target (from the issue): a step costs at most 1.5x the raw commit.
+    printed. Target (issue 19): a step costs at most 1.3x the raw commit (the
+    first build's target was 1.5x).
     For scale: a widely used peer was measured here at about 3.2 ms per step
     where a raw commit is about 0.35-0.4 ms (8-9x). ``--both`` also runs (a)
     with ``synchronous_commit=off`` set on the database: no commit then waits
@@ -48,7 +49,7 @@ from bench._stats import fmt_ratio, median, ratio, spread, table
 from cairn import Cairn, Context, TaskDef
 from cairn.store import admin
 
-TARGET = 1.5
+TARGET = 1.3
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 BATCH = "bench"
