@@ -45,12 +45,14 @@ from cairn.errors import (
     CairnError,
     Cancelled,
     CodecError,
+    InvalidName,
     LeaseLost,
     NestedStepError,
     NonDeterminismError,
     TimeLimitExceeded,
 )
 from cairn.limits import NO_LIMITS, LimitBook
+from cairn.names import check_name
 from cairn.store.groupcommit import Coalescer
 from cairn.store.protocol import Store
 from cairn.store.records import (
@@ -309,6 +311,20 @@ class TaskRun:
         """Replay from the top, for the next task attempt."""
         self.seq = 0
         self.poisoned = None
+
+    def check_entry_name(self, what: str, kind: StepKind, name: str) -> None:
+        """Refuse with ``InvalidName`` (naming it as ``what``) an entry name no
+        store can hold, unless the next position already holds an entry of this
+        kind and name. Blank names and NULs were refused only from the release
+        that added the check; a SQLite store written before it may hold them,
+        and its tasks replay (or resume) those entries, which writes nothing the
+        store does not hold already. Only a new entry is refused."""
+        try:
+            check_name(what, name, max_bytes=None)
+        except InvalidName:
+            recorded = self.history.get(self.seq + 1)
+            if recorded is None or recorded.kind != kind or recorded.name != name:
+                raise
 
     def replayed(self, seq: int, kind: StepKind, name: str) -> StepRecord | None:
         """The record at ``seq``, checked against what the code asks for now."""
