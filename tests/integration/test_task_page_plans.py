@@ -137,15 +137,19 @@ def store(
         url, dropped = _sqlite_at_schema_3(tmp_path_factory.mktemp("page") / "old.db"), None
     else:
         url, dropped = _postgres_at_schema_3(request)
-    opened = open_store(url)
-    assert isinstance(opened, SQLStore)
-    assert opened.found_schema == SCHEMA_BEFORE
-    assert opened.schema_version == latest_version(request.param)
-    opened._exec("ANALYZE" if isinstance(opened, SQLiteStore) else "ANALYZE tasks")
-    yield opened
-    opened.close()
-    if dropped is not None:
-        dropped()
+    try:
+        opened = open_store(url)
+        try:
+            assert isinstance(opened, SQLStore)
+            assert opened.found_schema == SCHEMA_BEFORE
+            assert opened.schema_version == latest_version(request.param)
+            opened._exec("ANALYZE" if isinstance(opened, SQLiteStore) else "ANALYZE tasks")
+            yield opened
+        finally:
+            opened.close()
+    finally:
+        if dropped is not None:
+            dropped()
 
 
 def _task_reads(store: SQLStore, action: Callable[[], object]) -> list[tuple[str, list[Any]]]:
