@@ -1,7 +1,9 @@
 """How long does a dashboard page take to answer with 100,000 tasks in the store?
 
 The store is filled as in ``bench.admin_pages`` (``--tasks`` tasks over
-``--batches`` batches, a thousand of cairn's own tasks last). ``cairn ui``'s
+``--batches`` batches, a thousand of cairn's own tasks last), then a task with a
+conversation and three ``cairn fidelity`` runs on it (their probe tasks, named
+as the command names them), whose page looks those runs up. ``cairn ui``'s
 server (uvicorn, the guard middleware, Jinja2 rendering) runs in a thread;
 each page is fetched over HTTP on 127.0.0.1 ``--runs`` times, and the median
 and slowest answer are printed in milliseconds against the target of 300 ms.
@@ -25,12 +27,35 @@ from pathlib import Path
 from urllib.parse import quote
 
 from bench._stats import filesystem_of, median, table
-from bench.admin_pages import ALERTS, START, TARGET_MS, fill, postgres_store
+from bench.admin_pages import ALERTS, INSERT, START, TARGET_MS, fill, postgres_store
+from cairn import Cairn, Context
+from cairn.admin import FIDELITY_TASK, fidelity_task_id
 from cairn.store import open_store
 from cairn.store.sqlbase import SQLStore
 from cairn.ui.server import DashboardServer, UIConfig, serve_in_thread
 
 Page = tuple[str, str, dict[str, str]]
+AGENT = "agent/1"
+FIDELITY_RUNS = 3
+
+
+def add_fidelity_runs(store: SQLStore) -> None:
+    """A task with a conversation (run by cairn), and ``FIDELITY_RUNS`` probe
+    tasks of ``cairn fidelity`` runs on it, enqueued after every other task."""
+    with Cairn(store.url) as app:
+
+        @app.task(name="agent")
+        def agent(ctx: Context) -> None:
+            ctx.conversation("main").append({"role": "user", "content": "review the ad settings"})
+
+        app.run(agent, task_id=AGENT)
+    stamp = store._ts(START + timedelta(days=1))
+    done = ("{}", "json", "completed", None, stamp, stamp, stamp, stamp)
+    ids = [
+        fidelity_task_id(AGENT, "main", f"2026052{n}T000000.000000Z") for n in range(FIDELITY_RUNS)
+    ]
+    probes = [(probe, None, None, FIDELITY_TASK, *done) for probe in ids]
+    store._atomically(lambda tx: tx.exec_many(INSERT, probes))
 
 
 def _get(port: int, path: str, headers: dict[str, str]) -> tuple[int, str]:
@@ -65,6 +90,7 @@ def pages(port: int) -> list[Page]:
         ("tasks, since", "/tasks?since=" + quote((START + timedelta(hours=12)).isoformat()), {}),
         ("batch", "/batch?name=batch-120", {}),
         ("task", "/task?id=" + quote("batch-120/item=120", safe=""), {}),
+        (f"task with {FIDELITY_RUNS} fidelity runs", "/task?id=" + quote(AGENT, safe=""), {}),
         ("operations", "/ops", {}),
         ("stalls", "/stalls", {}),
         ("metrics", "/metrics", {}),
@@ -120,12 +146,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         assert isinstance(store, SQLStore)
         try:
             fill(store, options.tasks, options.batches)
+            add_fidelity_runs(store)
             report(f"SQLite, {shape}", measure(store, options.runs))
         finally:
             store.close()
     if options.url:
         with postgres_store(options.url) as pg:
             fill(pg, options.tasks, options.batches)
+            add_fidelity_runs(pg)
             report(f"PostgreSQL, {shape}", measure(pg, options.runs))
 
 

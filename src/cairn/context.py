@@ -177,9 +177,10 @@ class Context:
         if fn is None or not isinstance(named, str) or not callable(fn):
             raise _misused("ctx.step", name, fn)
         if not (name.isascii() and "\x00" not in name and name.strip()):
-            # Blank, a NUL or a lone surrogate: refused (the common ASCII name is
-            # checked inline, so the hot path enters no other module).
-            check_name("step name", name, max_bytes=None)
+            # Blank, a NUL or a lone surrogate: refused unless already recorded
+            # here (the common ASCII name is checked inline, so the hot path
+            # enters no other module).
+            self._run.check_entry_name("step name", "step", name)
         if limit is not None:
             self._run.limits.get(limit)  # an unknown name fails here, replay or not
         retry = retry or self._default_step_retry
@@ -206,7 +207,7 @@ class Context:
         For any value that must be the same on replay: a time window, a fetched
         token, a choice. Not retried: an error propagates and nothing is kept.
         """
-        check_name("recorded input name", name, max_bytes=None)
+        self._run.check_entry_name("recorded input name", "input", name)
         if _is_async(fn):
             machine = step_machine(self._run, "input", name, fn, args, kwargs, NO_RETRY)
             return adrive(machine, self._run.clock)
@@ -319,7 +320,7 @@ class Context:
         if concurrency < 1:
             raise ValueError(f"ctx.map concurrency must be at least 1, not {concurrency}")
         label = name or getattr(fn, "__name__", None) or "map"
-        check_name("map name", label, max_bytes=None)
+        self._run.check_entry_name("map name", "map", label)
         listed = list(items)
         names = _fanout.item_names(label, listed, key)
         first = _fanout.open_map(self._run, label, len(listed))

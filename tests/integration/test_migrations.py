@@ -80,8 +80,9 @@ def _check_upgraded_and_resumed(url: str) -> None:
 def test_a_sqlite_store_of_schema_1_is_upgraded_and_its_task_resumes(tmp_path: Path) -> None:
     """A SQLite file made by the schema-1 cairn, with a task killed after its
     first step, opens under this cairn: the file is upgraded to the latest
-    schema (the new claim indexes and operation columns exist), and the task's
-    remaining step runs while its recorded one is replayed."""
+    schema (the new claim indexes, operation columns and the task page's
+    indexes exist), and the task's remaining step runs while its recorded one
+    is replayed."""
     path = tmp_path / "old.db"
     build_sqlite(path)
     _check_upgraded_and_resumed(f"sqlite:///{path}")
@@ -91,6 +92,7 @@ def test_a_sqlite_store_of_schema_1_is_upgraded_and_its_task_resumes(tmp_path: P
         assert int(version.fetchone()[0]) == latest_version("sqlite")
         indexes = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
         assert {"tasks_pending", "tasks_running_by_lease", "tasks_by_owner"} <= indexes
+        assert {"tasks_by_name", "tasks_by_parent"} <= indexes  # schema 4
         columns = {row[1] for row in conn.execute("PRAGMA table_info(operations)")}
         assert {"late_result", "late_at"} <= columns
         columns = {row[1] for row in conn.execute("PRAGMA table_info(steps)")}
@@ -115,6 +117,7 @@ def test_a_postgres_schema_of_version_1_is_upgraded_and_its_task_resumes(pg_url:
             "SELECT indexname FROM pg_indexes WHERE schemaname = %s", (schema,)
         ).fetchall()
         assert {"tasks_pending", "tasks_running_by_lease"} <= {r[0] for r in found}
+        assert {"tasks_by_name", "tasks_by_parent"} <= {r[0] for r in found}  # schema 4
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])

@@ -4,6 +4,7 @@ retried, and no key an error echoes reaches the store's files."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from random import Random
@@ -17,6 +18,7 @@ from cairn.agent import LLMSummarizer, tool_result, user
 from cairn.agent.provider_errors import REDACTED, redact
 from cairn.agent.providers import provider_for
 from cairn.clock import FakeClock
+from cairn.engine.errortext import ERROR_TEXT_LIMIT
 from cairn.errors import Permanent, RetryAfter, Transient
 from tests.agent_server import API_KEY, Scripted, anthropic_client, model_server, openai_client
 
@@ -134,6 +136,34 @@ def test_a_key_echoed_in_an_error_is_not_stored(tmp_path: Path, clock: FakeClock
     for secret in (own_key, "sk-ant-api03-abcdefGHIJ", "tok.en-1234567890", API_KEY):
         assert secret.encode() not in everything, secret
     assert REDACTED.encode() in everything
+
+
+def test_a_megabyte_provider_error_is_stored_redacted_and_cut(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """A 401 whose text echoes the configured key at its start and at its end,
+    around a megabyte: the task ends failed; its recorded error is at most
+    ERROR_TEXT_LIMIT bytes and keeps its start with the key redacted and a line
+    saying how much was cut; no copy of the key is in the store's files."""
+    own_key = "local-proxy-key-7f3a9c0d21"
+    echoed = f"key {own_key} rejected; " + "z" * 1_000_000 + f" (key {own_key})"
+    app = Cairn(f"sqlite:///{tmp_path / 'cairn.db'}", clock=clock)
+    with model_server(Scripted(["ok"])) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key=own_key, max_retries=0)
+        server.fail_next(1, 401, message=echoed)
+        with pytest.raises(TaskFailed, match="AuthenticationError"):
+            app.run(_ask(app, client, Retry(attempts=1)), task_id="k")
+    record = app.store.get_task("k")
+    app.close()
+    assert record is not None
+    assert record.status == "failed"
+    assert record.error is not None
+    assert len(record.error.encode("utf-8")) <= ERROR_TEXT_LIMIT
+    message = json.loads(record.error)["message"]
+    assert f"key {REDACTED} rejected; zzz" in message
+    assert "characters here: a recorded error is kept to 64 KiB" in message
+    everything = b"".join(data for _, data in _every_byte(tmp_path))
+    assert own_key.encode() not in everything
 
 
 def test_redact_removes_key_shapes_and_configured_secrets() -> None:

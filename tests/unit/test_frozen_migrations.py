@@ -25,12 +25,18 @@ RELEASED = {
     "postgres/0003_fingerprints_and_versions.sql": (
         "517422bfc0a128cbf8006fc5bb0010775ce4dc332a80d5ccfc207a34ee8484ac"
     ),
+    "postgres/0004_tasks_by_name_and_parent.sql": (
+        "9eb03668ba558b4560e1c5de3aee726740f4da60cc2ebab57df736725b0e17fb"
+    ),
     "sqlite/0001_initial.sql": ("349d82616b1eb61253e11592a348213d2e256fe6e5d4e5626d4c7a3b9fe8a862"),
     "sqlite/0002_claims_and_late_outcomes.sql": (
         "47640a9a877925cb04764c7c792a3d808a19c7d827ca7904bb47b04c645fe54e"
     ),
     "sqlite/0003_fingerprints_and_versions.sql": (
         "d7dd4d1e980b18d5cc02c1c88b7c091117e9fea723edbc61770db532dc4079cd"
+    ),
+    "sqlite/0004_tasks_by_name_and_parent.sql": (
+        "08fc13b2bc4c2cf1111ffeedaec9f620f890d0444436afc8b499e3903534f0ed"
     ),
 }
 
@@ -50,11 +56,11 @@ def test_a_released_migration_is_never_edited(name: str) -> None:
 
 
 @pytest.mark.parametrize("backend", ["postgres", "sqlite"])
-def test_every_backend_has_its_first_migrations_released(backend: str) -> None:
-    """The table lists, for each backend, the migrations numbered 1 to 3 that
-    the schema-1 fixture and the upgrade tests are built on, so neither backend's
-    files can drop out of the check."""
-    released = sorted(name.split("/")[1][:4] for name in RELEASED if name.startswith(backend))
-    assert released == ["0001", "0002", "0003"]
-    files = sorted(p.name[:4] for p in (MIGRATIONS / backend).glob("*.sql"))
-    assert files[: len(released)] == released
+def test_every_migration_of_every_backend_is_released(backend: str) -> None:
+    """The table lists every migration file of each backend (1 to 3, which the
+    schema-1 fixture and the upgrade tests are built on, and each one after),
+    so no file, of either backend, can drop out of the check or escape it."""
+    released = sorted(name.split("/")[1] for name in RELEASED if name.startswith(backend))
+    assert [name[:4] for name in released[:3]] == ["0001", "0002", "0003"]
+    files = sorted(p.name for p in (MIGRATIONS / backend).glob("*.sql"))
+    assert files == released, "add the new migration's sha256 to RELEASED"

@@ -187,6 +187,10 @@ def probe_costs(
     prefixes = [fidelity_task_id(task_id, conv, "") for conv in convs]
     if not prefixes:
         return []
+    # The name is searched in the tasks_by_name index (schema 4), so only the
+    # store's probe tasks are read; the id's start then picks this task's. (An
+    # id range would read fewer, but under a collation other than C the ids
+    # that start so are not one range of the id index.)
     query = TaskQuery(name=FIDELITY_TASK, search=f"fidelity:{task_id}:", include_internal=True)
     lines = []
     # The newest first, without the total a listing page counts.

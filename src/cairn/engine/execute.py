@@ -8,8 +8,9 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from cairn.engine.claim import release
+from cairn.engine.errortext import describe_error
 from cairn.engine.observer import tell
-from cairn.engine.run import Call, Machine, TaskRun, Wait, adrive, current, describe_error, drive
+from cairn.engine.run import Call, Machine, TaskRun, Wait, adrive, current, drive
 from cairn.errors import (
     CairnControl,
     Cancelled,

@@ -26,9 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import json
 import time
-import traceback
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -37,7 +35,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar
 
 from cairn.blobs.offload import WARN_ABOVE, BlobCodec, Offloader, warn_if_large
 from cairn.clock import Clock
-from cairn.codec import Codec, JsonCodec, storable_text
+from cairn.codec import Codec, JsonCodec
+from cairn.engine.errortext import describe_error
 from cairn.engine.leases import LeaseKeeper
 from cairn.engine.observer import Event, no_observer, notify
 from cairn.errors import (
@@ -46,12 +45,14 @@ from cairn.errors import (
     CairnError,
     Cancelled,
     CodecError,
+    InvalidName,
     LeaseLost,
     NestedStepError,
     NonDeterminismError,
     TimeLimitExceeded,
 )
 from cairn.limits import NO_LIMITS, LimitBook
+from cairn.names import check_name
 from cairn.store.groupcommit import Coalescer
 from cairn.store.protocol import Store
 from cairn.store.records import (
@@ -222,58 +223,6 @@ def no_fault(point: str, task_id: str, seq: int, name: str) -> None:
     """The production hook: does nothing."""
 
 
-def describe_error(error: BaseException) -> str:
-    """The recorded form of an error: type, message and traceback as JSON.
-
-    Never raises, whatever the error holds, so a failure is always recorded
-    (a task is never left ``running`` because its error could not be written):
-
-    * a NUL character is kept (JSON writes it as ``\\u0000``, which every store
-      holds) and reads back as it was raised;
-    * a lone surrogate (a file name decoded with ``surrogateescape``) cannot be
-      stored at all: it is written as its escape (``\\udcff``), and the record's
-      ``note`` says the text was changed so;
-    * an error whose ``str()`` itself raises is recorded with a message saying
-      so, not with the error of its ``str()``.
-    """
-    kind = type(error)
-    kind_name, kind_changed = _storable(f"{kind.__module__}.{kind.__qualname__}")
-    message, message_changed = _storable(_message_of(error))
-    trace, trace_changed = _storable(_traceback_of(error))
-    described = {"type": kind_name, "message": message, "traceback": trace}
-    if kind_changed or message_changed or trace_changed:
-        described["note"] = SANITIZED_NOTE
-    return json.dumps(described, ensure_ascii=False)
-
-
-SANITIZED_NOTE = (
-    "cairn wrote the lone surrogates of this error's text as escapes (\\udcff): "
-    "they are not valid Unicode, so no store can hold them as raised"
-)
-
-
-def _storable(text: str) -> tuple[str, bool]:
-    stored = storable_text(text)
-    return stored, stored is not text
-
-
-def _message_of(error: BaseException) -> str:
-    try:
-        return str(error)
-    except Exception as exc:  # noqa: BLE001 - the error's own __str__ is broken
-        return (
-            f"<the message of this {type(error).__qualname__} cannot be shown: its "
-            f"str() raised {type(exc).__qualname__}>"
-        )
-
-
-def _traceback_of(error: BaseException) -> str:
-    try:
-        return "".join(traceback.format_exception(error))
-    except Exception as exc:  # noqa: BLE001 - an error no traceback can be made of
-        return f"<no traceback: formatting it raised {type(exc).__qualname__}>"
-
-
 @dataclass
 class TaskRun:
     """One claimed task, as this process runs it."""
@@ -362,6 +311,20 @@ class TaskRun:
         """Replay from the top, for the next task attempt."""
         self.seq = 0
         self.poisoned = None
+
+    def check_entry_name(self, what: str, kind: StepKind, name: str) -> None:
+        """Refuse with ``InvalidName`` (naming it as ``what``) an entry name no
+        store can hold, unless the next position already holds an entry of this
+        kind and name. Blank names and NULs were refused only from the release
+        that added the check; a SQLite store written before it may hold them,
+        and its tasks replay (or resume) those entries, which writes nothing the
+        store does not hold already. Only a new entry is refused."""
+        try:
+            check_name(what, name, max_bytes=None)
+        except InvalidName:
+            recorded = self.history.get(self.seq + 1)
+            if recorded is None or recorded.kind != kind or recorded.name != name:
+                raise
 
     def replayed(self, seq: int, kind: StepKind, name: str) -> StepRecord | None:
         """The record at ``seq``, checked against what the code asks for now."""

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 
 from cairn.clock import from_iso, to_iso
 from cairn.engine.changes import changed
+from cairn.engine.errortext import describe_error
 from cairn.engine.permits import acquire, release
 from cairn.engine.run import (
     Call,
@@ -34,7 +35,6 @@ from cairn.engine.run import (
     Persist,
     TaskRun,
     Wait,
-    describe_error,
     drive,
     inside_call,
     no_fault,

@@ -15,7 +15,8 @@ Inside a task, a refusal fails the task (never left ``running``); the step
 recorded before it stays recorded, and once the input is fixed the task runs
 again, replays that step without calling it, and finishes. The text of an error
 raised by user code is always recorded (a lone surrogate written as its escape,
-with a note saying so), and its task ends failed.
+with a note saying so; a megabyte cut to its start and end), and its task ends
+failed.
 
 Combining marks, right-to-left text, emoji, a BOM, zero-width and control
 characters other than NUL are valid text: every field that has no length limit
@@ -33,7 +34,7 @@ import pytest
 
 from cairn import Cairn, CairnError, Context, Rate, Retry, TaskFailed
 from cairn.clock import FakeClock
-from cairn.engine.run import SANITIZED_NOTE
+from cairn.engine.errortext import SANITIZED_NOTE
 from cairn.keys import bounded_key
 from cairn.store import admin
 from tests.integration.store.test_bad_values import every_row
@@ -300,7 +301,9 @@ def test_an_error_message_of_any_text_is_recorded_and_the_task_ends_failed(
     or the task itself, whose message holds any of the texts (a NUL, a lone
     surrogate, a megabyte): the task ends failed, never left running; the
     message is recorded as raised (a lone surrogate as its escape, with a note
-    saying so); TaskFailed quotes it; and the task, retried, finishes."""
+    saying so; a megabyte as its start and end around a line saying how much
+    was cut, test_long_errors.py); TaskFailed quotes it; and the task, retried,
+    finishes."""
     task, probe = _probe_app(any_app, ERRORS[where])
     for fault, text in TEXTS.items():
         probe.text, probe.fail_after, probe.calls = text, False, Counter()
@@ -316,6 +319,9 @@ def test_an_error_message_of_any_text_is_recorded_and_the_task_ends_failed(
             assert error["message"] == "report \\udcff.txt"
             assert error["note"] == SANITIZED_NOTE
             assert SANITIZED_NOTE in str(failed.value)
+        elif fault == "1 MB":
+            assert error["message"].startswith(text[:10_000]), fault
+            assert "characters here: a recorded error is kept to 64 KiB" in error["message"]
         else:
             assert error["message"] == text, fault
             assert "note" not in error, fault
