@@ -4,7 +4,7 @@ The pause acceptance tests run this file as a program, against the
 ``PaymentServer`` of ``tests/servers.py`` that the test process serves::
 
     python pause_script.py --store URL --server URL [--policy reconcile|retry|raise]
-        [--lease 2] [--stop-at after_claim|after_act --marker PATH]
+        [--lease 2] [--stop-at after_claim|after_act --marker PATH] [--suspend-file PATH]
 
 Batch ``paused`` has one task, ``paused/item=item-00``: step ``price``, then
 ``ctx.once(op_key("pay", item), charge)``, which POSTs to ``/charges`` with the
@@ -18,6 +18,13 @@ process cannot stop itself exactly: its own SIGSTOP takes effect a moment
 after ``kill`` returns, long enough to start a request), removes the marker,
 and wakes it with SIGCONT only once its lease has long expired and another
 process owns the task.
+
+``--suspend-file`` gives the app a clock that reads the machine as suspended
+(a closed laptop lid) rather than only the process as stopped: its monotonic
+clock leaves out the seconds the test writes into that file before waking the
+process, as ``CLOCK_MONOTONIC`` (``time.monotonic`` on Linux) leaves out the
+time a machine spent suspended, while its wall clock, corrected when the
+machine wakes, counts them.
 
 Prints a JSON summary and exits 0 when the task completed, 1 otherwise.
 """
@@ -34,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from cairn import Cairn, Context
+from cairn.clock import SystemClock
 from cairn.testing import set_fault_hook
 from tests.acceptance.charge_script import (
     POLICIES,
@@ -65,6 +73,21 @@ def holder(point: str | None, marker: Path | None) -> Any:
     return hook
 
 
+class SuspendedClock(SystemClock):
+    """The real clock of a machine that was suspended for the seconds written in
+    ``path``: its monotonic clock stood still meanwhile, its wall clock did not."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+
+    def monotonic(self) -> float:
+        try:
+            asleep = float(self._path.read_text())
+        except (OSError, ValueError):
+            asleep = 0.0
+        return time.monotonic() - asleep
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", required=True, help="store URL")
@@ -73,10 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lease", type=float, default=2.0)
     parser.add_argument("--stop-at", choices=STOP_POINTS, default=None)
     parser.add_argument("--marker", type=Path, default=None)
+    parser.add_argument("--suspend-file", type=Path, default=None)
     options = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     payments = PaymentClient(options.server)
-    app = Cairn(options.store, lease=options.lease, poll_interval=0.1)
+    clock = SystemClock() if options.suspend_file is None else SuspendedClock(options.suspend_file)
+    app = Cairn(options.store, lease=options.lease, poll_interval=0.1, clock=clock)
     set_fault_hook(app, holder(options.stop_at, options.marker))
     policy = once_policy(options.policy, payments)
 
