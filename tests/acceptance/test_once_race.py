@@ -1,6 +1,7 @@
 """Two processes race on the same operation keys; each key's function runs once.
 
-Both processes run the script below against one SQLite file, in different
+Both processes run the script below against one store (a SQLite file, then a
+PostgreSQL database, where the claims meet in group commit), in different
 batches ("a" and "b"), so each has its own 30 tasks; task ``t`` of either batch
 calls ``ctx.once`` on keys ``k/10t`` .. ``k/10t+9``, the same keys in the same
 order, so the two collide on nearly every key. The function appends
@@ -81,12 +82,12 @@ class Racer:
     ready: Path
 
 
-def start_racer(tmp_path: Path, script: Path, batch: str) -> Racer:
+def start_racer(tmp_path: Path, script: Path, batch: str, store: str) -> Racer:
     ready = tmp_path / f"ready-{batch}"
     command = [
         sys.executable,
         str(script),
-        str(tmp_path / "race.db"),
+        store,
         batch,
         str(tmp_path / "counts.txt"),
         str(ready),
@@ -168,7 +169,9 @@ def assert_audit_trail(store: Store, t: int, caller_pid: dict[str, int], pid_a: 
         assert (entries[caller][key].attempts, entries[adopter][key].attempts) == (1, 0)
 
 
-def test_two_processes_racing_on_the_same_keys_call_each_key_once(tmp_path: Path) -> None:
+def test_two_processes_racing_on_the_same_keys_call_each_key_once(
+    store_url: str, tmp_path: Path
+) -> None:
     """Two processes released together, each running 30 tasks over the same 300
     keys, call each key's function exactly once in total; both batches complete,
     and the two tasks that share keys return the same result for each key. Each
@@ -177,7 +180,7 @@ def test_two_processes_racing_on_the_same_keys_call_each_key_once(tmp_path: Path
     adopted the result without calling."""
     script = tmp_path / "racer.py"
     script.write_text(RACE_SCRIPT.format(tasks=TASKS, keys_per_task=KEYS_PER_TASK))
-    racers = [start_racer(tmp_path, script, batch) for batch in BATCHES]
+    racers = [start_racer(tmp_path, script, batch, store_url) for batch in BATCHES]
     release_together(tmp_path / "go", racers)
     summaries = {racer.batch: finish(racer) for racer in racers}
     pids = {batch: int(str(summary["pid"])) for batch, summary in summaries.items()}
@@ -189,7 +192,7 @@ def test_two_processes_racing_on_the_same_keys_call_each_key_once(tmp_path: Path
     print(f"\nkeys won: a={wins[pids['a']]} b={wins[pids['b']]}")
     assert set(wins) == set(pids.values()), f"no race: one process won every key {wins}"
 
-    store = open_store(str(tmp_path / "race.db"))
+    store = open_store(store_url)
     try:
         assert_both_batches_completed(store)
         assert {op.key for op in store.list_operations(prefix="k/")} == ALL_KEYS

@@ -24,6 +24,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
@@ -54,6 +55,9 @@ class Scene:
     server: PaymentServer
     policy: str
     marker: Path
+    # Set for a machine suspended, not a process stopped: A's monotonic clock
+    # leaves out the seconds the test writes here before waking it.
+    suspend: Path | None = None
 
 
 def _command(scene: Scene, *extra: str) -> list[str]:
@@ -88,8 +92,9 @@ def _stopped(pid: int) -> bool:
 
 def _start_a(scene: Scene, point: str) -> subprocess.Popen[str]:
     """Start A, to hold at ``point`` of its charge."""
+    suspend = () if scene.suspend is None else ("--suspend-file", str(scene.suspend))
     return subprocess.Popen(
-        _command(scene, "--stop-at", point, "--marker", str(scene.marker)),
+        _command(scene, "--stop-at", point, "--marker", str(scene.marker), *suspend),
         cwd=ROOT,
         env=_env(),
         stdout=subprocess.PIPE,
@@ -135,7 +140,11 @@ def _cli(scene: Scene, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _wake(a: subprocess.Popen[str]) -> tuple[str, str]:
+def _wake(scene: Scene, a: subprocess.Popen[str], frozen_at: float) -> tuple[str, str]:
+    """Wake A; for a suspended machine, its monotonic clock first learns that it
+    stood still for as long as A was frozen."""
+    if scene.suspend is not None:
+        scene.suspend.write_text(str(time.monotonic() - frozen_at))
     os.kill(a.pid, signal.SIGCONT)
     out, err = a.communicate(timeout=RUN_TIMEOUT_SECONDS)
     return out, err
@@ -185,14 +194,16 @@ def _play(scenes: list[Scene], point: str) -> list[str]:
     woken, and must send nothing more. Returns each A's log."""
     started = [_start_a(scene, point) for scene in scenes]
     woken: list[tuple[str, str]] = []
+    frozen_at = time.monotonic()
     try:
         for scene, a in zip(scenes, started, strict=True):
             _freeze(scene, a, point)
+        frozen_at = time.monotonic()
         with ThreadPoolExecutor(len(scenes)) as pool:
             list(pool.map(_finish_without_a, scenes))  # re-raises what failed
         before_waking = [scene.server.requests for scene in scenes]
     finally:
-        woken = [_wake(a) for a in started]
+        woken = [_wake(scene, a, frozen_at) for scene, a in zip(scenes, started, strict=True)]
     for scene, requests, (_, log) in zip(scenes, before_waking, woken, strict=True):
         assert scene.server.requests == requests, f"A called after waking ({scene.policy}): {log}"
     return [log for _, log in woken]
@@ -212,10 +223,13 @@ def store_for(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFor:
 
 
 @contextmanager
-def _scenes(store_for: StoreFor, tmp_path: Path) -> Iterator[list[Scene]]:
+def _scenes(
+    store_for: StoreFor, tmp_path: Path, *, suspended: bool = False
+) -> Iterator[list[Scene]]:
     """One scene per doubt policy, each with its own store and payment server. The
     server dedupes keys only for on_doubt="retry" (its premise); for the others it
-    charges every request, so any second call shows as a second charge."""
+    charges every request, so any second call shows as a second charge.
+    ``suspended``: A's machine is suspended rather than A stopped."""
     with ExitStack() as stack:
         yield [
             Scene(
@@ -223,6 +237,7 @@ def _scenes(store_for: StoreFor, tmp_path: Path) -> Iterator[list[Scene]]:
                 stack.enter_context(PaymentServer(honor_keys=policy == "retry")),
                 policy,
                 tmp_path / f"frozen-{policy}",
+                tmp_path / f"asleep-{policy}" if suspended else None,
             )
             for policy in POLICIES
         ]
@@ -271,3 +286,22 @@ def test_frozen_after_its_call_records_nothing_in_the_new_owners_history(
             assert json.loads(op.result)["id"] == charge["id"]
             assert op.late_result is not None, "A's late answer is kept for the audit"
             assert json.loads(op.late_result)["id"] == charge["id"]
+
+
+def test_a_machine_suspended_before_the_call_never_calls(
+    store_for: StoreFor, tmp_path: Path
+) -> None:
+    """A's machine is suspended (a closed laptop lid) after A claimed the key and
+    before its outside call, past its lease: its monotonic clock stood still
+    meanwhile, its wall clock did not. B takes over and charges the key by its
+    policy. A, woken, must not trust the monotonic clock alone: its lease looks
+    fresh by it, but the wall clock (which B's takeover was judged by) says it
+    lapsed, so A renews, is refused, and stops with LeaseLost. One charge per
+    key, from one request, under every policy."""
+    with _scenes(store_for, tmp_path, suspended=True) as scenes:
+        logs = _play(scenes, "after_claim")
+        for scene, a_log in zip(scenes, logs, strict=True):
+            assert scene.server.requests_by_key() == {KEY: 1}, (scene.policy, a_log)
+            assert scene.server.charges_by_item() == {"item-00": 1}, scene.policy
+            assert "no longer holds its lease" in a_log, (scene.policy, a_log)
+            assert _operation(scene).late_result is None

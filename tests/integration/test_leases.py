@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from cairn import Cairn, Context
-from cairn.clock import SystemClock
+from cairn.clock import FakeClock, SystemClock
 from cairn.engine.leases import LeaseKeeper
 from cairn.errors import StoreUnavailable
 from tests.servers import wait_until
@@ -99,3 +99,42 @@ def test_closing_the_app_stops_the_heartbeat_before_the_store_closes(tmp_path: P
     finally:
         threading.excepthook = previous
     assert errors == []
+
+
+class _SuspendedClock(FakeClock):
+    """The clock of a machine that can be suspended: while it sleeps its
+    monotonic clock stands still (Linux's CLOCK_MONOTONIC, macOS's too), and
+    its wall clock, set again on waking, moves on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.suspended = 0.0
+
+    def monotonic(self) -> float:
+        return super().monotonic() - self.suspended
+
+    def suspend(self, seconds: float) -> None:
+        self.advance(seconds)
+        self.suspended += seconds
+
+
+def test_a_lease_is_not_fresh_after_the_machine_slept_past_half_a_lease() -> None:
+    """A lease confirmed just before the machine was suspended for longer than
+    half a lease is not fresh when it wakes, though its monotonic clock did not
+    move: the wall clock, by which another process judges the lease lapsed,
+    says how long it slept. A process stopped (not suspended) is judged by
+    either clock alike."""
+    clock = _SuspendedClock()
+    keeper = LeaseKeeper(_FlakyStore(failures=0), clock, "me/1/1/x", LEASE)  # type: ignore[arg-type]
+    sent_at, until = keeper.stamp()
+    keeper.hold("t", 1, sent_at, until)
+    try:
+        assert keeper.fresh("t", 1)
+        clock.suspend(LEASE.total_seconds() * 3)
+        assert clock.monotonic() == sent_at
+        assert not keeper.fresh("t", 1)
+        keeper.hold("u", 2, *keeper.stamp())
+        clock.advance(LEASE.total_seconds() / 2)
+        assert not keeper.fresh("u", 2)
+    finally:
+        keeper.stop()

@@ -24,6 +24,8 @@ class Action:
     sources: tuple[str, ...]
     target: str
     apply: Callable[[AdminStore, str, datetime], bool]
+    # The same for every task of a batch in one source status, at once: the ids changed.
+    apply_to_batch: Callable[[AdminStore, str, str, datetime], list[str]]
     # Said after a change away from a source status, e.g. what a running owner does.
     remarks: dict[str, str]
 
@@ -45,6 +47,7 @@ RETRY = Action(
     sources=("failed", "cancelled"),
     target="pending",
     apply=lambda store, task_id, stamp: store.retry_task(task_id, stamp),
+    apply_to_batch=lambda store, batch, source, stamp: store.retry_batch(batch, source, stamp),
     remarks={},
 )
 CANCEL = Action(
@@ -53,6 +56,7 @@ CANCEL = Action(
     sources=("pending", "running", "waiting"),
     target="cancelled",
     apply=lambda store, task_id, stamp: store.cancel_task(task_id, stamp),
+    apply_to_batch=lambda store, batch, source, stamp: store.cancel_batch(batch, source, stamp),
     remarks={"running": "its process stops at its next step boundary"},
 )
 

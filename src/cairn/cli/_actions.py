@@ -2,8 +2,8 @@
 
 The actions and their rules are ``cairn.admin.actions``, which the dashboard
 uses too; this module prints what came of them. Each change is one store call
-that checks the task's status itself, so a task that moved meanwhile is left
-alone and not counted.
+that checks the status itself (of one task, or of a batch's tasks in one
+status), so a task that moved meanwhile is left alone and not counted.
 """
 
 from __future__ import annotations
@@ -12,13 +12,12 @@ from collections import Counter
 
 from rich.text import Text
 
-from cairn.admin import TaskQuery, iter_tasks
 from cairn.admin.actions import Action, apply_to_task
 from cairn.clock import SystemClock
 from cairn.store import AdminStore
 
 from ._consoles import fail, note, stdout_console
-from ._store_option import require_batch, streamed
+from ._store_option import require_batch
 from .show import get_task_or_fail
 
 # A batch action lists this many changed tasks by id, then only counts the rest.
@@ -35,22 +34,17 @@ def act_on_task(store: AdminStore, action: Action, task_id: str) -> None:
 
 
 def act_on_batch(store: AdminStore, action: Action, batch: str, sources: tuple[str, ...]) -> None:
-    """Apply ``action`` to every task of ``batch`` in one of ``sources``."""
+    """Apply ``action`` to every task of ``batch`` in one of ``sources``: one
+    statement per source status, however many tasks the batch has."""
     require_batch(store, batch)
     console = stdout_console()
     counts: Counter[str] = Counter()
     stamp = SystemClock().now()
     for source in sources:
-        # The stream reads a page at a time and holds nothing open between pages,
-        # so writing meanwhile is safe; a changed task is behind its cursor.
-        query = TaskQuery(status=source, batch=batch, include_internal=True)
-        with streamed(iter_tasks(store, query)) as rows:
-            for task in rows:
-                if not action.apply(store, task.id, stamp):
-                    continue
-                if sum(counts.values()) < _LISTED:
-                    console.print(Text(action.describe(task.id, source)), soft_wrap=True)
-                counts[source] += 1
+        changed = action.apply_to_batch(store, batch, source, stamp)
+        for task_id in changed[: max(0, _LISTED - sum(counts.values()))]:
+            console.print(Text(action.describe(task_id, source)), soft_wrap=True)
+        counts[source] += len(changed)
     _summarize(batch, action, sources, counts)
 
 

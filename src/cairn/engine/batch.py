@@ -38,6 +38,8 @@ class BatchReport:
     """What one ``run_batch`` call did, and where the batch stands after it."""
 
     batch: str
+    # The batch's tasks: at the start, then (once the run ended) at the end,
+    # with the children its tasks spawned.
     total: int
     skipped: int
     ran: int = 0
@@ -181,6 +183,8 @@ def _end(
     report.resumed = tally.resumed
     report.failures = tally.failures
     report.counts = dict(Counter(engine.store.batch_counts(report.batch)))
+    # Where the batch stands now: child tasks its tasks spawned meanwhile count.
+    report.total = sum(report.counts.values())
     tell(engine.observer, "batch_ended", engine.clock.now, batch=report.batch)
     progress.close(report.counts)
     return report

@@ -105,15 +105,15 @@ def _take(
     )
     if claimed is None:
         return None
-    _hold(engine, claimed, sent_at)
+    _hold(engine, claimed, sent_at, lease_until)
     if reason is not None:
         _log_takeover(task, reason, now)
     return claimed
 
 
-def _hold(engine: EngineConfig, claimed: TaskRecord, sent_at: float) -> None:
+def _hold(engine: EngineConfig, claimed: TaskRecord, sent_at: float, lease_until: datetime) -> None:
     mark_active(engine.store.identity, claimed.id)
-    engine.leases.hold(claimed.id, claimed.fence, sent_at)
+    engine.leases.hold(claimed.id, claimed.fence, sent_at, lease_until)
 
 
 def _log_takeover(task: TaskRecord, reason: TakeoverReason, now: datetime) -> None:
@@ -190,7 +190,7 @@ class Claimer:
             version=engine.version,
         )
         if claimed is not None:
-            _hold(engine, claimed, sent_at)
+            _hold(engine, claimed, sent_at, lease_until)
         return claimed
 
     def _orphan(self) -> tuple[TaskRecord | None, bool]:

@@ -15,6 +15,14 @@ note can stop its calls. Before an operation's outside call, the engine asks
 ``fresh()``; a lease confirmed more than half a lease ago is renewed first with a
 fenced write (``renew_now``), and a refusal means the task is gone: no call.
 
+The note is kept on the wall clock too (the lease expiry written with it), and
+a lease is fresh only if both clocks say so. The monotonic clock is immune to
+the wall clock being set, but Linux's ``CLOCK_MONOTONIC`` (``time.monotonic``)
+stands still while the machine is suspended (a closed laptop lid), and so does
+macOS's: after a suspend only the wall clock, set again on waking, shows the
+time gone, and it is by wall clocks that another process judged the lease
+lapsed and took the task over.
+
 While the store cannot be reached, the heartbeat tries again every
 ``RETRY_SECONDS`` with a freshly computed lease (``patient=False``: it never
 sits inside the store's own reconnect loop holding a lease computed before the
@@ -47,11 +55,17 @@ REPEAT_WARNING_SECONDS = 10.0
 
 @dataclass(slots=True)
 class _Held:
-    """A task this app runs: its fence, and when (monotonic) the store last
-    confirmed its lease."""
+    """A task this app runs: its fence, when (monotonic) the store last
+    confirmed its lease, and the expiry (wall clock) that confirmation wrote."""
 
     fence: int
     confirmed_at: float
+    lease_until: datetime
+
+    def confirmed(self, sent_at: float, until: datetime) -> None:
+        """A renewal sent at ``sent_at`` and writing ``until`` was accepted."""
+        self.confirmed_at = max(self.confirmed_at, sent_at)
+        self.lease_until = max(self.lease_until, until)
 
 
 class LeaseKeeper:
@@ -82,11 +96,15 @@ class LeaseKeeper:
     def lease_until(self) -> datetime:
         return self._clock.now() + self.lease
 
-    def hold(self, task_id: str, fence: int, confirmed_at: float) -> None:
+    def hold(
+        self, task_id: str, fence: int, confirmed_at: float, lease_until: datetime | None = None
+    ) -> None:
         """A task was claimed under ``fence``; its claim, sent at ``confirmed_at``
-        (from ``stamp()``), confirmed its lease. Make sure the heartbeat runs."""
+        and writing ``lease_until`` (both from ``stamp()``; without it, a lease
+        from now), confirmed its lease. Make sure the heartbeat runs."""
+        until = self.lease_until() if lease_until is None else lease_until
         with self._cond:
-            self._held[task_id] = _Held(fence, confirmed_at)
+            self._held[task_id] = _Held(fence, confirmed_at, until)
             if self._thread is None and not self._stopped:
                 self._thread = threading.Thread(
                     target=self._beat, name="cairn-lease-keeper", daemon=True
@@ -102,12 +120,16 @@ class LeaseKeeper:
 
     def fresh(self, task_id: str, fence: int) -> bool:
         """True if the store confirmed this task's lease under ``fence`` less than
-        half a lease ago, by this process's monotonic clock."""
+        half a lease ago, by this process's monotonic clock and by its wall clock
+        (a suspended machine's monotonic clock stood still)."""
         with self._cond:
             held = self._held.get(task_id)
         if held is None or held.fence != fence:
             return False
-        return self._clock.monotonic() - held.confirmed_at < self._fresh_for
+        if self._clock.monotonic() - held.confirmed_at >= self._fresh_for:
+            return False
+        confirmed_wall = held.lease_until - self.lease
+        return (self._clock.now() - confirmed_wall).total_seconds() < self._fresh_for
 
     def renew_now(self, task_id: str, fence: int) -> bool:
         """Renew one task's lease at once, fenced: False if the task is no longer
@@ -118,7 +140,7 @@ class LeaseKeeper:
         with self._cond:
             held = self._held.get(task_id)
             if held is not None and held.fence == fence:
-                held.confirmed_at = max(held.confirmed_at, sent_at)
+                held.confirmed(sent_at, until)
         return True
 
     # -- stopping -----------------------------------------------------------------------
@@ -163,7 +185,7 @@ class LeaseKeeper:
             for task_id, fence in renewed:
                 held = self._held.get(task_id)
                 if held is not None and held.fence == fence:
-                    held.confirmed_at = max(held.confirmed_at, sent_at)
+                    held.confirmed(sent_at, until)
         if self._failing_since is not None:
             log.warning(
                 "cairn: renewed %d lease(s) again after %.1fs without the store",

@@ -20,11 +20,12 @@ Version 1 files still import. They lack columns added since (``steps.deferred``,
 ``operations.late_result`` and ``late_at``), which take their defaults, and hold
 a message's ``created_at`` as integer microseconds and flags as 0/1.
 
-The export is read in one transaction, so it is consistent even while the batch
-runs. An import writes the blobs first (checking each hash), then every row in
-one transaction: it all lands, or nothing does. A task that was running when it
-was exported comes in as pending (its owner is on the other machine), so the
-next ``run_batch`` or worker on this store resumes it from its recorded steps.
+The export is read from one snapshot of the store, so it is consistent even
+while the batch runs, and does not stop it. An import writes the blobs first
+(checking each hash), then every row in one transaction: it all lands, or
+nothing does. A task that was running when it was exported comes in as
+pending (its owner is on the other machine), so the next ``run_batch`` or
+worker on this store resumes it from its recorded steps.
 """
 
 from __future__ import annotations

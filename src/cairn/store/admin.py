@@ -113,6 +113,16 @@ class AdminStore(Store, Protocol):
         """Move a failed (or cancelled) task back to pending with a fresh budget."""
         ...
 
+    def cancel_batch(self, batch: str, status: str, now: datetime) -> list[str]:
+        """Cancel every task of ``batch`` that is ``status`` (pending, running or
+        waiting) at once; the ids cancelled, in enqueue order."""
+        ...
+
+    def retry_batch(self, batch: str, status: str, now: datetime) -> list[str]:
+        """``retry_task`` for every task of ``batch`` that is ``status`` (failed or
+        cancelled) at once; the ids moved back to pending, in enqueue order."""
+        ...
+
     def list_operations(
         self,
         *,

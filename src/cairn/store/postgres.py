@@ -70,6 +70,7 @@ _SET_VERSION = (
     "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
 )
 _LOCK_MIGRATIONS = "SELECT pg_advisory_xact_lock(%s)"
+_SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 _CREATE_SCHEMA = "CREATE SCHEMA IF NOT EXISTS {schema}"
 _NOTIFY = "NOTIFY {channel}"
 _LISTEN = "LISTEN {channel}"
@@ -324,11 +325,21 @@ class PostgresStore(SQLStore):
         return self._run(run, lambda: statement_target(statement), patient=patient)
 
     def _atomically(self, work: Callable[[Tx], T]) -> T:
+        return self._transaction(work)
+
+    def _snapshot(self, work: Callable[[Tx], T]) -> T:
+        # The default, READ COMMITTED, takes a new snapshot for each statement:
+        # a batch read table by table would mix moments.
+        return self._transaction(work, first=_SNAPSHOT)
+
+    def _transaction(self, work: Callable[[Tx], T], first: str | None = None) -> T:
         tries: list[_PgTx] = []
 
         def run(conn: psycopg.Connection[Any]) -> T:
             tries.append(_PgTx(conn))
             with conn.transaction():
+                if first is not None:
+                    conn.execute(first.encode())
                 return work(tries[-1])
 
         return self._run(run, lambda: statement_target(tries[-1].statement if tries else ""))

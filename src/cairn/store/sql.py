@@ -157,10 +157,14 @@ START_ATTEMPT = (
     "UPDATE tasks SET attempts = ?, error = COALESCE(?, error), updated_at = ? "
     "WHERE id = ? AND fence = ?"
 )
+# The last two ?: this very finish (its status and stamp), found already
+# written: the statement run again after its commit landed and its answer was
+# lost on the way back, which must not read as the task taken from us.
 FINISH = (
     "UPDATE tasks SET status = ?, result = ?, error = ?, owner = NULL, "
     "lease_expires_at = NULL, finished_at = ?, updated_at = ? "
-    "WHERE id = ? AND fence = ? AND status = 'running'"
+    "WHERE id = ? AND fence = ? AND (status = 'running' "
+    "OR (status = ? AND owner IS NULL AND finished_at = ?))"
 )
 GET_TASK = f"SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?"
 BATCH_TASK_NAME = "SELECT task_name FROM batches WHERE name = ?"
@@ -217,11 +221,19 @@ LOAD_OP_HISTORY = (
 )
 
 # -- operations --------------------------------------------------------------------
+# A key already there is left as it is, except for this very claim (same task,
+# fence, position and stamp) found written: the statement run again after its
+# commit landed and its answer was lost, which must not read as somebody
+# else's claim (an attempt in doubt). Its row count is then 1 again.
 CLAIM_OP = (
     "INSERT INTO operations (scope, key, status, calls, permanent, task_id, step_seq, "
     "claim_fence, first_claimed_at, claimed_at, updated_at) "
     f"SELECT ?, ?, 'claimed', 1, 0, ?, ?, ?, ?, ?, ? WHERE {_FENCE} "
-    "ON CONFLICT (scope, key) DO NOTHING"
+    "ON CONFLICT (scope, key) DO UPDATE SET claimed_at = excluded.claimed_at "
+    "WHERE operations.status = 'claimed' AND operations.calls = 1 "
+    "AND operations.task_id = excluded.task_id AND operations.step_seq = excluded.step_seq "
+    "AND operations.claim_fence = excluded.claim_fence "
+    "AND operations.claimed_at = excluded.claimed_at"
 )
 # A claim still standing ('claimed') is taken over only if the caller knows its
 # claimant is gone (the second-to-last ?, 1), or if the claimant's task no longer
@@ -241,11 +253,15 @@ RECLAIM_OP = (
 # that no longer owns its task changes no key (see LATE_OP). A key already in
 # doubt may still be settled (its claimant, or a reconcile, knows what
 # happened), as long as nobody claimed it since: ``calls`` must still match.
+# The two ? before the fence: this very completion (its result and stamp)
+# found written, the statement run again after its answer was lost.
 SETTLE_OP = (
     "UPDATE operations SET status = ?, result = COALESCE(?, result), "
     "error = COALESCE(?, error), permanent = ?, completed_at = ?, updated_at = ? "
     "WHERE scope = ? AND key = ? AND calls = ? "
-    f"AND (status = 'claimed' OR status = 'in_doubt') AND {_RUNNING_FENCE}"
+    "AND (status = 'claimed' OR status = 'in_doubt' "
+    "OR (status = 'completed' AND result = ? AND updated_at = ?)) "
+    f"AND {_RUNNING_FENCE}"
 )
 # An outcome learned by a claimant after it lost its task: kept for the audit,
 # never the key's result, and nothing else about the key changes.

@@ -167,6 +167,19 @@ class SQLAdmin(SQLCore):
         with self._writing():
             return self._exec(sqlviews.RETRY, (self._ts(now), task_id)).rowcount == 1
 
+    def cancel_batch(self, batch: str, status: str, now: datetime) -> list[str]:
+        stamp = self._ts(now)
+        return self._batch_change(sqlviews.CANCEL_BATCH, (stamp, stamp, batch, status))
+
+    def retry_batch(self, batch: str, status: str, now: datetime) -> list[str]:
+        return self._batch_change(sqlviews.RETRY_BATCH, (self._ts(now), batch, status))
+
+    def _batch_change(self, statement: str, params: tuple[Any, ...]) -> list[str]:
+        """The ids of the tasks one batch-wide change moved, in enqueue order."""
+        with self._writing():
+            rows = self._exec(statement, params).rows
+        return [str(task_id) for task_id, _ in sorted(rows, key=lambda row: int(row[1]))]
+
     # -- operations --------------------------------------------------------------------
     def resolve_operation(
         self,

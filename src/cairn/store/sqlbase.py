@@ -411,7 +411,7 @@ class SQLStore(SQLAdmin, SQLTransfer):
         now: datetime,
     ) -> bool:
         stamp = self._ts(now)
-        params = (status, result, error, stamp, stamp, task_id, fence)
+        params = (status, result, error, stamp, stamp, task_id, fence, status, stamp)
         with self._writing():
             return self._exec(sql.FINISH, params).rowcount == 1
 
@@ -498,6 +498,8 @@ class SQLStore(SQLAdmin, SQLTransfer):
             scope,
             key,
             calls,
+            result,  # this very completion, found written (a retried statement)
+            stamp,
             task_id,
             fence,
         )

@@ -1,7 +1,8 @@
 """The primitives every SQL backend supplies, on which the shared store is built.
 
 A backend runs one statement in its own implicit transaction (``_exec``), runs
-several in one transaction (``_atomically``), turns a time into a parameter
+several in one transaction (``_atomically``), reads one moment of the store
+across several (``_snapshot``), turns a time into a parameter
 (``_ts``), and gives a context to hold while writing (``_writing``: SQLite
 serialises a process's writers; PostgreSQL needs nothing). The engine's methods
 (``cairn.store.sqlbase``) and the admin side's (``cairn.store.sqladmin``,
@@ -79,6 +80,12 @@ class SQLCore(ABC):
     def _atomically(self, work: Callable[[Tx], T]) -> T:
         """Run ``work`` as one transaction (write-locked from the start). A backend
         may run it again after a lost connection, so ``work`` must be idempotent."""
+
+    @abstractmethod
+    def _snapshot(self, work: Callable[[Tx], T]) -> T:
+        """Run ``work``, which only reads, as one transaction that sees one
+        moment of the store throughout (every statement the same snapshot),
+        without keeping writers out meanwhile."""
 
     @abstractmethod
     def _ts(self, moment: datetime) -> Any:

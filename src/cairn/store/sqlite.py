@@ -303,11 +303,19 @@ class SQLiteStore(SQLStore):
             raise unstorable_text(exc) from exc
 
     def _atomically(self, work: Callable[[Tx], T]) -> T:
-        conn = self._conn()
         # A read-only store reads in a plain (deferred) transaction: one snapshot,
         # no write lock asked for; a write inside it raises StoreReadOnly.
+        return self._transaction(_BEGIN_READ if self.read_only else _BEGIN_WRITE, work)
+
+    def _snapshot(self, work: Callable[[Tx], T]) -> T:
+        # A deferred transaction in WAL mode reads one snapshot from its first
+        # read to its end, and takes no write lock: the batch writes on.
+        return self._transaction(_BEGIN_READ, work)
+
+    def _transaction(self, begin: str, work: Callable[[Tx], T]) -> T:
+        conn = self._conn()
         try:
-            conn.execute(_BEGIN_READ if self.read_only else _BEGIN_WRITE)
+            conn.execute(begin)
         except sqlite3.Error as exc:
             self._failed(exc)
         try:

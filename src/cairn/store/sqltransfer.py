@@ -33,8 +33,9 @@ class SQLTransfer(SQLCore):
 
     def export_rows(self, batch: str) -> list[tuple[str, dict[str, Any]]]:
         """Every row of ``batch`` as (table, {column: value}), tables in
-        ``sqlmove.BATCH_PARTS`` order, values as a record holds them; read in one
-        transaction, so consistent while the batch runs. Empty if no such batch."""
+        ``sqlmove.BATCH_PARTS`` order, values as a record holds them; read from
+        one snapshot, so consistent while the batch runs (which it does not
+        stop). Empty if no such batch."""
 
         def read(tx: Tx) -> list[tuple[str, dict[str, Any]]]:
             out: list[tuple[str, dict[str, Any]]] = []
@@ -45,8 +46,7 @@ class SQLTransfer(SQLCore):
                     out.append((part.table.name, {c.name: _record_value(c, v) for c, v in pairs}))
             return out
 
-        with self._writing():
-            return self._atomically(read)
+        return self._snapshot(read)
 
     def import_rows(self, rows: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
         """Insert ``rows`` (as ``export_rows`` gives them) in one transaction: all

@@ -38,6 +38,20 @@ RETRY = (
     "finished_at = NULL, updated_at = ? "
     "WHERE id = ? AND (status = 'failed' OR status = 'cancelled')"
 )
+# The same for every task of a batch in one status, in one statement: a batch of
+# 100,000 tasks is cancelled at once, not task by task while its workers go on.
+CANCEL_BATCH = (
+    "UPDATE tasks SET status = 'cancelled', fence = fence + 1, owner = NULL, "
+    "lease_expires_at = NULL, finished_at = ?, updated_at = ? "
+    "WHERE batch = ? AND status = ? "
+    "AND (status = 'pending' OR status = 'running' OR status = 'waiting') RETURNING id, pos"
+)
+RETRY_BATCH = (
+    "UPDATE tasks SET status = 'pending', retry_base = attempts, result = NULL, "
+    "finished_at = NULL, updated_at = ? "
+    "WHERE batch = ? AND status = ? AND (status = 'failed' OR status = 'cancelled') "
+    "RETURNING id, pos"
+)
 # -- listings with filters, keyset pages both ways and totals --------------------------
 # Newest first is descending pos. A page older than a cursor reads pos below it
 # descending; a page newer reads pos above it ascending (the caller turns it

@@ -18,7 +18,8 @@ task is told ``LeaseLost``. One task's failure must not fail another's write:
   pipelined transaction (one round trip) of upserts: if the server refuses any
   of it, nothing was written, and each write is run again alone. A retried
   batch (the connection dropped after the commit) is harmless: every row is a
-  fenced upsert of the same values.
+  fenced upsert of the same values, or a claim or record that finds its own
+  row already written and counts it as written.
 * A store that cannot be reached (SQLite locked past its busy timeout, the
   PostgreSQL server gone past its reconnect timeout) fails every write of the
   batch with that error: trying each alone would only wait as long again.

@@ -449,7 +449,9 @@ def test_streamed_tasks_cross_many_pages_while_an_action_writes(
     any_app: Cairn, store_url: str
 ) -> None:
     """iter_tasks reads 500 at a time in enqueue order, with a limit or without;
-    `cairn cancel --batch` writes while it streams and changes every task once."""
+    `cairn cancel --batch` changes every task once (in one statement), naming
+    the first 20 in enqueue order and counting the rest; `cairn retry --batch
+    --cancelled` brings them all back the same way."""
 
     @any_app.task
     def job(ctx: Context, n: int) -> int:
@@ -464,4 +466,14 @@ def test_streamed_tasks_cross_many_pages_while_an_action_writes(
     cancelled = _cli("cancel", "--batch", "big", "--store", store_url)
     assert cancelled.exit_code == 0, cancelled.output
     assert f"batch big: {count} task(s) -> cancelled ({count} pending)" in cancelled.stdout
+    named = [
+        line.split()[1].rstrip(":")
+        for line in cancelled.stdout.splitlines()
+        if line.startswith("task ")
+    ]
+    assert named == [f"big/n={n}" for n in range(20)]
+    assert f"... and {count - 20} more" in cancelled.stdout
     assert task_page(store, TaskQuery(status="cancelled")).total == count
+    retried = _cli("retry", "--batch", "big", "--cancelled", "--store", store_url)
+    assert f"batch big: {count} task(s) -> pending ({count} cancelled)" in retried.stdout
+    assert task_page(store, TaskQuery(status="pending")).total == count

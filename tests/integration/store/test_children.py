@@ -111,7 +111,9 @@ def test_children_in_a_batch_are_run_by_the_batchs_other_threads(
     url: str, clock: FakeClock
 ) -> None:
     """Children join their parent's batch, so a run_batch with several threads
-    runs them alongside; every child runs once and every parent completes."""
+    runs them alongside; every child runs once and every parent completes. The
+    report counts the children it found in the batch at the end: 16 of 16
+    completed, ok (not 16 completed of the 4 tasks there were at the start)."""
     runs: Counter[str] = Counter()
     app = family(url, clock, runs)
     with app:
@@ -120,6 +122,7 @@ def test_children_in_a_batch_are_run_by_the_batchs_other_threads(
             "installs", app.registered("installs"), items, concurrency=4, progress=False
         )
     assert report.counts == {"completed": 16}
+    assert (report.completed, report.total, report.ok) == (16, 16, True)
     assert set(runs.values()) == {1}
     assert len(runs) == 12
 

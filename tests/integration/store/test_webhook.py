@@ -2,7 +2,8 @@
 
 The daily-report case: a report is posted once per key however often the
 pipeline runs, transient webhook errors are retried with the same key, a
-rejected message fails at once, and the webhook URL (a secret) is never written
+rejected message fails at once, a post whose answer was lost is never sent
+again on cairn's own, and the webhook URL (a secret) is never written
 to the store. The posting tests run on each backend; the secret check reads the SQLite file's
 raw bytes, so it is SQLite's alone (``tests/integration/test_notify.py``).
 """
@@ -16,8 +17,9 @@ import pytest
 
 from cairn import Cairn, Context, TaskDef, TaskFailed, op_key
 from cairn.clock import FakeClock
+from cairn.engine.once import OnDoubt
 from cairn.webhook import NOTIFY_RETRY, post_once
-from tests.servers import WebhookServer
+from tests.servers import Post, RequestHandler, WebhookServer
 
 DAY = "2026-05-24"
 KEY = op_key("daily-report", DAY)
@@ -32,14 +34,36 @@ def webhook() -> Iterator[WebhookServer]:
         yield server
 
 
-def report_task(app: Cairn, url: str) -> TaskDef[..., dict[str, Any]]:
+class AnswerLostWebhook(WebhookServer):
+    """A chat webhook that posts each message to its channel (records it), then
+    loses the connection before its answer for the first ``lose`` posts: the
+    report is in the channel, and the sender never hears so."""
+
+    def __init__(self, lose: int) -> None:
+        super().__init__()
+        self.lose = lose
+
+    def answer(self, request: RequestHandler, method: str) -> None:
+        with self._lock:
+            losing = self.lose > 0
+            self.lose -= losing
+        if not losing:
+            super().answer(request, method)
+            return
+        body = request.read_body()
+        headers = {name.lower(): value for name, value in request.headers.items()}
+        with self._lock:
+            self._posts.append(Post(request.path, headers, body, 0))
+        request.close_connection = True  # no status line: the client sees the connection drop
+
+
+def report_task(app: Cairn, url: str, on_doubt: OnDoubt = "raise") -> TaskDef[..., dict[str, Any]]:
     """A task posting the day's report; the URL is held here, not in its arguments."""
 
     @app.task(name="daily_report")
     def daily_report(ctx: Context, day: str) -> dict[str, Any]:
-        return post_once(
-            ctx, op_key("daily-report", day), url, f"Revenue report for {day}: 1,234 USD"
-        )
+        text = f"Revenue report for {day}: 1,234 USD"
+        return post_once(ctx, op_key("daily-report", day), url, text, on_doubt=on_doubt)
 
     return daily_report
 
@@ -116,3 +140,38 @@ def test_a_client_error_fails_at_once_and_for_good(any_app: Cairn, webhook: Webh
     op = any_app.store.get_operation(SCOPE, KEY)
     assert op is not None
     assert (op.status, op.permanent, op.calls) == ("failed", True, 1)
+
+
+def test_a_post_whose_answer_was_lost_is_not_sent_again(any_app: Cairn) -> None:
+    """The webhook receives the report (it is in the channel) and the connection
+    drops before its answer. Most chat webhooks neither dedupe nor can be asked,
+    so post_once must not post again on its own: the channel holds one report;
+    the task fails at once with an error saying to look in the channel and
+    settle the key, the key is failed for good, and a rerun posts nothing."""
+    with AnswerLostWebhook(lose=1) as webhook:
+        daily_report = report_task(any_app, f"{webhook.url}/hooks/daily")
+        with pytest.raises(TaskFailed) as failed:
+            any_app.run(daily_report, day=DAY)
+        with pytest.raises(TaskFailed) as again:
+            any_app.run(daily_report, task_id="pipeline-rerun", day=DAY)
+        posts = webhook.posts
+    assert len(posts) == 1
+    assert failed.value.error["type"] == "cairn.errors.Permanent"
+    assert "may have received" in failed.value.error["message"]
+    assert f"cairn ops resolve {KEY} --scope notify" in failed.value.error["message"]
+    assert again.value.error["type"] == "cairn.errors.OperationFailed"
+    op = any_app.store.get_operation(SCOPE, KEY)
+    assert op is not None
+    assert (op.status, op.permanent, op.calls) == ("failed", True, 1)
+
+
+def test_a_lost_answer_is_posted_again_where_the_receiver_dedupes(any_app: Cairn) -> None:
+    """With on_doubt="retry" (a receiver that honours Idempotency-Key), a post
+    whose answer was lost is sent again with the same key, and the second
+    answer is recorded."""
+    with AnswerLostWebhook(lose=1) as webhook:
+        daily_report = report_task(any_app, f"{webhook.url}/hooks/daily", on_doubt="retry")
+        result = any_app.run(daily_report, day=DAY)
+        posts = webhook.posts
+    assert [post.headers["idempotency-key"] for post in posts] == [KEY, KEY]
+    assert result["status"] == 200

@@ -1,0 +1,204 @@
+"""A write whose commit landed but whose answer never came back: the network
+drops between PostgreSQL and cairn at the worst moment.
+
+cairn runs every statement again on a new connection when its connection is
+lost (workers.md: "a write whose commit landed but whose reply was lost does no
+harm when repeated"). To make that moment happen on purpose, cairn talks to the
+shared server through a TCP proxy of the test's own on 127.0.0.1, which
+forwards every byte, except that once, after cairn has sent a chosen statement,
+it cuts both connections instead of passing on the server's answer to it:
+the server committed, and cairn never heard. Effects are counted by the
+operation's function itself, here in the test process.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import closing, contextmanager, suppress
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+from cairn import Cairn, Context, TaskDef
+from cairn.engine.once import OnDoubt
+
+PUMP_BYTES = 65536
+
+
+class AnswerDroppingProxy:
+    """A TCP proxy to ``upstream`` that, once, after a client sent bytes holding
+    ``statement``, cuts that client's connection (both ways) at the server's next
+    answer holding ``answer``, instead of forwarding it."""
+
+    def __init__(self, upstream: tuple[str, int], statement: bytes, answer: bytes) -> None:
+        self._upstream = upstream
+        self._statement = statement
+        self._answer = answer
+        self._lock = threading.Lock()
+        self._armed: set[int] = set()  # ids of the client sockets that sent the statement
+        self.dropped = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._closed = False
+
+    def __enter__(self) -> AnswerDroppingProxy:
+        threading.Thread(target=self._accept, name="proxy-accept", daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._closed = True
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self._upstream)
+            for source, sink, upward in ((client, server, True), (server, client, False)):
+                threading.Thread(
+                    target=self._pump, args=(source, sink, client, server, upward), daemon=True
+                ).start()
+
+    def _pump(
+        self,
+        source: socket.socket,
+        sink: socket.socket,
+        client: socket.socket,
+        server: socket.socket,
+        upward: bool,
+    ) -> None:
+        with closing(source):
+            while True:
+                try:
+                    data = source.recv(PUMP_BYTES)
+                except OSError:
+                    data = b""
+                if not data or self._cut(data, client, upward):
+                    for end in (client, server):
+                        _shut(end)
+                    return
+                try:
+                    sink.sendall(data)
+                except OSError:
+                    return
+
+    def _cut(self, data: bytes, client: socket.socket, upward: bool) -> bool:
+        """Note a client that sent the statement; True for the answer to cut."""
+        with self._lock:
+            if self.dropped:
+                return False
+            if upward:
+                if self._statement in data:
+                    self._armed.add(id(client))
+                return False
+            if id(client) in self._armed and self._answer in data:
+                self.dropped += 1
+                return True
+            return False
+
+
+def _shut(end: socket.socket) -> None:
+    with suppress(OSError):
+        end.shutdown(socket.SHUT_RDWR)
+
+
+def _through(url: str, port: int) -> str:
+    """``url`` with its host and port replaced by the proxy's."""
+    parts = urlsplit(url)
+    netloc = f"{parts.username}@127.0.0.1:{port}" if parts.username else f"127.0.0.1:{port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+@contextmanager
+def answer_lost(
+    pg_url: str, statement: bytes, answer: bytes
+) -> Iterator[tuple[AnswerDroppingProxy, str]]:
+    """A proxy to the test's database that loses the answer to the first
+    ``statement`` cairn sends (its commit landed); the store URL through it."""
+    parts = urlsplit(pg_url)
+    upstream = (parts.hostname or "127.0.0.1", parts.port or 5432)
+    with AnswerDroppingProxy(upstream, statement, answer) as proxy:
+        yield proxy, _through(pg_url, proxy.port)
+
+
+def _pay_app(url: str, on_doubt: OnDoubt, calls: list[str]) -> tuple[Cairn, TaskDef[..., str]]:
+    """An app whose task charges one order through ``ctx.once``; the charge
+    function appends its key to ``calls`` (the outside world's count)."""
+
+    def charge(key: str) -> str:
+        calls.append(key)
+        return f"charged {key}"
+
+    app = Cairn(url)
+
+    @app.task
+    def pay(ctx: Context, order: str) -> str:
+        return str(ctx.once(f"pay/{order}", charge, on_doubt=on_doubt))
+
+    return app, pay
+
+
+@pytest.mark.parametrize("on_doubt", ["raise", "retry"])
+def test_a_claim_whose_answer_was_lost_is_still_this_attempts_own(
+    pg_url: str, on_doubt: OnDoubt
+) -> None:
+    """The claim of a key commits and its answer is lost; cairn runs the claim
+    again on a new connection and finds the key claimed by this very attempt.
+    That claim is its own, made a moment ago, and nothing has been called yet:
+    the operation's function is called once and its result recorded, the task
+    completes, and the key shows one call. Under the default policy the task
+    must not stop with InDoubtOperation, and under on_doubt="retry" the key
+    must not count a second call that never happened."""
+    calls: list[str] = []
+    with answer_lost(pg_url, b"INSERT INTO operations", b"INSERT 0 1") as (proxy, url):
+        app, pay = _pay_app(url, on_doubt, calls)
+        with app:
+            result = app.run(pay, order="o-1")
+            op = app.store.get_operation("", "pay/o-1")
+    assert proxy.dropped == 1
+    assert result == "charged pay/o-1"
+    assert calls == ["pay/o-1"]
+    assert op is not None
+    assert (op.status, op.calls) == ("completed", 1)
+
+
+def test_a_record_whose_answer_was_lost_is_not_taken_for_someone_elses(pg_url: str) -> None:
+    """The record of a completed call commits and its answer is lost; run again,
+    it finds the key completed, by itself: the task's history says it made the
+    call (not that it adopted another task's result), and no late result (the
+    answer of a claimant that had lost its task) is kept for it."""
+    calls: list[str] = []
+    with answer_lost(pg_url, b"UPDATE operations SET status", b"UPDATE 1") as (proxy, url):
+        app, pay = _pay_app(url, "raise", calls)
+        with app:
+            result = app.run(pay, order="o-1")
+            op = app.store.get_operation("", "pay/o-1")
+            entries = [
+                e for e in app.store.load_history("pay/order=o-1").values() if e.kind == "op"
+            ]
+    assert proxy.dropped == 1
+    assert result == "charged pay/o-1"
+    assert calls == ["pay/o-1"]
+    assert op is not None
+    assert (op.status, op.calls, op.late_result) == ("completed", 1, None)
+    assert [entry.attempts for entry in entries] == [1]
+
+
+def test_a_finish_whose_answer_was_lost_returns_the_result(pg_url: str) -> None:
+    """The task's completion commits and its answer is lost; run again, it finds
+    the task completed, by itself: app.run returns the result instead of
+    raising LeaseLost for a task that completed."""
+    calls: list[str] = []
+    with answer_lost(pg_url, b"UPDATE tasks SET status", b"UPDATE 1") as (proxy, url):
+        app, pay = _pay_app(url, "raise", calls)
+        with app:
+            result = app.run(pay, order="o-1")
+            task = app.store.get_task("pay/order=o-1")
+    assert proxy.dropped == 1
+    assert result == "charged pay/o-1"
+    assert task is not None
+    assert task.status == "completed"
