@@ -286,6 +286,78 @@ def test_a_stream_that_ends_early_or_with_an_error_event_is_retried(
     assert "streamed" in failed.value.error["message"]
 
 
+# Events of TEXT's stream: OpenAI's role chunk, a chunk a word, the finish
+# chunk, the usage chunk and [DONE]; Anthropic's message_start, the text
+# block's start, a delta a word, its stop, message_delta and message_stop.
+EVENTS = {"openai": len(WORDS) + 4, "anthropic": len(WORDS) + 5}
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_a_stream_cut_after_its_reply_and_usage_is_not_sent_again(
+    app: Cairn, api: str, is_async: bool
+) -> None:
+    """The connection drops after the reply, its finish and its usage have all
+    arrived, before the stream's very last event (OpenAI's ``[DONE]``,
+    Anthropic's ``message_stop``): nothing of the reply is missing, so the
+    call is recorded as it is, with the usage the server counted, and the
+    request is not sent again (it was, and paid twice, before)."""
+    with model_server(Scripted([TEXT])) as server:
+        server.drop_next(1, after=EVENTS[api] - 1)
+        client = client_for(server, api, is_async=is_async)
+
+        def call(ctx: Context) -> Any:
+            return ctx.llm_call(
+                [user("hi")], model="tiny", client=client, stream=True, retry=QUICK, prices=PRICES
+            )
+
+        if is_async:
+
+            @app.task(name="ask")
+            async def ask_async(ctx: Context) -> Any:
+                reply = await call(ctx)
+                return [reply.content, reply.usage.to_dict()]
+
+            task: Any = ask_async
+        else:
+
+            @app.task(name="ask")
+            def ask(ctx: Context) -> Any:
+                reply = call(ctx)
+                return [reply.content, reply.usage.to_dict()]
+
+            task = ask
+        content, usage = app.run(task, task_id="a")
+        assert server.requests == 1
+        counted = (server.prompt_tokens, server.completion_tokens)
+    assert content == TEXT
+    assert not usage["estimated"]
+    assert (usage["input_tokens"], usage["output_tokens"]) == counted
+
+
+def test_an_openai_stream_cut_after_its_finish_keeps_the_reply_with_estimated_usage(
+    app: Cairn,
+) -> None:
+    """The connection drops right after the finish chunk, before the usage
+    chunk: the reply is whole, so it is recorded (usage estimated, and marked
+    so) rather than bought again, as when the body ends cleanly there."""
+    with model_server(Scripted([TEXT])) as server:
+        server.drop_next(1, after=EVENTS["openai"] - 2)
+        client = client_for(server, "openai")
+
+        @app.task(name="ask")
+        def ask(ctx: Context) -> Any:
+            reply = ctx.llm_call(
+                [user("hi")], model="tiny", client=client, stream=True, retry=QUICK
+            )
+            return [reply.content, reply.usage.to_dict()]
+
+        content, usage = app.run(ask, task_id="a")
+        assert server.requests == 1
+    assert content == TEXT
+    assert usage["estimated"]
+
+
 def test_a_stream_cut_off_every_time_fails_after_the_policy_s_attempts(app: Cairn) -> None:
     """Every stream is cut off: the call is sent as many times as the policy's
     attempts, then the task fails with the Transient error, which says the

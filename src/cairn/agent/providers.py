@@ -15,7 +15,10 @@ piece of the reply's text to ``on_text`` as it arrives, and return the whole
 OpenAI's ``stream_options={"include_usage": True}`` chunk, Anthropic's
 ``message_delta``). A stream that breaks off (the connection dropped, an error
 event, an end without its finish) raises ``Transient``: the call may be made
-again, from the start.
+again, from the start. Once the reply is whole (OpenAI's finish reason came,
+or Anthropic's ``message_delta``) a break is not one: only the end marker, or
+OpenAI's usage chunk (then estimated), is missing, and the reply is kept
+rather than bought again.
 """
 
 from __future__ import annotations
@@ -135,10 +138,34 @@ def _stream_error(provider: str, client: Any, error: Exception) -> Exception | N
     return None
 
 
-def _read(provider: str, client: Any, stream: Any, add: Callable[[Any], str]) -> Iterator[str]:
-    """The text each event of an SDK stream adds (``add``), the stream's errors
-    as cairn's (``_stream_error``). Only the reading is guarded: an error of the
-    caller's between two events is its own. The caller closes the stream."""
+class _Reply(Protocol):
+    """A reply put together from a stream's events."""
+
+    @property
+    def complete(self) -> bool:
+        """Whether the reply is whole: what may still be missing adds nothing
+        to it (the stream's end marker; OpenAI's usage chunk, estimated then)."""
+        ...
+
+    def add(self, event: Any) -> str:
+        """Take one event in; the text it adds to the reply ("" if none)."""
+        ...
+
+
+def _broken_off(provider: str, client: Any, reply: _Reply, error: Exception) -> Exception | None:
+    """What to raise for ``error``, met while reading a stream: None when the
+    reply was complete already (the connection dropped before only the end
+    marker: the reply is kept, not bought again), else cairn's error for it
+    (``_stream_error``), or ``error`` itself if it is not the SDK's."""
+    if reply.complete:
+        return None
+    return _stream_error(provider, client, error) or error
+
+
+def _read(provider: str, client: Any, stream: Any, reply: _Reply) -> Iterator[str]:
+    """The text each event of an SDK stream adds to ``reply``, the stream's
+    errors as cairn's (``_broken_off``). Only the reading is guarded: an error
+    of the caller's between two events is its own. The caller closes the stream."""
     iterator = iter(stream)
     while True:
         try:
@@ -146,17 +173,19 @@ def _read(provider: str, client: Any, stream: Any, add: Callable[[Any], str]) ->
         except StopIteration:
             return
         except Exception as exc:
-            mapped = _stream_error(provider, client, exc)
-            if mapped is None:
+            raised = _broken_off(provider, client, reply, exc)
+            if raised is None:
+                return
+            if raised is exc:
                 raise
-            raise mapped from None
-        text = add(event)
+            raise raised from None
+        text = reply.add(event)
         if text:
             yield text
 
 
 async def _aread(
-    provider: str, client: Any, stream: Any, add: Callable[[Any], str]
+    provider: str, client: Any, stream: Any, reply: _Reply
 ) -> AsyncGenerator[str, None]:
     """``_read`` for an async SDK stream."""
     iterator = stream.__aiter__()
@@ -166,11 +195,13 @@ async def _aread(
         except StopAsyncIteration:
             return
         except Exception as exc:
-            mapped = _stream_error(provider, client, exc)
-            if mapped is None:
+            raised = _broken_off(provider, client, reply, exc)
+            if raised is None:
+                return
+            if raised is exc:
                 raise
-            raise mapped from None
-        text = add(event)
+            raise raised from None
+        text = reply.add(event)
         if text:
             yield text
 
@@ -304,7 +335,7 @@ class OpenAIProvider:
         )
         reply = _OpenAIStream(model)
         try:
-            for text in _read(self.name, self._client, stream, reply.add):
+            for text in _read(self.name, self._client, stream, reply):
                 on_text(text)
         finally:
             _close(stream)
@@ -322,7 +353,7 @@ class OpenAIProvider:
             self.name, self._client, create, model=model, messages=list(messages), **kwargs
         )
         reply = _OpenAIStream(model)
-        texts = _aread(self.name, self._client, stream, reply.add)
+        texts = _aread(self.name, self._client, stream, reply)
         try:
             async for text in texts:
                 await _handed(on_text, text)
@@ -342,6 +373,13 @@ class _OpenAIStream:
         self.calls: dict[int, dict[str, str]] = {}
         self.finish: str | None = None
         self.usage: Usage | None = None
+
+    @property
+    def complete(self) -> bool:
+        """The finish reason came: the reply is whole. Only the usage chunk (a
+        missing one is estimated, as when it was not asked for) and ``[DONE]``
+        may still be missing."""
+        return self.finish is not None
 
     def add(self, chunk: Any) -> str:
         """Take one chunk in; the text it adds to the reply ("" if none)."""
@@ -558,7 +596,7 @@ class AnthropicProvider:
         stream = _send(self.name, self._client, create, model=model, messages=turns, **kwargs)
         reply = _AnthropicStream(model)
         try:
-            for text in _read(self.name, self._client, stream, reply.add):
+            for text in _read(self.name, self._client, stream, reply):
                 on_text(text)
         finally:
             _close(stream)
@@ -576,7 +614,7 @@ class AnthropicProvider:
             self.name, self._client, create, model=model, messages=turns, **kwargs
         )
         reply = _AnthropicStream(model)
-        texts = _aread(self.name, self._client, stream, reply.add)
+        texts = _aread(self.name, self._client, stream, reply)
         try:
             async for text in texts:
                 await _handed(on_text, text)
@@ -613,6 +651,12 @@ class _AnthropicStream:
         self.usage: dict[str, int] = {}
         self.stop_reason: str | None = None
         self.stopped = False
+
+    @property
+    def complete(self) -> bool:
+        """``message_delta`` came, with the stop reason and the output tokens:
+        only ``message_stop``, which carries nothing, may be missing."""
+        return self.stopped or self.stop_reason is not None
 
     def _count(self, usage: Any) -> None:
         for name in _ANTHROPIC_USAGE:
@@ -652,7 +696,7 @@ class _AnthropicStream:
         return ""
 
     def completion(self, provider: str) -> Completion:
-        if not self.stopped:
+        if not self.complete:
             raise _incomplete(provider)
         texts: list[str] = []
         calls: list[dict[str, Any]] = []
