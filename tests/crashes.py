@@ -8,6 +8,8 @@ host, so it may take the crashed task once the caller moved the clock past its l
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -41,6 +43,27 @@ def crash_before(where: int | str) -> FaultHook:
     def hook(point: str, task_id: str, seq: int, name: str) -> None:
         if point == "before_step" and where in (seq, name):
             raise Crash(f"crash before {name} at {seq}")
+
+    return hook
+
+
+def sigkill_at(point: str, nth: int, marker: str) -> FaultHook:
+    """A fault hook for a child process: it SIGKILLs its own process the
+    ``nth`` time ``point`` is reached, once across runs (the ``marker`` file,
+    created atomically, says it did)."""
+    reached = [0]
+
+    def hook(at: str, task_id: str, seq: int, name: str) -> None:
+        if at != point:
+            return
+        reached[0] += 1
+        if reached[0] != nth:
+            return
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+        os.kill(os.getpid(), signal.SIGKILL)
 
     return hook
 
