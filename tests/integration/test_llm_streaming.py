@@ -25,6 +25,7 @@ from cairn.agent.simulate import SimulatedModelServer, SimulatedProvider
 from cairn.clock import FakeClock
 from cairn.retry import NO_RETRY, Retry
 from cairn.testing import set_fault_hook
+from cairn.testing.servers import LocalServer, RequestHandler
 from tests.agent_server import (
     API_KEY,
     READ_TOOL,
@@ -495,3 +496,57 @@ def test_a_provider_without_stream_hands_its_reply_over_as_one_chunk(app: Cairn)
 
     assert app.run(ask, task_id="a") == TEXT
     assert chunks == [TEXT]
+
+
+class SplitPairServer(LocalServer):
+    """An OpenAI-compatible endpoint that streams "Done 😀" with the emoji's two
+    UTF-16 halves JSON-escaped in two chunks (``\\ud83d``, then ``\\ude00``), as
+    a server escaping non-ASCII text and streaming token by token can, and
+    counts its requests."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests = 0
+
+    def answer(self, request: RequestHandler, method: str) -> None:
+        request.read_body()
+        self.requests += 1
+        base = {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": "tiny"}
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            return json.dumps({**base, "choices": [choice]})  # ensure_ascii: "\\ud83d"
+
+        usage = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+        events = [
+            chunk({"role": "assistant", "content": "Done "}),
+            chunk({"content": "\ud83d"}),
+            chunk({"content": "\ude00"}),
+            chunk({}, "stop"),
+            json.dumps({**base, "choices": [], "usage": usage}),
+            "[DONE]",
+        ]
+        body = "".join(f"data: {event}\n\n" for event in events).encode()
+        request.send_response(200)
+        request.send_header("Content-Type", "text/event-stream")
+        request.send_header("Content-Length", str(len(body)))
+        request.end_headers()
+        request.wfile.write(body)
+
+
+def test_an_emoji_streamed_in_two_halves_is_recorded_whole(app: Cairn) -> None:
+    """The two halves of an emoji's UTF-16 pair arrive in two chunks, each a
+    lone surrogate once decoded: the reply is joined into the emoji itself (it
+    failed the task, after the request was paid for, before), recorded from one
+    request."""
+    with SplitPairServer() as server:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0)
+
+        @app.task(name="ask")
+        def ask(ctx: Context) -> Any:
+            conv = ctx.conversation("main", client=client)
+            conv.append(user("How is it?"))
+            return ctx.llm(conv, model="tiny", stream=True).content
+
+        assert app.run(ask, task_id="a") == "Done \U0001f600"
+        assert server.requests == 1

@@ -80,6 +80,35 @@ def _estimated(messages: Sequence[Message], reply: Message, model: str) -> Usage
 OnText = Callable[[str], Any]
 
 
+def valid_text(text: str) -> str:
+    """``text`` as valid Unicode: the halves of a UTF-16 pair that came apart
+    (a reply's JSON may escape an emoji as two ``\\uXXXX``, and a stream may
+    cut between them) joined again, and a lone half replaced by U+FFFD, as a
+    UTF-8 decoder does with a broken sequence. No store can write a lone
+    surrogate, and a reply is paid for: it is kept, not refused."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
+def _valid_message(message: Message) -> Message:
+    """A reply's message with every text in it valid (``valid_text``): its
+    content, refusal, and each tool call's name and arguments."""
+    for key in ("content", "refusal"):
+        if isinstance(message.get(key), str):
+            message[key] = valid_text(message[key])
+    for call in message.get("tool_calls") or ():
+        function = call["function"]
+        for key in ("name", "arguments"):
+            if isinstance(function.get(key), str):
+                function[key] = valid_text(function[key])
+    return message
+
+
 @runtime_checkable
 class StreamingProvider(Provider, Protocol):
     """A ``Provider`` that can also stream: ``stream`` hands each piece of the
@@ -306,7 +335,7 @@ class OpenAIProvider:
         reply = openai_message(choice.message)
         model = str(response.model)
         usage = openai_usage(getattr(response, "usage", None)) or _estimated(messages, reply, model)
-        return Completion(reply, usage, model, choice.finish_reason)
+        return Completion(_valid_message(reply), usage, model, choice.finish_reason)
 
     def stream(
         self,
@@ -429,7 +458,7 @@ class _OpenAIStream:
         if self.refusals:
             message["refusal"] = "".join(self.refusals)
         usage = self.usage or _estimated(messages, message, self.model)
-        return Completion(message, usage, self.model, self.finish)
+        return Completion(_valid_message(message), usage, self.model, self.finish)
 
 
 # -- Anthropic ----------------------------------------------------------------------------
@@ -560,7 +589,7 @@ class AnthropicProvider:
 
     def _completion(self, response: Any) -> Completion:
         message, usage = from_anthropic(response)
-        return Completion(message, usage, str(response.model), response.stop_reason)
+        return Completion(_valid_message(message), usage, str(response.model), response.stop_reason)
 
     def _request(
         self,
@@ -715,7 +744,7 @@ class _AnthropicStream:
         created = counts.get("cache_creation_input_tokens", 0)
         usage = Usage(counts.get("input_tokens", 0) + cached + created,
                       counts.get("output_tokens", 0), cached)  # fmt: skip
-        return Completion(message, usage, self.model, self.stop_reason)
+        return Completion(_valid_message(message), usage, self.model, self.stop_reason)
 
 
 # -- choosing a provider --------------------------------------------------------------------
