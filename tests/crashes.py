@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -66,6 +69,28 @@ def sigkill_at(point: str, nth: int, marker: str) -> FaultHook:
         os.kill(os.getpid(), signal.SIGKILL)
 
     return hook
+
+
+ROOT = Path(__file__).parents[1]
+
+
+def start_child(script: str, *arguments: str) -> subprocess.Popen[str]:
+    """``python -c script arguments...`` in the repository's root (so the child
+    imports ``tests`` as this process does), its output captured."""
+    return subprocess.Popen(
+        [sys.executable, "-c", script, *arguments],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+
+
+def finish_child(process: subprocess.Popen[str], timeout: float) -> tuple[int, str, str]:
+    """Its exit code (negative: the signal that killed it), its stripped
+    stdout, and its stderr."""
+    stdout, stderr = process.communicate(timeout=timeout)
+    return process.returncode, stdout.strip(), stderr
 
 
 class CrashingClock(FakeClock):

@@ -27,7 +27,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ from cairn.agent.simulate import SimulatedModelServer
 from cairn.agent.tokens import count_messages
 from cairn.store import open_store
 from tests.agent_server import DocReader, model_server
+from tests.crashes import finish_child, start_child
 
 pytestmark = pytest.mark.acceptance
 
@@ -101,19 +101,11 @@ def start(
     """The agent in a subprocess, on ``store`` and the test's two servers."""
     marker = store.with_suffix(".killed")
     urls = [agent.base_url, summarizer.base_url]
-    command = [sys.executable, "-c", CHILD, str(store), *urls, point, str(nth), str(marker), GOAL]
-    return subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=Path(__file__).parents[2],
-    )
+    return start_child(CHILD, str(store), *urls, point, str(nth), str(marker), GOAL)
 
 
 def finish(process: subprocess.Popen[str]) -> tuple[int, str, str]:
-    stdout, stderr = process.communicate(timeout=TIMEOUT)
-    return process.returncode, stdout.strip(), stderr
+    return finish_child(process, TIMEOUT)
 
 
 def stored(store: Path) -> dict[str, Any]:
