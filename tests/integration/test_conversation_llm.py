@@ -25,14 +25,20 @@ from cairn.agent import (
     user,
 )
 from cairn.agent.tokens import TokenCounter
+from cairn.blobs import is_ref
+from cairn.clock import FakeClock
+from cairn.testing import set_fault_hook
 from tests.agent_server import (
     API_KEY,
     READ_TOOL,
+    Crash,
     DocReader,
     Scripted,
     anthropic_client,
+    crash_at,
     model_server,
     openai_client,
+    resume,
 )
 
 TOOL_CALL = {
@@ -305,3 +311,37 @@ def test_a_reply_holding_a_lone_surrogate_is_recorded_not_paid_for_again(
         assert server.requests == 1
     assert content == "Broken \ufffd emoji."
     assert args == {"name": "doc \ufffd"}
+
+
+def test_a_ten_megabyte_reply_is_stored_once_and_not_asked_again(
+    app: Cairn, db_path: Path, clock: FakeClock
+) -> None:
+    """A 10 MB reply goes to the blob store beside the SQLite file (its row holds
+    the reference); killed right after that call is recorded, the resumed task
+    reads it back whole from there, sends only the next request, and the two
+    processes sent two requests in all, none twice."""
+    big = "word " * 2_000_000
+
+    def define(target: Cairn) -> Any:
+        @target.task(name="agent")
+        def agent(ctx: Context) -> list[Any]:
+            conv = ctx.conversation("main", client=client, threshold=10**8, keep_tail=1000)
+            conv.append(user("Write it all."))
+            first = ctx.llm(conv, model="gpt-4o-mini")
+            conv.append(user("Now sum it up."))
+            second = ctx.llm(conv, model="gpt-4o-mini")
+            return [first.content == big, second.content]
+
+        return agent
+
+    with model_server(Scripted([big, "Done."])) as server:
+        client = openai_client(server)
+        set_fault_hook(app, crash_at("after_llm", 1))
+        with pytest.raises(Crash):
+            app.run(define(app), task_id="a")
+        with resume(f"sqlite:///{db_path}", clock) as other:
+            assert other.run(define(other), task_id="a") == [True, "Done."]
+            (row,) = other.store.load_messages("a", "main", 1, 1)
+        assert (server.requests, server.repeats) == (2, 0)
+    assert is_ref(row.content)
+    assert len(server.bodies[1]["messages"][1]["content"]) == len(big)
