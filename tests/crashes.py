@@ -8,8 +8,13 @@ host, so it may take the crashed task once the caller moved the clock past its l
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -43,6 +48,49 @@ def crash_before(where: int | str) -> FaultHook:
             raise Crash(f"crash before {name} at {seq}")
 
     return hook
+
+
+def sigkill_at(point: str, nth: int, marker: str) -> FaultHook:
+    """A fault hook for a child process: it SIGKILLs its own process the
+    ``nth`` time ``point`` is reached, once across runs (the ``marker`` file,
+    created atomically, says it did)."""
+    reached = [0]
+
+    def hook(at: str, task_id: str, seq: int, name: str) -> None:
+        if at != point:
+            return
+        reached[0] += 1
+        if reached[0] != nth:
+            return
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    return hook
+
+
+ROOT = Path(__file__).parents[1]
+
+
+def start_child(script: str, *arguments: str) -> subprocess.Popen[str]:
+    """``python -c script arguments...`` in the repository's root (so the child
+    imports ``tests`` as this process does), its output captured."""
+    return subprocess.Popen(
+        [sys.executable, "-c", script, *arguments],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+
+
+def finish_child(process: subprocess.Popen[str], timeout: float) -> tuple[int, str, str]:
+    """Its exit code (negative: the signal that killed it), its stripped
+    stdout, and its stderr."""
+    stdout, stderr = process.communicate(timeout=timeout)
+    return process.returncode, stdout.strip(), stderr
 
 
 class CrashingClock(FakeClock):

@@ -65,8 +65,8 @@ def test_a_resumed_run_sends_no_recorded_request_and_calls_no_recorded_tool(
 ) -> None:
     """Crashed after its second recorded response, the run resumes in a new
     app: the server gets only the requests not recorded yet (four in all, none
-    twice), the tool runs once per call, and the answer is the uninterrupted
-    one; on every backend."""
+    twice), the tool runs once per call, the answer is the uninterrupted one,
+    and cairn cost's tokens are the ones the server counted; on every backend."""
     notes = Notes()
     url = store_url
     with SimulatedModelServer(script()) as server:
@@ -83,9 +83,10 @@ def test_a_resumed_run_sends_no_recorded_request_and_calls_no_recorded_tool(
             report = cost_report(other.store)
         assert answer == ANSWER
         assert (server.requests, server.repeats) == (4, 0)
+        counted = (server.prompt_tokens, server.completion_tokens)
     assert notes.calls == [0, 1, 2]
     assert report.total.calls == 4
-    assert report.total.usage.input_tokens > 0
+    assert (report.total.usage.input_tokens, report.total.usage.output_tokens) == counted
     assert report.total.cost > 0
 
 

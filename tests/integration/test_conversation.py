@@ -349,3 +349,34 @@ def test_fidelity_reports_agreement_and_lists_each_disagreement() -> None:
     assert (first.full, first.compressed) == (True, False)
     assert first.position in bad.positions
     assert first.compressed_tokens < first.full_tokens
+
+
+def test_an_extend_holding_a_bad_message_writes_none_of_it(app: Cairn) -> None:
+    """``conv.extend`` whose second message is not a chat message (an unknown
+    role, a tool result without the call id it answers, a tool output holding a
+    lone surrogate) raises, naming what is wrong, before anything is written:
+    the good first message is not stored either, and the conversation goes on
+    from where it was."""
+    bad: list[tuple[dict[str, Any], str]] = [
+        ({"role": "robot", "content": "beep"}, "message role must be one of"),
+        ({"role": "tool", "content": "42"}, "needs the tool_call_id it answers"),
+        (tool_result("call_1", "bytes \udcff decoded with surrogateescape"), "lone surrogate"),
+    ]
+
+    @app.task(name="talk")
+    def talk(ctx: Context) -> list[str]:
+        conv = ctx.conversation("main", system=SYSTEM)
+        errors = []
+        for message, _ in bad:
+            try:
+                conv.extend([user("fine"), message])
+            except Exception as exc:  # noqa: BLE001 - each error is what is checked
+                errors.append(str(exc))
+        conv.append(user("still here"))
+        return errors
+
+    errors = app.run(talk, task_id="t")
+    for error, (_, expected) in zip(errors, bad, strict=True):
+        assert expected in error
+    rows = app.store.load_messages("t", "main", 0, 10)
+    assert [json.loads(r.content)["content"] for r in rows] == [SYSTEM, "still here"]

@@ -25,14 +25,20 @@ from cairn.agent import (
     user,
 )
 from cairn.agent.tokens import TokenCounter
+from cairn.blobs import is_ref
+from cairn.clock import FakeClock
+from cairn.testing import set_fault_hook
 from tests.agent_server import (
     API_KEY,
     READ_TOOL,
+    Crash,
     DocReader,
     Scripted,
     anthropic_client,
+    crash_at,
     model_server,
     openai_client,
+    resume,
 )
 
 TOOL_CALL = {
@@ -265,3 +271,77 @@ def test_an_async_summarizer_is_awaited_in_an_async_task(app: Cairn) -> None:
     assert summary is not None
     assert summary.endswith("messages folded")
     assert active < 8
+
+
+HALF = "\ud83d"  # the first half of a UTF-16 pair, alone: not valid Unicode text
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_reply_holding_a_lone_surrogate_is_recorded_not_paid_for_again(
+    app: Cairn, api: str, stream: bool
+) -> None:
+    """The model's reply holds a lone surrogate (JSON may escape one, "\\ud83d",
+    and the SDKs decode it as it is), in its text and in a tool call's
+    arguments: no store can write such text, and before, the call failed the
+    task after it was paid for (and again on every retry). The reply is
+    recorded with U+FFFD in its place, as a UTF-8 decoder would put it: one
+    request, the task goes on, and a replay returns the same reply."""
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "read_document", "arguments": f'{{"name": "doc {HALF}"}}'},
+    }
+    reply = {"role": "assistant", "content": f"Broken {HALF} emoji.", "tool_calls": [call]}
+    fail = [True]
+    with model_server(Scripted([reply])) as server:
+        client = openai_client(server) if api == "openai" else anthropic_client(server)
+
+        @app.task(name="agent")
+        def agent(ctx: Context) -> list[Any]:
+            conv = ctx.conversation("main", client=client)
+            conv.append(user("read it"))
+            answer = ctx.llm(conv, model="gpt-4o-mini", tools=[READ_TOOL], stream=stream)
+            if fail[0]:
+                fail[0] = False
+                raise RuntimeError("fail once after the call, so the retry replays it")
+            return [answer.content, answer.tool_calls[0].args]
+
+        content, args = app.run(agent, task_id="a")
+        assert server.requests == 1
+    assert content == "Broken \ufffd emoji."
+    assert args == {"name": "doc \ufffd"}
+
+
+def test_a_ten_megabyte_reply_is_stored_once_and_not_asked_again(
+    app: Cairn, db_path: Path, clock: FakeClock
+) -> None:
+    """A 10 MB reply goes to the blob store beside the SQLite file (its row holds
+    the reference); killed right after that call is recorded, the resumed task
+    reads it back whole from there, sends only the next request, and the two
+    processes sent two requests in all, none twice."""
+    big = "word " * 2_000_000
+
+    def define(target: Cairn) -> Any:
+        @target.task(name="agent")
+        def agent(ctx: Context) -> list[Any]:
+            conv = ctx.conversation("main", client=client, threshold=10**8, keep_tail=1000)
+            conv.append(user("Write it all."))
+            first = ctx.llm(conv, model="gpt-4o-mini")
+            conv.append(user("Now sum it up."))
+            second = ctx.llm(conv, model="gpt-4o-mini")
+            return [first.content == big, second.content]
+
+        return agent
+
+    with model_server(Scripted([big, "Done."])) as server:
+        client = openai_client(server)
+        set_fault_hook(app, crash_at("after_llm", 1))
+        with pytest.raises(Crash):
+            app.run(define(app), task_id="a")
+        with resume(f"sqlite:///{db_path}", clock) as other:
+            assert other.run(define(other), task_id="a") == [True, "Done."]
+            (row,) = other.store.load_messages("a", "main", 1, 1)
+        assert (server.requests, server.repeats) == (2, 0)
+    assert is_ref(row.content)
+    assert len(server.bodies[1]["messages"][1]["content"]) == len(big)

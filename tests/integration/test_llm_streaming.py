@@ -25,6 +25,7 @@ from cairn.agent.simulate import SimulatedModelServer, SimulatedProvider
 from cairn.clock import FakeClock
 from cairn.retry import NO_RETRY, Retry
 from cairn.testing import set_fault_hook
+from cairn.testing.servers import LocalServer, RequestHandler
 from tests.agent_server import (
     API_KEY,
     READ_TOOL,
@@ -286,6 +287,78 @@ def test_a_stream_that_ends_early_or_with_an_error_event_is_retried(
     assert "streamed" in failed.value.error["message"]
 
 
+# Events of TEXT's stream: OpenAI's role chunk, a chunk a word, the finish
+# chunk, the usage chunk and [DONE]; Anthropic's message_start, the text
+# block's start, a delta a word, its stop, message_delta and message_stop.
+EVENTS = {"openai": len(WORDS) + 4, "anthropic": len(WORDS) + 5}
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_a_stream_cut_after_its_reply_and_usage_is_not_sent_again(
+    app: Cairn, api: str, is_async: bool
+) -> None:
+    """The connection drops after the reply, its finish and its usage have all
+    arrived, before the stream's very last event (OpenAI's ``[DONE]``,
+    Anthropic's ``message_stop``): nothing of the reply is missing, so the
+    call is recorded as it is, with the usage the server counted, and the
+    request is not sent again (it was, and paid twice, before)."""
+    with model_server(Scripted([TEXT])) as server:
+        server.drop_next(1, after=EVENTS[api] - 1)
+        client = client_for(server, api, is_async=is_async)
+
+        def call(ctx: Context) -> Any:
+            return ctx.llm_call(
+                [user("hi")], model="tiny", client=client, stream=True, retry=QUICK, prices=PRICES
+            )
+
+        if is_async:
+
+            @app.task(name="ask")
+            async def ask_async(ctx: Context) -> Any:
+                reply = await call(ctx)
+                return [reply.content, reply.usage.to_dict()]
+
+            task: Any = ask_async
+        else:
+
+            @app.task(name="ask")
+            def ask(ctx: Context) -> Any:
+                reply = call(ctx)
+                return [reply.content, reply.usage.to_dict()]
+
+            task = ask
+        content, usage = app.run(task, task_id="a")
+        assert server.requests == 1
+        counted = (server.prompt_tokens, server.completion_tokens)
+    assert content == TEXT
+    assert not usage["estimated"]
+    assert (usage["input_tokens"], usage["output_tokens"]) == counted
+
+
+def test_an_openai_stream_cut_after_its_finish_keeps_the_reply_with_estimated_usage(
+    app: Cairn,
+) -> None:
+    """The connection drops right after the finish chunk, before the usage
+    chunk: the reply is whole, so it is recorded (usage estimated, and marked
+    so) rather than bought again, as when the body ends cleanly there."""
+    with model_server(Scripted([TEXT])) as server:
+        server.drop_next(1, after=EVENTS["openai"] - 2)
+        client = client_for(server, "openai")
+
+        @app.task(name="ask")
+        def ask(ctx: Context) -> Any:
+            reply = ctx.llm_call(
+                [user("hi")], model="tiny", client=client, stream=True, retry=QUICK
+            )
+            return [reply.content, reply.usage.to_dict()]
+
+        content, usage = app.run(ask, task_id="a")
+        assert server.requests == 1
+    assert content == TEXT
+    assert usage["estimated"]
+
+
 def test_a_stream_cut_off_every_time_fails_after_the_policy_s_attempts(app: Cairn) -> None:
     """Every stream is cut off: the call is sent as many times as the policy's
     attempts, then the task fails with the Transient error, which says the
@@ -423,3 +496,57 @@ def test_a_provider_without_stream_hands_its_reply_over_as_one_chunk(app: Cairn)
 
     assert app.run(ask, task_id="a") == TEXT
     assert chunks == [TEXT]
+
+
+class SplitPairServer(LocalServer):
+    """An OpenAI-compatible endpoint that streams "Done 😀" with the emoji's two
+    UTF-16 halves JSON-escaped in two chunks (``\\ud83d``, then ``\\ude00``), as
+    a server escaping non-ASCII text and streaming token by token can, and
+    counts its requests."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests = 0
+
+    def answer(self, request: RequestHandler, method: str) -> None:
+        request.read_body()
+        self.requests += 1
+        base = {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": "tiny"}
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            return json.dumps({**base, "choices": [choice]})  # ensure_ascii: "\\ud83d"
+
+        usage = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+        events = [
+            chunk({"role": "assistant", "content": "Done "}),
+            chunk({"content": "\ud83d"}),
+            chunk({"content": "\ude00"}),
+            chunk({}, "stop"),
+            json.dumps({**base, "choices": [], "usage": usage}),
+            "[DONE]",
+        ]
+        body = "".join(f"data: {event}\n\n" for event in events).encode()
+        request.send_response(200)
+        request.send_header("Content-Type", "text/event-stream")
+        request.send_header("Content-Length", str(len(body)))
+        request.end_headers()
+        request.wfile.write(body)
+
+
+def test_an_emoji_streamed_in_two_halves_is_recorded_whole(app: Cairn) -> None:
+    """The two halves of an emoji's UTF-16 pair arrive in two chunks, each a
+    lone surrogate once decoded: the reply is joined into the emoji itself (it
+    failed the task, after the request was paid for, before), recorded from one
+    request."""
+    with SplitPairServer() as server:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0)
+
+        @app.task(name="ask")
+        def ask(ctx: Context) -> Any:
+            conv = ctx.conversation("main", client=client)
+            conv.append(user("How is it?"))
+            return ctx.llm(conv, model="tiny", stream=True).content
+
+        assert app.run(ask, task_id="a") == "Done \U0001f600"
+        assert server.requests == 1

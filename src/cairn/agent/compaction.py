@@ -36,6 +36,7 @@ from cairn.agent.provider_errors import redact
 from cairn.agent.summarize import (
     TRUNCATED,
     Summary,
+    SummaryFailed,
     SummaryRequest,
     SummaryResult,
     as_summary,
@@ -216,7 +217,7 @@ def _sync_compact(conv: Conversation) -> Callable[[], Outcome]:
         try:
             result = conv.summarizer(_request(conv, plan))
         except Exception as exc:  # noqa: BLE001 - a failed summary replaces nothing
-            return _failed(conv, plan, _described(exc))
+            return _failed_summary(conv, plan, exc)
         return _finish(conv, plan, result)  # type: ignore[arg-type]
 
     return compact
@@ -231,7 +232,7 @@ def _async_compact(conv: Conversation) -> Callable[[], Awaitable[Outcome]]:
         try:
             result = await conv.summarizer(_request(conv, plan))  # type: ignore[misc]
         except Exception as exc:  # noqa: BLE001 - a failed summary replaces nothing
-            return _failed(conv, plan, _described(exc))
+            return _failed_summary(conv, plan, exc)
         return _finish(conv, plan, result)
 
     return compact
@@ -255,6 +256,17 @@ def _failed(conv: Conversation, plan: _Plan | None, error: str) -> Outcome:
     }
     _report_miss(conv, outcome)
     return outcome
+
+
+def _failed_summary(conv: Conversation, plan: _Plan, error: Exception) -> Outcome:
+    """The outcome of a summarizer that raised ``error``; with the usage of the
+    calls it had made before (paid for: ``SummaryFailed``), so that ``cairn
+    cost`` counts them."""
+    if not isinstance(error, SummaryFailed):
+        return _failed(conv, plan, _described(error))
+    paid = error.paid
+    outcome = _failed(conv, plan, _described(error.error))
+    return {**outcome, **_usage_fields(conv, paid.usage, paid.model)}
 
 
 def _rejected(conv: Conversation, summary: Summary, text: str) -> str | None:

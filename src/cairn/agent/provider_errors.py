@@ -56,6 +56,28 @@ def client_secrets(client: Any) -> tuple[str, ...]:
     return tuple(value for value in found if isinstance(value, str) and value)
 
 
+# Request headers whose values are credentials: Authorization, api-key (Azure),
+# x-api-key (Anthropic), and any other key-, token- or secret-named header.
+_SECRET_HEADER = re.compile(r"auth|key|token|secret|password|cookie", re.IGNORECASE)
+
+
+def request_secrets(error: BaseException) -> tuple[str, ...]:
+    """The credentials the failed request carried: the values of its
+    credential headers (and a ``Bearer`` value's token alone). The SDKs' errors
+    hold their ``httpx`` request; anything else has none."""
+    headers = getattr(getattr(error, "request", None), "headers", None)
+    items = getattr(headers, "items", None)
+    if not callable(items):
+        return ()
+    found: list[str] = []
+    for name, value in items():
+        if isinstance(name, str) and isinstance(value, str) and _SECRET_HEADER.search(name):
+            found.append(value)
+            _, _, token = value.partition(" ")
+            found.append(token.strip())
+    return tuple(found)
+
+
 def is_sdk_error(error: BaseException) -> bool:
     """True for an error raised by the openai or anthropic SDK."""
     return type(error).__module__.split(".", 1)[0] in _SDKS
@@ -92,6 +114,7 @@ def provider_error(
     """cairn's error for the SDK error ``error`` (see the module doc), redacted."""
     status = http_status_of(error)
     where = f"{provider} " if provider else ""
+    secrets = (*secrets, *request_secrets(error))
     text = redact(f"{where}{type(error).__name__}: {error}", secrets)
     mapped: Exception
     asked = _header_seconds(error) if status is not None else None
@@ -104,3 +127,18 @@ def provider_error(
         mapped = Permanent(text)
     vars(mapped)["provider_error"] = error
     return mapped
+
+
+def behind_framework(error: BaseException, *, provider: str) -> Exception | None:
+    """cairn's error for the SDK error an agent framework raised, or raised its
+    own error from (the first openai or anthropic SDK error in ``error``'s chain
+    of causes), redacted; None if there is none. Raise it ``from None``: the
+    framework's error, whose text may echo the key, must not be chained."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if is_sdk_error(current):
+            return provider_error(current, provider=provider)
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None

@@ -15,7 +15,10 @@ piece of the reply's text to ``on_text`` as it arrives, and return the whole
 OpenAI's ``stream_options={"include_usage": True}`` chunk, Anthropic's
 ``message_delta``). A stream that breaks off (the connection dropped, an error
 event, an end without its finish) raises ``Transient``: the call may be made
-again, from the start.
+again, from the start. Once the reply is whole (OpenAI's finish reason came,
+or Anthropic's ``message_delta``) a break is not one: only the end marker, or
+OpenAI's usage chunk (then estimated), is missing, and the reply is kept
+rather than bought again.
 """
 
 from __future__ import annotations
@@ -77,6 +80,35 @@ def _estimated(messages: Sequence[Message], reply: Message, model: str) -> Usage
 OnText = Callable[[str], Any]
 
 
+def valid_text(text: str) -> str:
+    """``text`` as valid Unicode: the halves of a UTF-16 pair that came apart
+    (a reply's JSON may escape an emoji as two ``\\uXXXX``, and a stream may
+    cut between them) joined again, and a lone half replaced by U+FFFD, as a
+    UTF-8 decoder does with a broken sequence. No store can write a lone
+    surrogate, and a reply is paid for: it is kept, not refused."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
+def _valid_message(message: Message) -> Message:
+    """A reply's message with every text in it valid (``valid_text``): its
+    content, refusal, and each tool call's name and arguments."""
+    for key in ("content", "refusal"):
+        if isinstance(message.get(key), str):
+            message[key] = valid_text(message[key])
+    for call in message.get("tool_calls") or ():
+        function = call["function"]
+        for key in ("name", "arguments"):
+            if isinstance(function.get(key), str):
+                function[key] = valid_text(function[key])
+    return message
+
+
 @runtime_checkable
 class StreamingProvider(Provider, Protocol):
     """A ``Provider`` that can also stream: ``stream`` hands each piece of the
@@ -135,10 +167,34 @@ def _stream_error(provider: str, client: Any, error: Exception) -> Exception | N
     return None
 
 
-def _read(provider: str, client: Any, stream: Any, add: Callable[[Any], str]) -> Iterator[str]:
-    """The text each event of an SDK stream adds (``add``), the stream's errors
-    as cairn's (``_stream_error``). Only the reading is guarded: an error of the
-    caller's between two events is its own. The caller closes the stream."""
+class _Reply(Protocol):
+    """A reply put together from a stream's events."""
+
+    @property
+    def complete(self) -> bool:
+        """Whether the reply is whole: what may still be missing adds nothing
+        to it (the stream's end marker; OpenAI's usage chunk, estimated then)."""
+        ...
+
+    def add(self, event: Any) -> str:
+        """Take one event in; the text it adds to the reply ("" if none)."""
+        ...
+
+
+def _broken_off(provider: str, client: Any, reply: _Reply, error: Exception) -> Exception | None:
+    """What to raise for ``error``, met while reading a stream: None when the
+    reply was complete already (the connection dropped before only the end
+    marker: the reply is kept, not bought again), else cairn's error for it
+    (``_stream_error``), or ``error`` itself if it is not the SDK's."""
+    if reply.complete:
+        return None
+    return _stream_error(provider, client, error) or error
+
+
+def _read(provider: str, client: Any, stream: Any, reply: _Reply) -> Iterator[str]:
+    """The text each event of an SDK stream adds to ``reply``, the stream's
+    errors as cairn's (``_broken_off``). Only the reading is guarded: an error
+    of the caller's between two events is its own. The caller closes the stream."""
     iterator = iter(stream)
     while True:
         try:
@@ -146,17 +202,19 @@ def _read(provider: str, client: Any, stream: Any, add: Callable[[Any], str]) ->
         except StopIteration:
             return
         except Exception as exc:
-            mapped = _stream_error(provider, client, exc)
-            if mapped is None:
+            raised = _broken_off(provider, client, reply, exc)
+            if raised is None:
+                return
+            if raised is exc:
                 raise
-            raise mapped from None
-        text = add(event)
+            raise raised from None
+        text = reply.add(event)
         if text:
             yield text
 
 
 async def _aread(
-    provider: str, client: Any, stream: Any, add: Callable[[Any], str]
+    provider: str, client: Any, stream: Any, reply: _Reply
 ) -> AsyncGenerator[str, None]:
     """``_read`` for an async SDK stream."""
     iterator = stream.__aiter__()
@@ -166,11 +224,13 @@ async def _aread(
         except StopAsyncIteration:
             return
         except Exception as exc:
-            mapped = _stream_error(provider, client, exc)
-            if mapped is None:
+            raised = _broken_off(provider, client, reply, exc)
+            if raised is None:
+                return
+            if raised is exc:
                 raise
-            raise mapped from None
-        text = add(event)
+            raise raised from None
+        text = reply.add(event)
         if text:
             yield text
 
@@ -275,7 +335,7 @@ class OpenAIProvider:
         reply = openai_message(choice.message)
         model = str(response.model)
         usage = openai_usage(getattr(response, "usage", None)) or _estimated(messages, reply, model)
-        return Completion(reply, usage, model, choice.finish_reason)
+        return Completion(_valid_message(reply), usage, model, choice.finish_reason)
 
     def stream(
         self,
@@ -304,7 +364,7 @@ class OpenAIProvider:
         )
         reply = _OpenAIStream(model)
         try:
-            for text in _read(self.name, self._client, stream, reply.add):
+            for text in _read(self.name, self._client, stream, reply):
                 on_text(text)
         finally:
             _close(stream)
@@ -322,7 +382,7 @@ class OpenAIProvider:
             self.name, self._client, create, model=model, messages=list(messages), **kwargs
         )
         reply = _OpenAIStream(model)
-        texts = _aread(self.name, self._client, stream, reply.add)
+        texts = _aread(self.name, self._client, stream, reply)
         try:
             async for text in texts:
                 await _handed(on_text, text)
@@ -342,6 +402,13 @@ class _OpenAIStream:
         self.calls: dict[int, dict[str, str]] = {}
         self.finish: str | None = None
         self.usage: Usage | None = None
+
+    @property
+    def complete(self) -> bool:
+        """The finish reason came: the reply is whole. Only the usage chunk (a
+        missing one is estimated, as when it was not asked for) and ``[DONE]``
+        may still be missing."""
+        return self.finish is not None
 
     def add(self, chunk: Any) -> str:
         """Take one chunk in; the text it adds to the reply ("" if none)."""
@@ -391,7 +458,7 @@ class _OpenAIStream:
         if self.refusals:
             message["refusal"] = "".join(self.refusals)
         usage = self.usage or _estimated(messages, message, self.model)
-        return Completion(message, usage, self.model, self.finish)
+        return Completion(_valid_message(message), usage, self.model, self.finish)
 
 
 # -- Anthropic ----------------------------------------------------------------------------
@@ -522,7 +589,7 @@ class AnthropicProvider:
 
     def _completion(self, response: Any) -> Completion:
         message, usage = from_anthropic(response)
-        return Completion(message, usage, str(response.model), response.stop_reason)
+        return Completion(_valid_message(message), usage, str(response.model), response.stop_reason)
 
     def _request(
         self,
@@ -558,7 +625,7 @@ class AnthropicProvider:
         stream = _send(self.name, self._client, create, model=model, messages=turns, **kwargs)
         reply = _AnthropicStream(model)
         try:
-            for text in _read(self.name, self._client, stream, reply.add):
+            for text in _read(self.name, self._client, stream, reply):
                 on_text(text)
         finally:
             _close(stream)
@@ -576,7 +643,7 @@ class AnthropicProvider:
             self.name, self._client, create, model=model, messages=turns, **kwargs
         )
         reply = _AnthropicStream(model)
-        texts = _aread(self.name, self._client, stream, reply.add)
+        texts = _aread(self.name, self._client, stream, reply)
         try:
             async for text in texts:
                 await _handed(on_text, text)
@@ -613,6 +680,12 @@ class _AnthropicStream:
         self.usage: dict[str, int] = {}
         self.stop_reason: str | None = None
         self.stopped = False
+
+    @property
+    def complete(self) -> bool:
+        """``message_delta`` came, with the stop reason and the output tokens:
+        only ``message_stop``, which carries nothing, may be missing."""
+        return self.stopped or self.stop_reason is not None
 
     def _count(self, usage: Any) -> None:
         for name in _ANTHROPIC_USAGE:
@@ -652,7 +725,7 @@ class _AnthropicStream:
         return ""
 
     def completion(self, provider: str) -> Completion:
-        if not self.stopped:
+        if not self.complete:
             raise _incomplete(provider)
         texts: list[str] = []
         calls: list[dict[str, Any]] = []
@@ -671,7 +744,7 @@ class _AnthropicStream:
         created = counts.get("cache_creation_input_tokens", 0)
         usage = Usage(counts.get("input_tokens", 0) + cached + created,
                       counts.get("output_tokens", 0), cached)  # fmt: skip
-        return Completion(message, usage, self.model, self.stop_reason)
+        return Completion(_valid_message(message), usage, self.model, self.stop_reason)
 
 
 # -- choosing a provider --------------------------------------------------------------------

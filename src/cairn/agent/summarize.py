@@ -77,6 +77,17 @@ class Summary:
 SummaryResult = Summary | str
 
 
+class SummaryFailed(Exception):
+    """A summarizer's call failed after earlier calls of the same summary were
+    answered (and paid for): ``error`` is the failure, ``paid`` the summary so far
+    with those calls' usage, which the failed compaction records for ``cairn cost``."""
+
+    def __init__(self, error: Exception, paid: Summary) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error = error
+        self.paid = paid
+
+
 class Summarizer(Protocol):
     """``summarizer(request)`` → the new running summary (or an awaitable of it)."""
 
@@ -220,7 +231,10 @@ class LLMSummarizer:
             return self._acall(request)
         summary: Summary | None = None
         for part in self.chunks(request):
-            completion = self._send(request, summary, part)
+            try:
+                completion = self._send(request, summary, part)
+            except Exception as exc:
+                raise _after(exc, summary) from exc
             assert isinstance(completion, Completion)
             summary = _folded(summary, self._summary(completion))
             if summary.finish_reason in TRUNCATED:
@@ -231,7 +245,10 @@ class LLMSummarizer:
     async def _acall(self, request: SummaryRequest) -> Summary:
         summary: Summary | None = None
         for part in self.chunks(request):
-            completion = await self._send(request, summary, part)  # type: ignore[misc]
+            try:
+                completion = await self._send(request, summary, part)  # type: ignore[misc]
+            except Exception as exc:
+                raise _after(exc, summary) from exc
             summary = _folded(summary, self._summary(completion))
             if summary.finish_reason in TRUNCATED:
                 break
@@ -251,6 +268,14 @@ class LLMSummarizer:
     def _summary(self, completion: Completion) -> Summary:
         text = text_of(completion.message).strip()
         return Summary(text, completion.usage, completion.model, completion.finish_reason)
+
+
+def _after(error: Exception, so_far: Summary | None) -> Exception:
+    """What a chunk's failed call raises: ``error`` itself for the first chunk,
+    else ``SummaryFailed`` carrying the usage of the chunks answered before it."""
+    if so_far is None or so_far.usage is None:
+        return error
+    return SummaryFailed(error, so_far)
 
 
 def _folded(before: Summary | None, latest: Summary) -> Summary:

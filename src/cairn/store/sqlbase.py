@@ -623,10 +623,7 @@ class SQLStore(SQLAdmin, SQLTransfer):
             try:
                 return self._exec(sql.INSERT_MESSAGE, params).rowcount == 1
             except DuplicateRow:
-                # Only a retried write (its first try committed, then the
-                # connection dropped) finds its own row here.
-                found = self.load_messages(message.task_id, message.conv, message.idx, 1)
-                if found and found[0].idx == message.idx and found[0].content == message.content:
+                if self._written_already([message]):
                     return True
                 raise
 
@@ -644,6 +641,20 @@ class SQLStore(SQLAdmin, SQLTransfer):
                 return self._atomically(write)
             except _FencedOut:
                 return False
+            except DuplicateRow:
+                if self._written_already(messages):
+                    return True
+                raise
+
+    def _written_already(self, messages: Sequence[MessageRecord]) -> bool:
+        """Whether ``messages`` (consecutive rows of one conversation) are stored
+        exactly as given: what a retried write finds when its first try committed
+        and then the connection dropped before the answer (``pgpool`` runs a write
+        again on a new connection). Rows written in one transaction are all there
+        or none are; any other row at those positions is a real clash."""
+        first = messages[0]
+        found = self.load_messages(first.task_id, first.conv, first.idx, len(messages))
+        return [(r.idx, r.content) for r in found] == [(m.idx, m.content) for m in messages]
 
     def load_active_messages(self, task_id: str, conv: str) -> list[MessageRecord]:
         params = (task_id, conv) * 3

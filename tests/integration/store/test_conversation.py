@@ -15,15 +15,15 @@ from typing import Any
 
 import pytest
 
-from cairn import Cairn, Context, TaskCancelled
-from cairn.agent import (
-    user,
-)
+from cairn import Cairn, Context, LeaseLost, TaskCancelled
+from cairn.agent import ExtractiveSummarizer, Summary, SummaryRequest, user
 from cairn.agent.simulate import SimulatedModelServer
 from cairn.clock import FakeClock
 from cairn.store import admin
 from cairn.testing import set_fault_hook
 from tests.agent_server import (
+    ELSEWHERE,
+    STALE,
     Crash,
     DocReader,
     crash_at,
@@ -138,3 +138,45 @@ def test_replay_after_a_crash_sends_no_request_for_calls_that_returned(
     assert result == "Read all 12 documents. Done."
     assert server.requests == len(calls) == 13
     assert server.repeats == 0
+
+
+def test_a_runner_that_lost_its_lease_while_compacting_writes_nothing_after(
+    any_app: Cairn, store_url: str, clock: FakeClock, server: SimulatedModelServer
+) -> None:
+    """Runner A's lease runs out while its summarizer works on the first
+    compaction, and runner B takes the task over and runs it to the end (its
+    own compaction at the same point included). A's summary then comes back:
+    A stops with ``LeaseLost`` at that write, and the store holds B's
+    conversation alone: one summary per compaction, every position once, the
+    same rows as a run never taken over; the model server got each of B's
+    calls once (A's recorded calls replayed, none sent twice)."""
+    runner_b = Cairn(store_url, clock=clock)
+    runner_b.owner = ELSEWHERE
+    client = openai_client(server)
+    inner = ExtractiveSummarizer(max_tokens=250)
+    finished: list[str] = []
+    taken_over = [False]
+
+    def summarize(request: SummaryRequest) -> Summary:
+        if not taken_over[0]:  # A's first compaction
+            taken_over[0] = True
+            clock.advance(STALE)  # A's lease has lapsed: B may take the task
+            finished.append(runner_b.run(task_b, task_id="r", goal=GOAL))
+        return inner(request)
+
+    task_b = reader_task(runner_b, client, summarizer=summarize)
+
+    with runner_b, pytest.raises(LeaseLost):
+        any_app.run(reader_task(any_app, client, summarizer=summarize), task_id="r", goal=GOAL)
+    assert finished == ["Read all 12 documents. Done."]
+    rows = any_app.store.load_messages("r", "main", 0, 1000)
+    calls = history_entries(any_app, "r", "llm")
+    assert [r.idx for r in rows] == list(range(len(rows)))
+    summaries = [r for r in rows if r.kind == "summary"]
+    assert len(summaries) == len(history_entries(any_app, "r", "conv")) >= 1
+    assert (server.requests, server.repeats) == (len(calls), 0)
+    with model_server(DocReader(12)) as fresh, Cairn(store_url, clock=clock) as clean_app:
+        task = reader_task(clean_app, openai_client(fresh), summarizer=inner)
+        clean_app.run(task, task_id="clean", goal=GOAL)
+        clean = clean_app.store.load_messages("clean", "main", 0, 1000)
+    assert [(r.kind, r.content) for r in rows] == [(r.kind, r.content) for r in clean]

@@ -18,6 +18,7 @@ from openai.types.responses.response_usage import InputTokensDetails, OutputToke
 from pydantic import TypeAdapter
 
 from cairn.agent.pricing import Usage as CairnUsage
+from cairn.agent.provider_errors import behind_framework
 from cairn.engine.run import adrive
 from cairn.engine.steps import step_machine
 from cairn.errors import CairnError, ConfigurationError
@@ -95,7 +96,14 @@ class RecordedModel(Model):
         name = self.model
 
         async def send() -> dict[str, Any]:
-            response = await self.inner.get_response(*args, **kwargs)
+            try:
+                response = await self.inner.get_response(*args, **kwargs)
+            except Exception as exc:
+                # Recorded as cairn's, redacted and classified, as ctx.llm's are.
+                mapped = behind_framework(exc, provider="openai-agents")
+                if mapped is None:
+                    raise
+                raise mapped from None
             return encode_response(response, name, state)
 
         run = state.run

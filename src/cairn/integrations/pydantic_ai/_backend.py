@@ -40,6 +40,7 @@ from pydantic_ai.usage import RunUsage
 
 from cairn.agent.pricing import PriceTable
 from cairn.agent.pricing import Usage as CairnUsage
+from cairn.agent.provider_errors import behind_framework
 from cairn.context import Context, current_context
 from cairn.engine.once import OncePolicy, OnDoubt, once_machine
 from cairn.engine.run import adrive
@@ -200,6 +201,11 @@ class _Unit(Generic[ParamsT, WireT, ResultT]):
         try:
             with durable_unit_scope():
                 result = await self.operation.handler(self.params)
+        except Exception as exc:
+            mapped = self._provider_error(exc)
+            if mapped is None:
+                raise
+            raise mapped from None
         finally:
             _KEY.reset(token)
         self.ran = True
@@ -214,6 +220,14 @@ class _Unit(Generic[ParamsT, WireT, ResultT]):
             fields = _model_fields(value, operation_id.model_name, self.recording)
             recorded = {**fields, **recorded}
         return recorded
+
+    def _provider_error(self, error: Exception) -> Exception | None:
+        """A model request's SDK error (Pydantic AI raises its own, chained to
+        it) as cairn's, redacted and classified as ``ctx.llm``'s are; None for
+        anything else, which goes up as it is."""
+        if not isinstance(self.operation.operation_id, ModelRequestId):
+            return None
+        return behind_framework(error, provider="pydantic-ai")
 
     def replay_usage(self, recorded: dict[str, Any], name: str) -> None:
         """Put back what a replayed body had added to the run's usage, and write
