@@ -245,15 +245,15 @@ class SQLStore(SQLAdmin, SQLTransfer):
     ) -> list[tuple[str, int]]:
         stamp = self._ts(lease_until)
         with self._writing():
-            renewed = self._exec(sql.RENEW, (stamp, owner), patient=patient).rows
+            renewed = self._exec_lease(sql.RENEW, (stamp, owner), patient=patient).rows
             if not self.look_before_writing or self._exec(sql.HOLDS_PERMITS, (owner,)).rows:
-                self._exec(sql.RENEW_PERMITS, (stamp, owner, owner), patient=patient)
+                self._exec_lease(sql.RENEW_PERMITS, (stamp, owner, owner), patient=patient)
         return [(str(task_id), int(fence)) for task_id, fence in renewed]
 
     def renew_task(self, task_id: str, fence: int, lease_until: datetime) -> bool:
         params = (self._ts(lease_until), task_id, fence)
         with self._writing():
-            return self._exec(sql.RENEW_TASK, params).rowcount == 1
+            return self._exec_lease(sql.RENEW_TASK, params).rowcount == 1
 
     def release_task(
         self, task_id: str, fence: int, now: datetime, *, patient: bool = True

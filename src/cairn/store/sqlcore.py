@@ -81,6 +81,13 @@ class SQLCore(ABC):
         """Run ``work`` as one transaction (write-locked from the start). A backend
         may run it again after a lost connection, so ``work`` must be idempotent."""
 
+    def _exec_lease(self, statement: str, params: Sequence[Any], *, patient: bool = True) -> Result:
+        """``_exec`` for a lease renewal: on a connection of its own where the backend
+        pools connections, so threads holding every pooled connection (stuck
+        behind a lock, or busy with long work through the store) never keep a
+        lease from being renewed."""
+        return self._exec(statement, params, patient=patient)
+
     @abstractmethod
     def _snapshot(self, work: Callable[[Tx], T]) -> T:
         """Run ``work``, which only reads, as one transaction that sees one
