@@ -13,28 +13,37 @@ operation's function itself, here in the test process.
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 from collections.abc import Iterator
 from contextlib import closing, contextmanager, suppress
 from urllib.parse import urlsplit, urlunsplit
 
+import psycopg
 import pytest
 
-from cairn import Cairn, Context, TaskDef
+from cairn import Cairn, Context, TaskDef, TaskWaiting
+from cairn.admin import send_signal
+from cairn.clock import FakeClock
 from cairn.engine.once import OnDoubt
+from cairn.store import open_store
+from tests.conftest import postgres_admin_url, with_database
 
 PUMP_BYTES = 65536
 
 
 class AnswerDroppingProxy:
     """A TCP proxy to ``upstream`` that, once, after a client sent bytes holding
-    ``statement``, cuts that client's connection (both ways) at the server's next
-    answer holding ``answer``, instead of forwarding it."""
+    ``statement`` (each of its parts, when it is a tuple: a statement's text and
+    a parameter, say), cuts that client's connection (both ways) at the
+    server's next answer holding ``answer``, instead of forwarding it."""
 
-    def __init__(self, upstream: tuple[str, int], statement: bytes, answer: bytes) -> None:
+    def __init__(
+        self, upstream: tuple[str, int], statement: bytes | tuple[bytes, ...], answer: bytes
+    ) -> None:
         self._upstream = upstream
-        self._statement = statement
+        self._statement = (statement,) if isinstance(statement, bytes) else statement
         self._answer = answer
         self._lock = threading.Lock()
         self._armed: set[int] = set()  # ids of the client sockets that sent the statement
@@ -92,7 +101,7 @@ class AnswerDroppingProxy:
             if self.dropped:
                 return False
             if upward:
-                if self._statement in data:
+                if all(part in data for part in self._statement):
                     self._armed.add(id(client))
                 return False
             if id(client) in self._armed and self._answer in data:
@@ -115,7 +124,7 @@ def _through(url: str, port: int) -> str:
 
 @contextmanager
 def answer_lost(
-    pg_url: str, statement: bytes, answer: bytes
+    pg_url: str, statement: bytes | tuple[bytes, ...], answer: bytes
 ) -> Iterator[tuple[AnswerDroppingProxy, str]]:
     """A proxy to the test's database that loses the answer to the first
     ``statement`` cairn sends (its commit landed); the store URL through it."""
@@ -202,3 +211,64 @@ def test_a_finish_whose_answer_was_lost_returns_the_result(pg_url: str) -> None:
     assert result == "charged pay/o-1"
     assert task is not None
     assert task.status == "completed"
+
+
+# -- the writes below share one database: each test keeps to ids of its own ----------------
+@pytest.fixture(scope="module")
+def shared_db(pg_template: str) -> Iterator[str]:
+    """One migrated database for the tests that share it (each uses task ids,
+    batches, keys and limits of its own): making a database per test would cost
+    more than the test."""
+    admin = postgres_admin_url()
+    name = f"cairn_lost_{os.getpid()}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {pg_template}".encode())
+    yield with_database(admin, name)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)".encode())
+
+
+def _waiting_app(url: str) -> tuple[Cairn, TaskDef[..., str]]:
+    """An app whose task waits for an 'approval' signal, then returns its note."""
+    app = Cairn(url, clock=FakeClock())
+
+    @app.task
+    def approve(ctx: Context, n: int) -> str:
+        return str(ctx.wait_for("approval").payload["note"])
+
+    return app, approve
+
+
+def test_a_suspend_whose_answer_was_lost_leaves_the_task_waiting(shared_db: str) -> None:
+    """``ctx.wait_for`` suspends the task (it is now waiting, without an owner)
+    and the answer is lost; run again, the suspend finds the task waiting
+    under this very fence: the task stopped to wait (TaskWaiting), as it did,
+    instead of LeaseLost for a task that is correctly waiting."""
+    with answer_lost(shared_db, b"SET status = 'waiting'", b"UPDATE 1") as (proxy, url):
+        app, approve = _waiting_app(url)
+        with app:
+            with pytest.raises(TaskWaiting):
+                app.run(approve, task_id="suspend-1", n=1)
+            task = app.store.get_task("suspend-1")
+    assert proxy.dropped == 1
+    assert task is not None
+    assert (task.status, task.owner) == ("waiting", None)
+
+
+def test_a_signal_whose_answer_was_lost_says_it_was_sent(shared_db: str) -> None:
+    """``cairn signal`` records the signal and wakes the task, and the answer is
+    lost; run again, it finds its own signal: it says it sent it (not that the
+    task "already had" one), and the task takes that signal's payload."""
+    app, approve = _waiting_app(shared_db)
+    with app, pytest.raises(TaskWaiting):
+        app.run(approve, task_id="signal-1", n=1)
+    with answer_lost(shared_db, b"INSERT INTO signals", b"COMMIT") as (proxy, url):
+        store = open_store(url)
+        try:
+            sent = send_signal(store, "signal-1", "approval", {"note": "yes"}, FakeClock().now())
+        finally:
+            store.close()
+    assert proxy.dropped == 1
+    assert (sent.changed, sent.message) == (True, "sent 'approval' to task signal-1")
+    with app:
+        assert app.run(approve, task_id="signal-1", n=1) == "yes"

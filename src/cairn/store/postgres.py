@@ -50,7 +50,7 @@ from cairn.store.driver_errors import (
 )
 from cairn.store.migrate import latest_version, migrations
 from cairn.store.sqlbase import SQLStore
-from cairn.store.sqlcore import Result, Tx
+from cairn.store.sqlcore import Own, Result, Tx
 
 if TYPE_CHECKING:
     import psycopg
@@ -343,15 +343,41 @@ class PostgresStore(SQLStore):
 
         return self._run(run, lambda: statement_target(statement), patient=patient, pool=pool)
 
+    def _write_once(
+        self, statement: str, params: Sequence[Any], own: Own, *, patient: bool = True
+    ) -> Result:
+        text = _pg(statement)
+        tries = 0
+
+        def run(conn: psycopg.Connection[Any]) -> Result:
+            nonlocal tries
+            tries += 1
+            if tries > 1:  # the connection was lost: the first try may have committed
+                found = _PgTx(conn).exec(*own)
+                if found.rows:
+                    return Result(len(found.rows), found.rows)
+            cursor = conn.execute(text, params)
+            return Result(cursor.rowcount, cursor.fetchall() if cursor.description else [])
+
+        return self._run(run, lambda: statement_target(statement), patient=patient)
+
     def _atomically(self, work: Callable[[Tx], T]) -> T:
         return self._transaction(work)
+
+    def _atomically_once(self, work: Callable[[Tx], T], own: Callable[[Tx], T | None]) -> T:
+        return self._transaction(work, again=own)
 
     def _snapshot(self, work: Callable[[Tx], T]) -> T:
         # The default, READ COMMITTED, takes a new snapshot for each statement:
         # a batch read table by table would mix moments.
         return self._transaction(work, first=_SNAPSHOT)
 
-    def _transaction(self, work: Callable[[Tx], T], first: str | None = None) -> T:
+    def _transaction(
+        self,
+        work: Callable[[Tx], T],
+        first: str | None = None,
+        again: Callable[[Tx], T | None] | None = None,
+    ) -> T:
         tries: list[_PgTx] = []
 
         def run(conn: psycopg.Connection[Any]) -> T:
@@ -359,6 +385,11 @@ class PostgresStore(SQLStore):
             with conn.transaction():
                 if first is not None:
                     conn.execute(first.encode())
+                if again is not None and len(tries) > 1:
+                    # The connection was lost: the first try may have committed.
+                    found = again(tries[-1])
+                    if found is not None:
+                        return found
                 return work(tries[-1])
 
         return self._run(run, lambda: statement_target(tries[-1].statement if tries else ""))

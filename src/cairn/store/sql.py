@@ -126,9 +126,23 @@ SUSPEND = (
     "WHERE id = ? AND fence = ? AND status = 'running' "
     "AND NOT EXISTS (SELECT 1 FROM signals WHERE task_id = ? AND name = ?)"
 )
+# What a suspend leaves, found by a suspend run again after its answer was lost
+# (SQLCore._write_once): the task at this very fence without an owner, waiting
+# (or pending, if a signal woke it meanwhile). No other write leaves that: a
+# claim sets an owner, a release or a cancel moves the fence, a finish is final.
+OWN_SUSPEND = (
+    "SELECT 1 FROM tasks WHERE id = ? AND fence = ? AND owner IS NULL "
+    "AND (status = 'waiting' OR status = 'pending')"
+)
 INSERT_SIGNAL = (
     "INSERT INTO signals (task_id, name, payload, codec, sent_at) VALUES (?, ?, ?, ?, ?) "
     "ON CONFLICT (task_id, name) DO NOTHING"
+)
+# This very signal (its payload, codec and stamp), found by a send run again
+# after its answer was lost.
+OWN_SIGNAL = (
+    "SELECT 1 FROM signals WHERE task_id = ? AND name = ? AND payload = ? AND codec = ? "
+    "AND sent_at = ?"
 )
 # A signal wakes its task if the task is waiting (for it or for anything: the
 # task looks again at what it waits for, and waits again if it must).

@@ -268,21 +268,25 @@ class SQLStore(SQLAdmin, SQLTransfer):
     ) -> bool:
         wake = None if wake_at is None else self._ts(wake_at)
         params = (wake, self._ts(now), task_id, fence, task_id, signal)
+        own = (sql.OWN_SUSPEND, (task_id, fence))
         with self._writing():
-            return self._exec(sql.SUSPEND, params).rowcount == 1
+            return self._write_once(sql.SUSPEND, params, own).rowcount == 1
 
     def send_signal(self, task_id: str, name: str, payload: str, codec: str, now: datetime) -> bool:
-        stamp = self._ts(now)
+        row = (task_id, name, payload, codec, self._ts(now))
 
         def send(tx: Tx) -> bool:
-            sent = tx.exec(sql.INSERT_SIGNAL, (task_id, name, payload, codec, stamp)).rowcount
-            woken = tx.exec(sql.WAKE, (stamp, task_id)).rowcount
+            sent = tx.exec(sql.INSERT_SIGNAL, row).rowcount
+            woken = tx.exec(sql.WAKE, (row[-1], task_id)).rowcount
             if woken and self.announce_work:
                 tx.exec(self.announce_work)
             return sent == 1
 
+        def sent_before(tx: Tx) -> bool | None:
+            return True if tx.exec(sql.OWN_SIGNAL, row).rows else None
+
         with self._writing():
-            return self._atomically(send)
+            return self._atomically_once(send, sent_before)
 
     def get_signal(self, task_id: str, name: str) -> SignalRecord | None:
         rows = self._exec(sql.GET_SIGNAL, (task_id, name)).rows
