@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import closing, contextmanager, suppress
 from urllib.parse import urlsplit, urlunsplit
@@ -272,3 +273,58 @@ def test_a_signal_whose_answer_was_lost_says_it_was_sent(shared_db: str) -> None
     assert (sent.changed, sent.message) == (True, "sent 'approval' to task signal-1")
     with app:
         assert app.run(approve, task_id="signal-1", n=1) == "yes"
+
+
+def _counting_app(url: str, runs: Counter[str]) -> tuple[Cairn, TaskDef[..., int]]:
+    """An app whose task counts its one step's runs in ``runs``."""
+    app = Cairn(url, clock=FakeClock())
+
+    def count(n: int) -> int:
+        runs[f"step {n}"] += 1
+        return n
+
+    @app.task
+    def work(ctx: Context, n: int) -> int:
+        return int(ctx.step("count", count, n))
+
+    return app, work
+
+
+def test_a_claim_of_the_next_task_whose_answer_was_lost_takes_no_second_task(
+    shared_db: str,
+) -> None:
+    """``run_batch`` claims the batch's first pending task and the answer is
+    lost; run again, the claim finds the task it took (this owner's, claimed at
+    this very stamp) and runs it, instead of claiming the next one and leaving
+    the first running under this process until it is taken back as
+    "interrupted". Every task runs its step once, none counts an interruption."""
+    runs: Counter[str] = Counter()
+    claim_next = b"AND status = 'pending' ORDER BY pos LIMIT 1 FOR UPDATE SKIP LOCKED"
+    with answer_lost(shared_db, claim_next, b"UPDATE 1") as (proxy, url):
+        app, work = _counting_app(url, runs)
+        with app:
+            report = app.run_batch("claim-next", work, [{"n": 1}, {"n": 2}], concurrency=1)
+            tasks = [app.store.get_task(f"claim-next/n={n}") for n in (1, 2)]
+    assert proxy.dropped == 1
+    assert report.ok
+    assert runs == Counter({"step 1": 1, "step 2": 1})
+    assert [(t.status, t.interruptions) for t in tasks if t] == [("completed", 0)] * 2
+
+
+def test_a_claim_of_one_task_whose_answer_was_lost_runs_it(shared_db: str) -> None:
+    """``app.run`` claims its task by id and the answer is lost; run again, the
+    claim finds the task at the next fence under this owner and stamp: app.run
+    runs it, instead of raising TaskBusy ("claimed by another process just
+    now") and leaving it running here until an interruption is counted."""
+    runs: Counter[str] = Counter()
+    claim_one = b"AND (status = 'pending' OR (status = 'running'"
+    with answer_lost(shared_db, claim_one, b"UPDATE 1") as (proxy, url):
+        app, work = _counting_app(url, runs)
+        with app:
+            result = app.run(work, task_id="claim-one", n=3)
+            task = app.store.get_task("claim-one")
+    assert proxy.dropped == 1
+    assert result == 3
+    assert runs == Counter({"step 3": 1})
+    assert task is not None
+    assert (task.status, task.interruptions, task.fence) == ("completed", 0, 1)

@@ -105,6 +105,20 @@ CLAIM_TASK = (
     "OR (status = 'waiting' AND wake_at <= ?)) "
     f"RETURNING {TASK_COLUMNS}"
 )
+# The task a claim took, found by a claim run again after its answer was lost
+# (SQLCore._write_once): running under this owner, claimed at this very stamp
+# (of this batch or these names: {filter}); by id, also at the fence the claim
+# moved it to. A process makes one claim at a time (engine.owners.claim_lock),
+# each at a later stamp, so no other claim of its own matches; the engine
+# never takes for its own a task one of its threads runs (engine.claim._hold).
+OWN_CLAIM = (
+    f"SELECT {TASK_COLUMNS} FROM tasks WHERE owner = ? AND status = 'running' "
+    "AND updated_at = ? AND {filter} ORDER BY pos LIMIT 1"
+)
+OWN_CLAIM_OF = (
+    f"SELECT {TASK_COLUMNS} FROM tasks WHERE id = ? AND fence = ? AND owner = ? "
+    "AND status = 'running' AND updated_at = ?"
+)
 # Orphans: running tasks whose lease expired before ?, oldest expiry first
 # (through the partial index of running rows by lease).
 EXPIRED_RUNNING = (

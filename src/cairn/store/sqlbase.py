@@ -41,11 +41,13 @@ CLAIMED = OperationClaim(claimed=True, record=None)
 
 class ClaimStatement(NamedTuple):
     """One way to claim the next task: the claiming statement and its parameters,
-    and the read that finds its candidate without claiming it."""
+    the read that finds its candidate without claiming it, and the read that
+    finds the task it claimed (its answer lost: ``SQLCore._write_once``)."""
 
     statement: str
     params: list[Any]
     probe: tuple[str, list[Any]]
+    own: tuple[str, list[Any]]
 
 
 def task_row(task: NewTask, stamp: Any) -> tuple[Any, ...]:
@@ -136,7 +138,7 @@ class SQLStore(SQLAdmin, SQLTransfer):
                 if not self._exec(probe, probe_params).rows:
                     continue  # nothing of this kind to claim: no write taken
             with self._writing():
-                rows = self._exec(claim.statement, claim.params).rows
+                rows = self._write_once(claim.statement, claim.params, claim.own).rows
             if rows:
                 return sql.task_record(rows[0])
         return None
@@ -164,10 +166,13 @@ class SQLStore(SQLAdmin, SQLTransfer):
         next_pending = sql.NEXT_PENDING.format(filter=where, lock="", index=index)
         due = sql.CLAIM_DUE.format(filter=where, lock=lock)
         next_due = sql.NEXT_DUE.format(filter=where, lock="")
+        # Versions left out: a first claim may set the claimer's own.
+        mine, mine_params = sql.candidates(batch, names)
+        own = (sql.OWN_CLAIM.format(filter=mine), [owner, stamp, *mine_params])
         return [
-            ClaimStatement(pending, claim_set + filter_params, (next_pending, filter_params)),
+            ClaimStatement(pending, claim_set + filter_params, (next_pending, filter_params), own),
             ClaimStatement(
-                due, [*claim_set, stamp, *filter_params], (next_due, [stamp, *filter_params])
+                due, [*claim_set, stamp, *filter_params], (next_due, [stamp, *filter_params]), own
             ),
         ]
 
@@ -197,8 +202,9 @@ class SQLStore(SQLAdmin, SQLTransfer):
             lapsed,
             stamp,
         )
+        own = (sql.OWN_CLAIM_OF, (task_id, expected_fence + 1, owner, stamp))
         with self._writing():
-            rows = self._exec(sql.CLAIM_TASK, params).rows
+            rows = self._write_once(sql.CLAIM_TASK, params, own).rows
         return sql.task_record(rows[0]) if rows else None
 
     def expired_running(
