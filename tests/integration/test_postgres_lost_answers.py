@@ -24,11 +24,12 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 
-from cairn import Cairn, Context, TaskDef, TaskWaiting
-from cairn.admin import send_signal
+from cairn import Cairn, Context, TaskDef, TaskFailed, TaskWaiting
+from cairn.admin import resolve, send_signal
 from cairn.clock import FakeClock
 from cairn.engine.once import OnDoubt
 from cairn.store import open_store
+from cairn.testing import Fault, FaultPlan, InjectedCrash
 from tests.conftest import postgres_admin_url, with_database
 
 PUMP_BYTES = 65536
@@ -328,3 +329,59 @@ def test_a_claim_of_one_task_whose_answer_was_lost_runs_it(shared_db: str) -> No
     assert runs == Counter({"step 3": 1})
     assert task is not None
     assert (task.status, task.interruptions, task.fence) == ("completed", 0, 1)
+
+
+def _crash_after_claim(url: str, order: str) -> None:
+    """Run ``pay`` for ``order`` until its key is claimed, then crash: the key is
+    left claimed by an attempt that will never record (in doubt)."""
+    crashed, pay = _pay_app(url, "raise", [])
+    FaultPlan([Fault("after_claim")]).install(crashed)
+    with crashed, pytest.raises(InjectedCrash):
+        crashed.run(pay, order=order)
+
+
+def _pay_losing_the_reclaim(url: str, on_doubt: OnDoubt, order: str) -> list[str]:
+    """Run ``pay`` for ``order`` with the answer to its reclaim of the key lost:
+    it completes, its key completed after 2 calls. The calls the function saw."""
+    calls: list[str] = []
+    reclaim = b"SET status = 'claimed', calls = calls + 1"
+    with answer_lost(url, reclaim, b"UPDATE 1") as (proxy, through):
+        app, pay = _pay_app(through, on_doubt, calls)
+        with app:
+            assert app.run(pay, order=order) == f"charged pay/{order}"
+            op = app.store.get_operation("", f"pay/{order}")
+    assert proxy.dropped == 1
+    assert op is not None
+    assert (op.status, op.calls) == ("completed", 2)
+    return calls
+
+
+def test_a_reclaim_whose_answer_was_lost_counts_one_call_more(shared_db: str) -> None:
+    """Under on_doubt="retry" the key in doubt is claimed again (its call count
+    goes from 1 to 2) and the answer is lost; run again, the reclaim finds the
+    key claimed by this very attempt at 2: the function is called once, and
+    the key says 2 calls, not 3 (the attempt's own claim taken for a dead
+    claimant's and claimed once more)."""
+    _crash_after_claim(shared_db, "r-1")
+    assert _pay_losing_the_reclaim(shared_db, "retry", "r-1") == ["pay/r-1"]
+
+
+def test_a_reclaim_after_resolve_whose_answer_was_lost_does_not_put_the_key_in_doubt(
+    shared_db: str,
+) -> None:
+    """Under the default policy an operator settles the key in doubt with
+    ``cairn ops resolve --retry``; the next run claims it again and the answer
+    is lost. Run again, the reclaim finds its own claim: the function is called
+    once and the task completes, instead of stopping with InDoubtOperation on a
+    key the operator had just released."""
+    _crash_after_claim(shared_db, "r-2")
+    app, pay = _pay_app(shared_db, "raise", [])
+    with app, pytest.raises(TaskFailed, match="in doubt"):
+        app.run(pay, order="r-2")
+    store = open_store(shared_db)
+    try:
+        resolved = resolve(store, "", "pay/r-2", "released", permanent=False, now=app.clock.now())
+        assert resolved.changed, resolved.message
+    finally:
+        store.close()
+    assert _pay_losing_the_reclaim(shared_db, "raise", "r-2") == ["pay/r-2"]

@@ -276,6 +276,12 @@ RECLAIM_OP = (
     "WHERE c.id = operations.task_id AND c.fence = operations.claim_fence "
     "AND c.status = 'running' AND c.lease_expires_at >= ?))"
 )
+# This very reclaim (claim number ? by this task, fence, position and stamp),
+# found by a reclaim run again after its answer was lost (SQLCore._write_once).
+OWN_RECLAIM = (
+    "SELECT 1 FROM operations WHERE scope = ? AND key = ? AND calls = ? AND status = 'claimed' "
+    f"AND task_id = ? AND step_seq = ? AND claim_fence = ? AND claimed_at = ? AND {_FENCE}"
+)
 # Settling claim number ``calls`` of a key (completed by its claimant, failed, in
 # doubt, or completed from a reconcile). Fenced on the settling task: a process
 # that no longer owns its task changes no key (see LATE_OP). A key already in

@@ -478,8 +478,9 @@ class SQLStore(SQLAdmin, SQLTransfer):
             int(claimant_gone),
             lapsed,
         )
+        mine = (scope, key, expected_calls + 1, task_id, seq, fence, stamp, task_id, fence)
         with self._writing():
-            if self._exec(sql.RECLAIM_OP, params).rowcount == 1:
+            if self._write_once(sql.RECLAIM_OP, params, (sql.OWN_RECLAIM, mine)).rowcount == 1:
                 return OperationClaim(claimed=True, record=None)
         return OperationClaim(claimed=False, record=self.get_operation(scope, key))
 
