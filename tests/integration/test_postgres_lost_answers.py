@@ -24,7 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 
-from cairn import Cairn, Context, TaskDef, TaskFailed, TaskWaiting
+from cairn import Cairn, Context, Rate, TaskDef, TaskFailed, TaskWaiting
 from cairn.admin import resolve, send_signal
 from cairn.clock import FakeClock
 from cairn.engine.once import OnDoubt
@@ -385,3 +385,33 @@ def test_a_reclaim_after_resolve_whose_answer_was_lost_does_not_put_the_key_in_d
     finally:
         store.close()
     assert _pay_losing_the_reclaim(shared_db, "raise", "r-2") == ["pay/r-2"]
+
+
+def test_a_permit_whose_answer_was_lost_is_taken_once(shared_db: str) -> None:
+    """A step under a shared limit (one call an hour) takes its permit and the
+    answer to the commit is lost; run again, the acquire finds its own permit
+    (``HAS_PERMIT``: its id is the caller's) and takes no second one: the step
+    runs, and the limit holds exactly one permit, which a second call would
+    have to wait an hour for."""
+    runs: Counter[str] = Counter()
+
+    def counted(n: int) -> int:
+        runs["call"] += 1
+        return n
+
+    with answer_lost(shared_db, b"INSERT INTO permits", b"COMMIT") as (proxy, url):
+        app = Cairn(url, clock=FakeClock(), limits={"lost-hourly": Rate(1, per=3600)})
+
+        @app.task
+        def call(ctx: Context, n: int) -> int:
+            return int(ctx.step("call", counted, n, limit="lost-hourly"))
+
+        with app:
+            assert app.run(call, task_id="permit-1", n=1) == 1
+    assert proxy.dropped == 1
+    assert runs == Counter({"call": 1})
+    with psycopg.connect(shared_db) as conn:
+        rows = conn.execute(
+            "SELECT task_id, held FROM cairn.permits WHERE limit_name = 'lost-hourly'"
+        ).fetchall()
+    assert rows == [("permit-1", 0)]
