@@ -17,8 +17,10 @@ import os
 import socket
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager, suppress
+from datetime import timedelta
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -28,7 +30,8 @@ from cairn import Cairn, Context, Rate, TaskDef, TaskFailed, TaskWaiting
 from cairn.admin import resolve, send_signal
 from cairn.clock import FakeClock
 from cairn.engine.once import OnDoubt
-from cairn.store import open_store
+from cairn.store import Store, open_store
+from cairn.store.records import NewTask, TaskRecord
 from cairn.testing import Fault, FaultPlan, InjectedCrash
 from tests.conftest import postgres_admin_url, with_database
 
@@ -264,12 +267,9 @@ def test_a_signal_whose_answer_was_lost_says_it_was_sent(shared_db: str) -> None
     app, approve = _waiting_app(shared_db)
     with app, pytest.raises(TaskWaiting):
         app.run(approve, task_id="signal-1", n=1)
-    with answer_lost(shared_db, b"INSERT INTO signals", b"COMMIT") as (proxy, url):
-        store = open_store(url)
-        try:
-            sent = send_signal(store, "signal-1", "approval", {"note": "yes"}, FakeClock().now())
-        finally:
-            store.close()
+    lost = answer_lost(shared_db, b"INSERT INTO signals", b"COMMIT")
+    with lost as (proxy, url), closing(open_store(url)) as store:
+        sent = send_signal(store, "signal-1", "approval", {"note": "yes"}, FakeClock().now())
     assert proxy.dropped == 1
     assert (sent.changed, sent.message) == (True, "sent 'approval' to task signal-1")
     with app:
@@ -378,12 +378,9 @@ def test_a_reclaim_after_resolve_whose_answer_was_lost_does_not_put_the_key_in_d
     app, pay = _pay_app(shared_db, "raise", [])
     with app, pytest.raises(TaskFailed, match="in doubt"):
         app.run(pay, order="r-2")
-    store = open_store(shared_db)
-    try:
+    with closing(open_store(shared_db)) as store:
         resolved = resolve(store, "", "pay/r-2", "released", permanent=False, now=app.clock.now())
-        assert resolved.changed, resolved.message
-    finally:
-        store.close()
+    assert resolved.changed, resolved.message
     assert _pay_losing_the_reclaim(shared_db, "raise", "r-2") == ["pay/r-2"]
 
 
@@ -415,3 +412,68 @@ def test_a_permit_whose_answer_was_lost_is_taken_once(shared_db: str) -> None:
             "SELECT task_id, held FROM cairn.permits WHERE limit_name = 'lost-hourly'"
         ).fetchall()
     assert rows == [("permit-1", 0)]
+
+
+def test_a_rerun_whose_answer_was_lost_keeps_the_task(shared_db: str) -> None:
+    """Under on_change='rerun' a resumed task whose step changed marks it (and
+    every later step) to run again, and the answer is lost; run again, the
+    marking finds the changed step already marked under this fence: the task
+    goes on and runs the new code once, instead of raising LeaseLost (the
+    statement, finding nothing left to mark, changed no row)."""
+    runs: Counter[str] = Counter()
+
+    def old_analyze() -> str:
+        runs["old"] += 1
+        return "old"
+
+    def new_analyze() -> str:
+        runs["new"] += 1
+        return "new"
+
+    def deploy(url: str, analyze: Callable[[], str], **options: Any) -> tuple[Cairn, Any]:
+        app = Cairn(url, clock=FakeClock(), **options)
+
+        @app.task(name="reviewed")
+        def reviewed(ctx: Context, n: int) -> str:
+            verdict = ctx.step("analyze", analyze)
+            return str(ctx.step("apply", lambda: f"applied {verdict}"))
+
+        return app, reviewed
+
+    first, reviewed = deploy(shared_db, old_analyze)
+    FaultPlan([Fault("before_step", step="apply")]).install(first)
+    with first, pytest.raises(InjectedCrash):
+        first.run(reviewed, task_id="rerun-1", n=1)
+    with answer_lost(shared_db, b"UPDATE steps SET status = 'retrying'", b"UPDATE") as (proxy, url):
+        second, reviewed = deploy(url, new_analyze, on_change="rerun")
+        with second:
+            result = second.run(reviewed, task_id="rerun-1", n=1)
+    assert proxy.dropped == 1
+    assert result == "applied new"
+    assert runs == Counter({"old": 1, "new": 1})
+
+
+def _claimed_elsewhere(store: Store, task_id: str) -> TaskRecord:
+    """``task_id``, new, claimed by a process that is not this one."""
+    now = FakeClock().now()
+    store.create_task(NewTask(task_id, "work", "{}", "json"), now)
+    claimed = store.claim_task(task_id, 0, "elsewhere/1/1/abcd", now + timedelta(hours=1), now)
+    assert claimed is not None
+    return claimed
+
+
+def test_a_hand_back_whose_answer_was_lost_says_it_handed_the_task_back(shared_db: str) -> None:
+    """A worker stopped twice hands its running task back (pending, the fence
+    moved) and the answer is lost; run again, the release finds the task
+    handed back at the next fence at its own stamp: it answers True, so the
+    worker reports the task handed back."""
+    with closing(open_store(shared_db)) as store:
+        claimed = _claimed_elsewhere(store, "release-1")
+    lost = answer_lost(shared_db, b"SET status = 'pending', owner = NULL", b"UPDATE 1")
+    with lost as (proxy, url), closing(open_store(url)) as store:
+        handed_back = store.release_task("release-1", claimed.fence, FakeClock().now())
+        task = store.get_task("release-1")
+    assert proxy.dropped == 1
+    assert handed_back
+    assert task is not None
+    assert (task.status, task.fence) == ("pending", claimed.fence + 1)

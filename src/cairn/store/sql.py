@@ -181,6 +181,12 @@ RELEASE = (
     "fence = fence + 1, "
     "updated_at = ? WHERE id = ? AND fence = ? AND status = 'running'"
 )
+# This very release (the task pending, no owner, at the next fence, at its
+# stamp), found by a release run again after its answer was lost.
+OWN_RELEASE = (
+    "SELECT 1 FROM tasks WHERE id = ? AND fence = ? AND status = 'pending' AND owner IS NULL "
+    "AND updated_at = ?"
+)
 START_ATTEMPT = (
     "UPDATE tasks SET attempts = ?, error = COALESCE(?, error), updated_at = ? "
     "WHERE id = ? AND fence = ?"
@@ -238,6 +244,13 @@ RERUN_STEPS = (
     "UPDATE steps SET status = 'retrying', run_attempts = 0, retry_at = NULL "
     "WHERE task_id = ? AND status = 'completed' AND ((seq >= ? AND kind = 'step'){also}) "
     f"AND {_FENCE}"
+)
+# The changed entry this very statement marked (to run again, from scratch),
+# under the fence: found by a re-run marking run again after its answer was
+# lost, which would otherwise find nothing left to mark and read as fenced out.
+OWN_RERUN = (
+    "SELECT 1 FROM steps WHERE task_id = ? AND seq = ? AND status = 'retrying' "
+    f"AND run_attempts = 0 AND retry_at IS NULL AND {_FENCE}"
 )
 LOAD_HISTORY = f"SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?"
 # An operation a task claimed and completed is part of that task's history at

@@ -265,8 +265,9 @@ class SQLStore(SQLAdmin, SQLTransfer):
         self, task_id: str, fence: int, now: datetime, *, patient: bool = True
     ) -> bool:
         params = (self._ts(now), task_id, fence)
+        own = (sql.OWN_RELEASE, (task_id, fence + 1, params[0]))
         with self._writing():
-            return self._exec(sql.RELEASE, params, patient=patient).rowcount == 1
+            return self._write_once(sql.RELEASE, params, own, patient=patient).rowcount == 1
 
     # -- waiting and signals --------------------------------------------------------------
     def suspend_task(
@@ -400,8 +401,10 @@ class SQLStore(SQLAdmin, SQLTransfer):
     ) -> bool:
         positions = "".join(" OR seq = ?" for _ in also)
         statement = sql.RERUN_STEPS.format(also=positions)
+        own = (sql.OWN_RERUN, (task_id, from_seq, task_id, fence))
         with self._writing():
-            rerun = self._exec(statement, (task_id, from_seq, *also, task_id, fence)).rowcount
+            params = (task_id, from_seq, *also, task_id, fence)
+            rerun = self._write_once(statement, params, own).rowcount
         return rerun > 0
 
     def start_attempt(
