@@ -477,3 +477,16 @@ def test_a_hand_back_whose_answer_was_lost_says_it_handed_the_task_back(shared_d
     assert handed_back
     assert task is not None
     assert (task.status, task.fence) == ("pending", claimed.fence + 1)
+
+
+def test_an_enqueue_whose_answer_was_lost_counts_its_tasks(shared_db: str) -> None:
+    """``cairn enqueue`` of two new tasks commits and the answer is lost; run
+    again, it finds the tasks it created (created at its very stamp) and says
+    2 were enqueued, not 0."""
+    tasks = [NewTask(f"enqueue-1/{n}", "work", "{}", "json", "enqueue-1", str(n)) for n in (1, 2)]
+    lost = answer_lost(shared_db, b"INSERT INTO tasks", b"COMMIT")
+    with lost as (proxy, url), closing(open_store(url)) as store:
+        enqueued = store.enqueue(tasks, FakeClock().now())
+        again = store.enqueue(tasks, FakeClock().now())
+    assert proxy.dropped == 1
+    assert (enqueued, again) == (2, 0)

@@ -44,6 +44,10 @@ INSERT_TASK = (
     "updated_at, parent_id, version) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?) "
     "ON CONFLICT (id) DO NOTHING"
 )
+# How many of the tasks {ids} an enqueue made at its very stamp: what an
+# enqueue run again after its answer was lost finds it made (its count of new
+# tasks would otherwise be 0).
+ENQUEUED_AT = "SELECT COUNT(*) FROM tasks WHERE created_at = ? AND id IN ({ids})"
 
 
 def candidates(

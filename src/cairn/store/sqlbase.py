@@ -79,6 +79,14 @@ def _write_chunk(
     return inserted
 
 
+def _made_at(stamp: Any, ids: list[str], tx: Tx) -> int | None:
+    """How many of ``ids`` were created at ``stamp`` (None: none): what an
+    enqueue whose answer was lost finds it made, on its try again."""
+    statement = sql.ENQUEUED_AT.format(ids=", ".join("?" for _ in ids))
+    made = int(tx.exec(statement, (stamp, *ids)).rows[0][0])
+    return made or None
+
+
 def clean_step(step: StepRecord) -> bool:
     """True if ``step``'s error, retry_at, deferred and kept hold their column
     defaults, so ``sql.INSERT_CLEAN_STEP`` writes the same row as ``INSERT_STEP``."""
@@ -109,7 +117,8 @@ class SQLStore(SQLAdmin, SQLTransfer):
             task_rows = [task_row(t, stamp) for t in chunk]
             with self._writing():
                 write = partial(_write_chunk, batch_rows, task_rows, self.announce_work)
-                inserted += self._atomically(write)
+                made = partial(_made_at, stamp, [t.id for t in chunk])
+                inserted += self._atomically_once(write, made)
         return inserted
 
     # -- ownership -------------------------------------------------------------------
