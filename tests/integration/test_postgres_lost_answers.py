@@ -25,12 +25,15 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
+from typer.testing import CliRunner
 
 from cairn import Cairn, Context, Rate, TaskDef, TaskFailed, TaskWaiting
 from cairn.admin import resolve, send_signal
+from cairn.admin.actions import CANCEL, RETRY, Action, apply_to_task
+from cairn.cli import app as cli
 from cairn.clock import FakeClock
 from cairn.engine.once import OnDoubt
-from cairn.store import Store, open_store
+from cairn.store import Store, admin, open_store
 from cairn.store.records import NewTask, TaskRecord
 from cairn.testing import Fault, FaultPlan, InjectedCrash
 from tests.conftest import postgres_admin_url, with_database
@@ -490,3 +493,80 @@ def test_an_enqueue_whose_answer_was_lost_counts_its_tasks(shared_db: str) -> No
         again = store.enqueue(tasks, FakeClock().now())
     assert proxy.dropped == 1
     assert (enqueued, again) == (2, 0)
+
+
+def _failed(store: Store, task_id: str) -> None:
+    """``task_id``, new, claimed elsewhere and failed there."""
+    claimed = _claimed_elsewhere(store, task_id)
+    now = FakeClock().now()
+    assert store.finish_task(task_id, claimed.fence, "failed", None, '{"type": "E"}', now)
+
+
+@pytest.mark.parametrize(
+    ("action", "statement", "said"),
+    [
+        (CANCEL, b"SET status = 'cancelled'", "pending -> cancelled"),
+        (RETRY, b"retry_base = attempts", "failed -> pending"),
+    ],
+)
+def test_a_cancel_or_retry_whose_answer_was_lost_says_it_changed_the_task(
+    shared_db: str, action: Action, statement: bytes, said: str
+) -> None:
+    """``cairn cancel T`` (or ``cairn retry T``) changes the task and the answer
+    is lost; run again, the change finds the task as it left it, at its own
+    stamp: the command says what it did, instead of "changed status just now;
+    nothing changed"."""
+    task_id = f"{action.name}-1"
+    with closing(open_store(shared_db)) as store:
+        if action is RETRY:
+            _failed(store, task_id)
+        else:
+            store.create_task(NewTask(task_id, "work", "{}", "json"), FakeClock().now())
+    lost = answer_lost(shared_db, statement, b"UPDATE 1")
+    with lost as (proxy, url), closing(open_store(url)) as store:
+        applied = apply_to_task(admin(store), action, task_id, FakeClock().now())
+    assert proxy.dropped == 1
+    assert (applied.changed, applied.message) == (True, f"task {task_id}: {said}")
+
+
+def test_a_batch_cancel_whose_answer_was_lost_counts_each_task_once(shared_db: str) -> None:
+    """``cairn cancel --batch`` changes the batch's tasks one status at a time;
+    the answer to the second statement (its running tasks) is lost. Run
+    again, it finds the tasks cancelled at its stamp (the pending one too,
+    cancelled by the first statement, which the command does not count
+    twice): "2 task(s) -> cancelled (1 pending, 1 running)", not 1."""
+    with closing(open_store(shared_db)) as store:
+        tasks = [NewTask(f"cb/{n}", "work", "{}", "json", "cb", str(n)) for n in (1, 2)]
+        store.enqueue(tasks, FakeClock().now())
+        now = FakeClock().now()
+        assert store.claim_task("cb/2", 0, "elsewhere/1/1/abcd", now + timedelta(hours=1), now)
+    running = b"\x00\x00\x00\x07running"  # the status parameter, as it is sent
+    with answer_lost(shared_db, (b"RETURNING id, pos", running), b"UPDATE 1") as (proxy, url):
+        result = CliRunner().invoke(cli, ["cancel", "--batch", "cb", "--store", url])
+    assert proxy.dropped == 1
+    assert result.exit_code == 0, result.output
+    assert "batch cb: 2 task(s) -> cancelled (1 pending, 1 running)" in result.output
+
+
+def test_a_resolve_whose_answer_was_lost_settles_the_key_and_retries_the_task(
+    shared_db: str,
+) -> None:
+    """``cairn ops resolve KEY --result ...`` completes a key in doubt and the
+    answer is lost; run again, it finds the key completed at its own stamp:
+    it says so and moves the failed task back to pending, instead of "changed
+    just now; nothing changed" with the task left failed."""
+    _crash_after_claim(shared_db, "r-3")
+    app, pay = _pay_app(shared_db, "raise", [])
+    with app, pytest.raises(TaskFailed, match="in doubt"):
+        app.run(pay, order="r-3")
+    lost = answer_lost(shared_db, b"result = $2, permanent = $3", b"UPDATE 1")
+    with lost as (proxy, url), closing(open_store(url)) as store:
+        now = FakeClock().now()
+        resolved = resolve(
+            store, "", "pay/r-3", "completed", result="paid", permanent=False, now=now
+        )
+        task = store.get_task("pay/order=r-3")
+    assert proxy.dropped == 1
+    assert resolved.changed, resolved.message
+    assert task is not None
+    assert task.status == "pending"
