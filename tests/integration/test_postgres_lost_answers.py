@@ -13,13 +13,16 @@ operation's function itself, here in the test process.
 
 from __future__ import annotations
 
+import io
 import os
 import socket
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager, suppress
+from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -33,8 +36,9 @@ from cairn.admin.actions import CANCEL, RETRY, Action, apply_to_task
 from cairn.cli import app as cli
 from cairn.clock import FakeClock
 from cairn.engine.once import OnDoubt
+from cairn.portable import export_batch, import_batch
 from cairn.store import Store, admin, open_store
-from cairn.store.records import NewTask, TaskRecord
+from cairn.store.records import NewTask, ScheduleRecord, TaskRecord
 from cairn.testing import Fault, FaultPlan, InjectedCrash
 from tests.conftest import postgres_admin_url, with_database
 
@@ -570,3 +574,49 @@ def test_a_resolve_whose_answer_was_lost_settles_the_key_and_retries_the_task(
     assert resolved.changed, resolved.message
     assert task is not None
     assert task.status == "pending"
+
+
+def test_a_schedule_tick_whose_answer_was_lost_owns_its_firings(shared_db: str) -> None:
+    """A worker's tick moves a schedule on and creates its firing in one
+    transaction, and the answer is lost; run again, it finds the schedule
+    moved where it moved it, at its stamp: it answers True (the firing is its
+    own: logged, idle threads woken), not False as if another worker had
+    moved first."""
+    start = FakeClock().now()
+    row = ScheduleRecord("lost-nightly", "work", "0 3 * * *", "UTC", start, None, start, start)
+    fired_at = start + timedelta(hours=3)
+    moved = replace(row, covered_until=fired_at, last_fired_at=fired_at)
+    firing = NewTask("lost-nightly/1", "work", "{}", "json", "lost-nightly", "1")
+    with closing(open_store(shared_db)) as store:
+        assert store.add_schedule(row)
+    lost = answer_lost(shared_db, b"UPDATE schedules", b"COMMIT")
+    with lost as (proxy, url), closing(open_store(url)) as store:
+        advanced = store.advance_schedule(start, moved, [firing], fired_at)
+        schedule = store.get_schedule("lost-nightly")
+    assert proxy.dropped == 1
+    assert advanced
+    assert schedule is not None
+    assert schedule.covered_until == fired_at
+
+
+def test_an_import_whose_answer_was_lost_is_not_refused(shared_db: str, tmp_path: Path) -> None:
+    """``cairn import`` writes a batch in one transaction and the answer is
+    lost; run again, it finds the batch's first row as the file gives it: the
+    import returns, instead of failing on its own rows as duplicates (after
+    which importing again would say the store "already has" the batch)."""
+    source = Cairn(f"sqlite:///{tmp_path / 'source.db'}", clock=FakeClock())
+
+    @source.task
+    def double(ctx: Context, n: int) -> int:
+        return int(ctx.step("double", lambda: n * 2))
+
+    out = io.StringIO()
+    with source:
+        assert source.run_batch("moved", double, [{"n": 1}, {"n": 2}], progress=False).ok
+        export_batch(source.store, None, "moved", out)
+    lost = answer_lost(shared_db, b"INSERT INTO batches", b"COMMIT")
+    with lost as (proxy, url), closing(open_store(url)) as store:
+        import_batch(store, None, out.getvalue().splitlines())
+        moved = [store.get_task(f"moved/n={n}") for n in (1, 2)]
+    assert proxy.dropped == 1
+    assert [(t.status, t.result) for t in moved if t] == [("completed", "2"), ("completed", "4")]

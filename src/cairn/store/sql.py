@@ -369,6 +369,10 @@ ADVANCE_SCHEDULE = (
     "WHERE name = ? AND covered_until = ?"
 )
 
+# The schedule as this very advance left it (its new covered_until, at its
+# stamp), found by an advance run again after its answer was lost.
+ADVANCED_AT = "SELECT 1 FROM schedules WHERE name = ? AND covered_until = ? AND updated_at = ?"
+
 
 # -- stored times -----------------------------------------------------------------------
 def time_of(value: Any) -> datetime:

@@ -729,8 +729,11 @@ class SQLStore(SQLAdmin, SQLTransfer):
                 _write_chunk(batch_rows, task_rows, self.announce_work, tx)
             return True
 
+        def advanced_before(tx: Tx) -> bool | None:
+            return True if tx.exec(sql.ADVANCED_AT, (params[6], params[3], stamp)).rows else None
+
         with self._writing():
-            return self._atomically(advance)
+            return self._atomically_once(advance, advanced_before)
 
 
 class _FencedOut(Exception):
