@@ -17,7 +17,10 @@ meaning as the SQLite store (``cairn.store.sqlbase``); what differs:
 * A lost connection (the server restarted, the network blinked) is retried on
   a new one, reconnecting with a short backoff (0.05 s doubling to 0.5 s), for up
   to ``reconnect_timeout`` seconds; then ``StoreUnavailable``. Retried writes
-  are safe: each checks the fence or is an idempotent upsert.
+  are safe: each is idempotent (a fenced upsert, a fenced update to the same
+  values), or recognises what its first try left, its answer lost
+  (``SQLCore._write_once``: the read runs only on a try after a lost
+  connection, so a first try costs what it did).
 * Any other error is the server's answer, not an outage: it is raised at once as
   a ``StoreError`` that says what was refused and what to do (a read-only
   server raises ``StoreReadOnly``).

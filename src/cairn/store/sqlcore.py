@@ -4,7 +4,11 @@ A backend runs one statement in its own implicit transaction (``_exec``), runs
 several in one transaction (``_atomically``), reads one moment of the store
 across several (``_snapshot``), turns a time into a parameter
 (``_ts``), and gives a context to hold while writing (``_writing``: SQLite
-serialises a process's writers; PostgreSQL needs nothing). The engine's methods
+serialises a process's writers; PostgreSQL needs nothing). A backend that runs
+a statement again after losing its connection also recognises, for a write
+whose repeat would not be harmless, what that write's first try left
+(``_write_once``, ``_atomically_once``), and may renew leases on a connection
+of their own (``_exec_lease``). The engine's methods
 (``cairn.store.sqlbase``) and the admin side's (``cairn.store.sqladmin``,
 ``cairn.store.sqltransfer``) use nothing else, so the backends cannot drift
 apart in meaning.
