@@ -30,7 +30,7 @@ import psycopg
 import pytest
 from typer.testing import CliRunner
 
-from cairn import Cairn, Context, Rate, TaskDef, TaskFailed, TaskWaiting
+from cairn import Cairn, Context, LeaseLost, Rate, TaskDef, TaskFailed, TaskWaiting
 from cairn.admin import resolve, send_signal
 from cairn.admin.actions import CANCEL, RETRY, Action, apply_to_task
 from cairn.cli import app as cli
@@ -60,6 +60,9 @@ class AnswerDroppingProxy:
         self._lock = threading.Lock()
         self._armed: set[int] = set()  # ids of the client sockets that sent the statement
         self.dropped = 0
+        # Called once the answer is held back, before the client hears of the
+        # cut: what happens "meanwhile", before the client's try again.
+        self.on_cut: Callable[[], None] | None = None
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self._closed = False
@@ -98,7 +101,10 @@ class AnswerDroppingProxy:
                     data = source.recv(PUMP_BYTES)
                 except OSError:
                     data = b""
-                if not data or self._cut(data, client, upward):
+                cut = bool(data) and self._cut(data, client, upward)
+                if cut and self.on_cut is not None:
+                    self.on_cut()
+                if not data or cut:
                     for end in (client, server):
                         _shut(end)
                     return
@@ -620,3 +626,33 @@ def test_an_import_whose_answer_was_lost_is_not_refused(shared_db: str, tmp_path
         moved = [store.get_task(f"moved/n={n}") for n in (1, 2)]
     assert proxy.dropped == 1
     assert [(t.status, t.result) for t in moved if t] == [("completed", "2"), ("completed", "4")]
+
+
+def test_a_reclaim_run_again_after_its_task_was_taken_gets_nothing(shared_db: str) -> None:
+    """The reclaim of a key in doubt commits and its answer is lost; before it
+    is run again, another process takes the task over (the fence moves). Run
+    again, it must not know the claim as its own: its look checks the fence as
+    the write does. The attempt stops with LeaseLost and never calls the
+    operation: recognising a first try never makes a write succeed for a
+    process that lost its task."""
+    _crash_after_claim(shared_db, "r-4")
+    calls: list[str] = []
+
+    def take_the_task_over() -> None:
+        with closing(open_store(shared_db)) as store:
+            task = store.get_task("pay/order=r-4")
+            assert task is not None
+            now = FakeClock().now()
+            later = now + timedelta(hours=1)
+            taken = store.claim_task(task.id, task.fence, "elsewhere/1/1/abcd", later, now,
+                                     owner_gone=True)  # fmt: skip
+            assert taken is not None
+
+    reclaim = b"SET status = 'claimed', calls = calls + 1"
+    with answer_lost(shared_db, reclaim, b"UPDATE 1") as (proxy, url):
+        proxy.on_cut = take_the_task_over
+        app, pay = _pay_app(url, "retry", calls)
+        with app, pytest.raises(LeaseLost):
+            app.run(pay, order="r-4")
+    assert proxy.dropped == 1
+    assert calls == []
