@@ -2,13 +2,18 @@
 drops between PostgreSQL and cairn at the worst moment.
 
 cairn runs every statement again on a new connection when its connection is
-lost (workers.md: "a write whose commit landed but whose reply was lost does no
-harm when repeated"). To make that moment happen on purpose, cairn talks to the
-shared server through a TCP proxy of the test's own on 127.0.0.1, which
-forwards every byte, except that once, after cairn has sent a chosen statement,
-it cuts both connections instead of passing on the server's answer to it:
-the server committed, and cairn never heard. Effects are counted by the
-operation's function itself, here in the test process.
+lost (workers.md, "PostgreSQL restarted": each write is idempotent, or finds
+what its first try wrote). To make that moment happen on purpose, cairn talks
+to the shared server through a TCP proxy of the test's own on 127.0.0.1, which
+forwards every byte, except that once, after cairn has sent a chosen statement
+(its text, and a parameter where the text is not enough), it cuts both
+connections instead of passing on the server's answer to it: the server
+committed, and cairn never heard. ``on_cut`` lets a test make something happen
+meanwhile, before cairn tries again. Effects are counted by the functions
+themselves, here in the test process.
+
+The first tests have a database each; the rest share one (``shared_db``),
+each keeping to task ids, batches, keys and limits of its own.
 """
 
 from __future__ import annotations
