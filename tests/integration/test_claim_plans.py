@@ -180,7 +180,7 @@ def test_the_next_claim_reads_pending_rows_only(store: SQLStore) -> None:
     of the executed plan reads more than a few rows."""
     for label, batch, names in _claims():
         statements = store.claim_statements(batch, names, "me", LEASE_UNTIL, NOW)
-        pending, params, (probe, probe_params) = statements[0]
+        pending, params, (probe, probe_params), _ = statements[0]
         if isinstance(store, SQLiteStore):
             # SQLite looks with a read first (no write lock for an idle poll).
             looked = _sqlite_plan(store, probe, probe_params)
@@ -200,7 +200,7 @@ def test_a_due_waiting_task_is_found_without_reading_history(store: SQLStore) ->
     """The second claim statement (a waiting task whose timeout has passed) reads
     the index of waiting rows only."""
     for label, batch, names in _claims():
-        due, params, _ = store.claim_statements(batch, names, "me", LEASE_UNTIL, NOW)[1]
+        due, params, *_ = store.claim_statements(batch, names, "me", LEASE_UNTIL, NOW)[1]
         if isinstance(store, SQLiteStore):
             plan = _sqlite_plan(store, due, params)
             assert not any(_reads_history(step) for step in plan), (label, plan)

@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from threading import Thread
@@ -22,6 +23,7 @@ from threading import Thread
 import pytest
 
 from cairn import BatchReport, Cairn, Context, TaskBusy
+from cairn.engine.claim import claim_task
 from cairn.engine.owners import Owner
 from cairn.store.records import TaskRecord
 from cairn.task import TaskDef
@@ -307,6 +309,33 @@ def test_run_refuses_a_task_this_process_is_running(app: Cairn) -> None:
 
     assert app.run(nested, task_id="t", n=1) == 1
     assert refusals == ["t"]
+
+
+def test_a_claim_answered_with_a_task_running_here_is_not_run_twice(
+    app: Cairn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim run again after its answer was lost recognises the task it took
+    by this owner and stamp (``SQLCore._write_once``). Should that read ever
+    find a task another thread of this process runs under the same fence, the
+    claim must not hand it out a second time: here the store answers a claim
+    made from a stale read with the very task running one level up the stack,
+    and the claim is refused (None) instead of starting a second runner."""
+    answers: list[TaskRecord | None] = []
+
+    def claim_it_from_a_stale_read(task_id: str) -> None:
+        running = app.store.get_task(task_id)
+        assert running is not None
+        monkeypatch.setattr(app.store, "claim_task", lambda *args, **kwargs: running)
+        stale = replace(running, status="pending", owner=None, fence=running.fence - 1)
+        answers.append(claim_task(app.engine(), stale))
+
+    @app.task
+    def job(ctx: Context, n: int) -> int:
+        ctx.step("claim", claim_it_from_a_stale_read, ctx.task_id)
+        return n
+
+    assert app.run(job, task_id="t", n=1) == 1
+    assert answers == [None]
 
 
 def test_a_task_interrupted_in_this_process_can_be_run_again_at_once(app: Cairn) -> None:

@@ -26,6 +26,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -401,6 +402,65 @@ def test_an_exhausted_pool_makes_a_call_wait_then_succeed(
         "cairn: all 1 PostgreSQL connections are in use; waiting for one "
         "(raise pool_size in the store URL if this persists)"
     }
+
+
+def test_a_pool_held_busy_does_not_keep_the_heartbeat_from_renewing(pg_url: str) -> None:
+    """Every pooled connection is held by a statement stuck behind a lock (two
+    threads asking for a shared limit whose row another session has locked),
+    for longer than several heartbeats of a 0.6 s lease. The lease keeper must
+    still renew the running task's lease meanwhile (it has a connection of its
+    own), so the task never looks lapsed to a taker; once the lock goes, the
+    stuck calls and the task finish.
+
+    Whether a renewal lands is waited for as a condition (the lease in the
+    store moving past the expiry read once the pool was full), never timed."""
+    app = Cairn(with_params(pg_url, pool_size="2"), lease=0.6)
+    store = app.store
+    assert isinstance(store, PostgresStore)
+    started, release = threading.Event(), threading.Event()
+
+    def wait_to_be_released() -> str:
+        started.set()
+        release.wait(120)
+        return "done"
+
+    @app.task(name="held")
+    def held(ctx: Context) -> str:
+        return str(ctx.step("wait", wait_to_be_released))
+
+    def lease_of(conn: psycopg.Connection[Any]) -> Any:
+        return conn.execute("SELECT lease_expires_at FROM cairn.tasks WHERE id = 'held'").fetchone()
+
+    results: list[object] = []
+    runner = threading.Thread(target=lambda: results.append(app.run(held)))
+    stuck: list[threading.Thread] = []
+    with psycopg.connect(pg_url) as locker:  # a transaction, held open until the end
+        try:
+            runner.start()
+            assert started.wait(30)
+            now = app.clock.now()
+            store.acquire_permit("api", 1, timedelta(0), "p0", "o", "t", now, now)
+            locker.execute("SELECT name FROM cairn.limits WHERE name = 'api' FOR UPDATE")
+            for n in (1, 2):  # as many as the pool holds, each waiting for the row lock
+                stuck.append(threading.Thread(target=_ask_for_a_permit, args=(app, n)))
+                stuck[-1].start()
+            assert wait_until(lambda: store._pool.in_use == 2, 30)
+            full_at = lease_of(locker)[0]
+            renewed = wait_until(lambda: lease_of(locker)[0] > full_at, 30)
+            assert store._pool.in_use == 2  # still held: the renewal did not need it
+        finally:
+            locker.rollback()
+            release.set()
+            for thread in [*stuck, runner]:
+                thread.join(30)
+            app.close()
+    assert renewed, "the lease was not renewed while every pooled connection was held"
+    assert results == ["done"]
+
+
+def _ask_for_a_permit(app: Cairn, n: int) -> None:
+    now = app.clock.now()
+    app.store.acquire_permit("api", 9, timedelta(0), f"p{n}", "o", "t", now, now)
 
 
 def logged_lines(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:

@@ -40,8 +40,12 @@ def act_on_batch(store: AdminStore, action: Action, batch: str, sources: tuple[s
     console = stdout_console()
     counts: Counter[str] = Counter()
     stamp = SystemClock().now()
+    seen: set[str] = set()
     for source in sources:
-        changed = action.apply_to_batch(store, batch, source, stamp)
+        # Each task once: a change run again after its answer was lost finds
+        # every task moved at this stamp, an earlier status's among them.
+        changed = [t for t in action.apply_to_batch(store, batch, source, stamp) if t not in seen]
+        seen.update(changed)
         for task_id in changed[: max(0, _LISTED - sum(counts.values()))]:
             console.print(Text(action.describe(task_id, source)), soft_wrap=True)
         counts[source] += len(changed)

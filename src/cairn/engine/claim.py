@@ -35,6 +35,7 @@ from cairn.engine.owners import (
     mark_active,
     mark_inactive,
     owner_is_gone,
+    runs_here_at,
     takeover_reason,
 )
 from cairn.store.records import TaskRecord
@@ -103,17 +104,26 @@ def _take(
         lapsed_before=now - engine.takeover_grace,
         version=engine.version,
     )
-    if claimed is None:
+    if claimed is None or _hold(engine, claimed, sent_at, lease_until) is None:
         return None
-    _hold(engine, claimed, sent_at, lease_until)
     if reason is not None:
         _log_takeover(task, reason, now)
     return claimed
 
 
-def _hold(engine: EngineConfig, claimed: TaskRecord, sent_at: float, lease_until: datetime) -> None:
-    mark_active(engine.store.identity, claimed.id)
+def _hold(
+    engine: EngineConfig, claimed: TaskRecord, sent_at: float, lease_until: datetime
+) -> TaskRecord | None:
+    """Mark ``claimed`` ours here and hold its lease; None (not ours to run) if
+    a thread of this process runs it already under that fence: a claim whose
+    answer was lost recognises its own row by owner and stamp
+    (``SQLCore._write_once``), and a task of ours that happened to share that
+    stamp must never run twice under one fence."""
+    if runs_here_at(engine.store.identity, claimed.id, claimed.fence):
+        return None
+    mark_active(engine.store.identity, claimed.id, claimed.fence)
     engine.leases.hold(claimed.id, claimed.fence, sent_at, lease_until)
+    return claimed
 
 
 def _log_takeover(task: TaskRecord, reason: TakeoverReason, now: datetime) -> None:
@@ -189,9 +199,9 @@ class Claimer:
             versions=self._versions,
             version=engine.version,
         )
-        if claimed is not None:
-            _hold(engine, claimed, sent_at, lease_until)
-        return claimed
+        if claimed is None:
+            return None
+        return _hold(engine, claimed, sent_at, lease_until)
 
     def _orphan(self) -> tuple[TaskRecord | None, bool]:
         """Claim a running task whose owner is gone or whose lease has lapsed; and

@@ -113,7 +113,8 @@ def owner_is_gone(owner_text: str | None) -> bool:
 # any app, keyed by (store, task id): two apps on two stores may each run a task
 # of the same id. A task still marked ours in the store but absent here was left
 # behind by an interrupted call (Ctrl-C in a REPL, say) and may be taken up again.
-_active: set[tuple[str, str]] = set()
+# Each with the fence it runs under.
+_active: dict[tuple[str, str], int] = {}
 _active_lock = threading.Lock()
 
 # Claims made by this process are serialised with the take-over check, so a task
@@ -122,20 +123,26 @@ _active_lock = threading.Lock()
 claim_lock = threading.RLock()
 
 
-def mark_active(store: str, task_id: str) -> None:
-    """``task_id`` of the store whose identity is ``store`` now runs here."""
+def mark_active(store: str, task_id: str, fence: int) -> None:
+    """``task_id`` of the store whose identity is ``store`` now runs here, under ``fence``."""
     with _active_lock:
-        _active.add((store, task_id))
+        _active[store, task_id] = fence
 
 
 def mark_inactive(store: str, task_id: str) -> None:
     with _active_lock:
-        _active.discard((store, task_id))
+        _active.pop((store, task_id), None)
 
 
 def is_active_here(store: str, task_id: str) -> bool:
     with _active_lock:
         return (store, task_id) in _active
+
+
+def runs_here_at(store: str, task_id: str, fence: int) -> bool:
+    """True if a thread or event loop of this process runs ``task_id`` under ``fence``."""
+    with _active_lock:
+        return _active.get((store, task_id)) == fence
 
 
 # -- when another owner's running task may be taken over ---------------------------------

@@ -165,8 +165,10 @@ class ConnectionPool:
     # -- running work ----------------------------------------------------------------
     def run(self, work: Callable[[psycopg.Connection[Any]], T], *, patient: bool = True) -> T:
         """``work`` on a borrowed connection, again on a new one if the
-        connection is lost. ``work`` may therefore run more than once: it must
-        be idempotent.
+        connection is lost. ``work`` may therefore run more than once, after
+        a first run whose commit landed and whose answer was lost: it must be
+        idempotent, or recognise what its first run wrote
+        (``SQLCore._write_once``).
 
         Reconnecting is retried with backoff for up to ``reconnect_timeout``
         seconds. With ``patient=False``, stale pooled connections are still

@@ -11,10 +11,16 @@ meaning as the SQLite store (``cairn.store.sqlbase``); what differs:
   (``cairn.store.pgpool``) in autocommit mode; the per-step write is one
   statement, so one round trip. Statements are prepared by psycopg after a few
   uses.
+* Lease renewals run on a connection of their own, outside the pool (a pool
+  of one), so threads holding every pooled connection never starve the
+  heartbeat and make tasks change hands.
 * A lost connection (the server restarted, the network blinked) is retried on
   a new one, reconnecting with a short backoff (0.05 s doubling to 0.5 s), for up
   to ``reconnect_timeout`` seconds; then ``StoreUnavailable``. Retried writes
-  are safe: each checks the fence or is an idempotent upsert.
+  are safe: each is idempotent (a fenced upsert, a fenced update to the same
+  values), or recognises what its first try left, its answer lost
+  (``SQLCore._write_once``: the read runs only on a try after a lost
+  connection, so a first try costs what it did).
 * Any other error is the server's answer, not an outage: it is raised at once as
   a ``StoreError`` that says what was refused and what to do (a read-only
   server raises ``StoreReadOnly``).
@@ -47,7 +53,7 @@ from cairn.store.driver_errors import (
 )
 from cairn.store.migrate import latest_version, migrations
 from cairn.store.sqlbase import SQLStore
-from cairn.store.sqlcore import Result, Tx
+from cairn.store.sqlcore import Own, Result, Tx
 
 if TYPE_CHECKING:
     import psycopg
@@ -210,20 +216,14 @@ class PostgresStore(SQLStore):
         self._conninfo = conninfo
         self.identity = f"{_redacted(conninfo)}#schema={self.schema}"
         self._driver_error: type[Exception] = driver.Error
+        settings = self._pool_settings(connect_timeout)
         self._pool: ConnectionPool = pgpool.ConnectionPool(
-            conninfo,
-            size=self.pool_size,
-            # Added to any options= the user's URL gives, not instead of them.
-            options=" ".join(
-                filter(
-                    None,
-                    [own_options(conninfo), f"-c search_path={self.schema}", "-c timezone=UTC"],
-                )
-            ),
-            where=_redacted(conninfo),
-            reconnect_timeout=self.reconnect_timeout,
-            connect_timeout=connect_timeout,
+            conninfo, size=self.pool_size, **settings
         )
+        # The lease keeper's own connection (opened at its first renewal, and
+        # again after a loss, as the pool does): threads that hold every pooled
+        # connection never keep a lease from being renewed.
+        self._lease_pool: ConnectionPool = pgpool.ConnectionPool(conninfo, size=1, **settings)
         try:
             self._pool.open()
         except driver.Error as exc:
@@ -239,7 +239,19 @@ class PostgresStore(SQLStore):
             self._migrate(create=create)
         except BaseException:
             self._pool.close()
+            self._lease_pool.close()
             raise
+
+    def _pool_settings(self, connect_timeout: float) -> dict[str, Any]:
+        """What every connection of the store's pools is opened with."""
+        # Added to any options= the user's URL gives, not instead of them.
+        options = [own_options(self._conninfo), f"-c search_path={self.schema}", "-c timezone=UTC"]
+        return {
+            "options": " ".join(filter(None, options)),
+            "where": _redacted(self._conninfo),
+            "reconnect_timeout": self.reconnect_timeout,
+            "connect_timeout": connect_timeout,
+        }
 
     # -- schema --------------------------------------------------------------------
     def _version(self, conn: psycopg.Connection[Any]) -> int:
@@ -287,12 +299,13 @@ class PostgresStore(SQLStore):
         what: Callable[[], str],
         *,
         patient: bool = True,
+        pool: ConnectionPool | None = None,
     ) -> T:
         """``work`` on a pooled connection (again on a new one if the connection
         is lost); any other driver error becomes a ``StoreError`` naming
         ``what()`` was refused ("a write to tasks")."""
         try:
-            return self._pool.run(work, patient=patient)
+            return (pool or self._pool).run(work, patient=patient)
         except self._driver_error as exc:
             raise self._refused(exc, what()) from exc
         except UnicodeEncodeError as exc:
@@ -316,9 +329,36 @@ class PostgresStore(SQLStore):
         return urlsplit(self._conninfo).username or "(the default user)"
 
     def _exec(self, statement: str, params: Sequence[Any] = (), *, patient: bool = True) -> Result:
+        return self._statement(self._pool, statement, params, patient)
+
+    def _exec_lease(self, statement: str, params: Sequence[Any], *, patient: bool = True) -> Result:
+        return self._statement(self._lease_pool, statement, params, patient)
+
+    def _statement(
+        self, pool: ConnectionPool, statement: str, params: Sequence[Any], patient: bool
+    ) -> Result:
+        """One statement on a connection of ``pool``, in its own transaction."""
         text = _pg(statement)
 
         def run(conn: psycopg.Connection[Any]) -> Result:
+            cursor = conn.execute(text, params)
+            return Result(cursor.rowcount, cursor.fetchall() if cursor.description else [])
+
+        return self._run(run, lambda: statement_target(statement), patient=patient, pool=pool)
+
+    def _write_once(
+        self, statement: str, params: Sequence[Any], own: Own, *, patient: bool = True
+    ) -> Result:
+        text = _pg(statement)
+        tries = 0
+
+        def run(conn: psycopg.Connection[Any]) -> Result:
+            nonlocal tries
+            tries += 1
+            if tries > 1:  # the connection was lost: the first try may have committed
+                found = _PgTx(conn).exec(*own)
+                if found.rows:
+                    return Result(len(found.rows), found.rows)
             cursor = conn.execute(text, params)
             return Result(cursor.rowcount, cursor.fetchall() if cursor.description else [])
 
@@ -327,12 +367,20 @@ class PostgresStore(SQLStore):
     def _atomically(self, work: Callable[[Tx], T]) -> T:
         return self._transaction(work)
 
+    def _atomically_once(self, work: Callable[[Tx], T], own: Callable[[Tx], T | None]) -> T:
+        return self._transaction(work, again=own)
+
     def _snapshot(self, work: Callable[[Tx], T]) -> T:
         # The default, READ COMMITTED, takes a new snapshot for each statement:
         # a batch read table by table would mix moments.
         return self._transaction(work, first=_SNAPSHOT)
 
-    def _transaction(self, work: Callable[[Tx], T], first: str | None = None) -> T:
+    def _transaction(
+        self,
+        work: Callable[[Tx], T],
+        first: str | None = None,
+        again: Callable[[Tx], T | None] | None = None,
+    ) -> T:
         tries: list[_PgTx] = []
 
         def run(conn: psycopg.Connection[Any]) -> T:
@@ -340,6 +388,11 @@ class PostgresStore(SQLStore):
             with conn.transaction():
                 if first is not None:
                     conn.execute(first.encode())
+                if again is not None and len(tries) > 1:
+                    # The connection was lost: the first try may have committed.
+                    found = again(tries[-1])
+                    if found is not None:
+                        return found
                 return work(tries[-1])
 
         return self._run(run, lambda: statement_target(tries[-1].statement if tries else ""))
@@ -413,3 +466,4 @@ class PostgresStore(SQLStore):
                 self._listener.close()
                 self._listener = None
         self._pool.close()
+        self._lease_pool.close()

@@ -44,6 +44,10 @@ INSERT_TASK = (
     "updated_at, parent_id, version) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?) "
     "ON CONFLICT (id) DO NOTHING"
 )
+# How many of the tasks {ids} an enqueue made at its very stamp: what an
+# enqueue run again after its answer was lost finds it made (its count of new
+# tasks would otherwise be 0).
+ENQUEUED_AT = "SELECT COUNT(*) FROM tasks WHERE created_at = ? AND id IN ({ids})"
 
 
 def candidates(
@@ -105,6 +109,20 @@ CLAIM_TASK = (
     "OR (status = 'waiting' AND wake_at <= ?)) "
     f"RETURNING {TASK_COLUMNS}"
 )
+# The task a claim took, found by a claim run again after its answer was lost
+# (SQLCore._write_once): running under this owner, claimed at this very stamp
+# (of this batch or these names: {filter}); by id, also at the fence the claim
+# moved it to. A process makes one claim at a time (engine.owners.claim_lock),
+# each at a later stamp, so no other claim of its own matches; the engine
+# never takes for its own a task one of its threads runs (engine.claim._hold).
+OWN_CLAIM = (
+    f"SELECT {TASK_COLUMNS} FROM tasks WHERE owner = ? AND status = 'running' "
+    "AND updated_at = ? AND {filter} ORDER BY pos LIMIT 1"
+)
+OWN_CLAIM_OF = (
+    f"SELECT {TASK_COLUMNS} FROM tasks WHERE id = ? AND fence = ? AND owner = ? "
+    "AND status = 'running' AND updated_at = ?"
+)
 # Orphans: running tasks whose lease expired before ?, oldest expiry first
 # (through the partial index of running rows by lease).
 EXPIRED_RUNNING = (
@@ -126,9 +144,23 @@ SUSPEND = (
     "WHERE id = ? AND fence = ? AND status = 'running' "
     "AND NOT EXISTS (SELECT 1 FROM signals WHERE task_id = ? AND name = ?)"
 )
+# What a suspend leaves, found by a suspend run again after its answer was lost
+# (SQLCore._write_once): the task at this very fence without an owner, waiting
+# (or pending, if a signal woke it meanwhile). No other write leaves that: a
+# claim sets an owner, a release or a cancel moves the fence, a finish is final.
+OWN_SUSPEND = (
+    "SELECT 1 FROM tasks WHERE id = ? AND fence = ? AND owner IS NULL "
+    "AND (status = 'waiting' OR status = 'pending')"
+)
 INSERT_SIGNAL = (
     "INSERT INTO signals (task_id, name, payload, codec, sent_at) VALUES (?, ?, ?, ?, ?) "
     "ON CONFLICT (task_id, name) DO NOTHING"
+)
+# This very signal (its payload, codec and stamp), found by a send run again
+# after its answer was lost.
+OWN_SIGNAL = (
+    "SELECT 1 FROM signals WHERE task_id = ? AND name = ? AND payload = ? AND codec = ? "
+    "AND sent_at = ?"
 )
 # A signal wakes its task if the task is waiting (for it or for anything: the
 # task looks again at what it waits for, and waits again if it must).
@@ -152,6 +184,12 @@ RELEASE = (
     "UPDATE tasks SET status = 'pending', owner = NULL, lease_expires_at = NULL, "
     "fence = fence + 1, "
     "updated_at = ? WHERE id = ? AND fence = ? AND status = 'running'"
+)
+# This very release (the task pending, no owner, at the next fence, at its
+# stamp), found by a release run again after its answer was lost.
+OWN_RELEASE = (
+    "SELECT 1 FROM tasks WHERE id = ? AND fence = ? AND status = 'pending' AND owner IS NULL "
+    "AND updated_at = ?"
 )
 START_ATTEMPT = (
     "UPDATE tasks SET attempts = ?, error = COALESCE(?, error), updated_at = ? "
@@ -211,6 +249,13 @@ RERUN_STEPS = (
     "WHERE task_id = ? AND status = 'completed' AND ((seq >= ? AND kind = 'step'){also}) "
     f"AND {_FENCE}"
 )
+# The changed entry this very statement marked (to run again, from scratch),
+# under the fence: found by a re-run marking run again after its answer was
+# lost, which would otherwise find nothing left to mark and read as fenced out.
+OWN_RERUN = (
+    "SELECT 1 FROM steps WHERE task_id = ? AND seq = ? AND status = 'retrying' "
+    f"AND run_attempts = 0 AND retry_at IS NULL AND {_FENCE}"
+)
 LOAD_HISTORY = f"SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?"
 # An operation a task claimed and completed is part of that task's history at
 # its step_seq: the operation row is the record, so an operation costs two
@@ -247,6 +292,12 @@ RECLAIM_OP = (
     "AND (status != 'claimed' OR ? = 1 OR NOT EXISTS (SELECT 1 FROM tasks c "
     "WHERE c.id = operations.task_id AND c.fence = operations.claim_fence "
     "AND c.status = 'running' AND c.lease_expires_at >= ?))"
+)
+# This very reclaim (claim number ? by this task, fence, position and stamp),
+# found by a reclaim run again after its answer was lost (SQLCore._write_once).
+OWN_RECLAIM = (
+    "SELECT 1 FROM operations WHERE scope = ? AND key = ? AND calls = ? AND status = 'claimed' "
+    f"AND task_id = ? AND step_seq = ? AND claim_fence = ? AND claimed_at = ? AND {_FENCE}"
 )
 # Settling claim number ``calls`` of a key (completed by its claimant, failed, in
 # doubt, or completed from a reconcile). Fenced on the settling task: a process
@@ -317,6 +368,10 @@ ADVANCE_SCHEDULE = (
     "last_fired_at = COALESCE(?, last_fired_at), updated_at = ? "
     "WHERE name = ? AND covered_until = ?"
 )
+
+# The schedule as this very advance left it (its new covered_until, at its
+# stamp), found by an advance run again after its answer was lost.
+ADVANCED_AT = "SELECT 1 FROM schedules WHERE name = ? AND covered_until = ? AND updated_at = ?"
 
 
 # -- stored times -----------------------------------------------------------------------

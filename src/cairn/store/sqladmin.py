@@ -30,7 +30,7 @@ from cairn.store.reports import (
     TaskTotals,
     Window,
 )
-from cairn.store.sqlcore import SQLCore
+from cairn.store.sqlcore import Own, SQLCore
 
 
 class SQLAdmin(SQLCore):
@@ -160,24 +160,30 @@ class SQLAdmin(SQLCore):
 
     def cancel_task(self, task_id: str, now: datetime) -> bool:
         stamp = self._ts(now)
+        own = (sqlviews.CANCELLED_AT, (task_id, stamp))
         with self._writing():
-            return self._exec(sqlviews.CANCEL, (stamp, stamp, task_id)).rowcount == 1
+            return self._write_once(sqlviews.CANCEL, (stamp, stamp, task_id), own).rowcount == 1
 
     def retry_task(self, task_id: str, now: datetime) -> bool:
+        stamp = self._ts(now)
+        own = (sqlviews.RETRIED_AT, (task_id, stamp))
         with self._writing():
-            return self._exec(sqlviews.RETRY, (self._ts(now), task_id)).rowcount == 1
+            return self._write_once(sqlviews.RETRY, (stamp, task_id), own).rowcount == 1
 
     def cancel_batch(self, batch: str, status: str, now: datetime) -> list[str]:
         stamp = self._ts(now)
-        return self._batch_change(sqlviews.CANCEL_BATCH, (stamp, stamp, batch, status))
+        own = (sqlviews.BATCH_CANCELLED_AT, (batch, stamp))
+        return self._batch_change(sqlviews.CANCEL_BATCH, (stamp, stamp, batch, status), own)
 
     def retry_batch(self, batch: str, status: str, now: datetime) -> list[str]:
-        return self._batch_change(sqlviews.RETRY_BATCH, (self._ts(now), batch, status))
+        stamp = self._ts(now)
+        own = (sqlviews.BATCH_RETRIED_AT, (batch, stamp))
+        return self._batch_change(sqlviews.RETRY_BATCH, (stamp, batch, status), own)
 
-    def _batch_change(self, statement: str, params: tuple[Any, ...]) -> list[str]:
+    def _batch_change(self, statement: str, params: tuple[Any, ...], own: Own) -> list[str]:
         """The ids of the tasks one batch-wide change moved, in enqueue order."""
         with self._writing():
-            rows = self._exec(statement, params).rows
+            rows = self._write_once(statement, params, own).rows
         return [str(task_id) for task_id, _ in sorted(rows, key=lambda row: int(row[1]))]
 
     # -- operations --------------------------------------------------------------------
@@ -195,8 +201,9 @@ class SQLAdmin(SQLCore):
         completed_at = stamp if status == "completed" else None
         error = sqlviews.RESOLVED_AS_FAILED if status == "failed" else None
         params = (status, result, int(permanent), completed_at, stamp, error, scope, key)
+        own = (sqlviews.RESOLVED_AT, (scope, key, status, stamp))
         with self._writing():
-            return self._exec(sqlviews.RESOLVE_OP, params).rowcount == 1
+            return self._write_once(sqlviews.RESOLVE_OP, params, own).rowcount == 1
 
     def list_operations(
         self,

@@ -41,11 +41,13 @@ CLAIMED = OperationClaim(claimed=True, record=None)
 
 class ClaimStatement(NamedTuple):
     """One way to claim the next task: the claiming statement and its parameters,
-    and the read that finds its candidate without claiming it."""
+    the read that finds its candidate without claiming it, and the read that
+    finds the task it claimed (its answer lost: ``SQLCore._write_once``)."""
 
     statement: str
     params: list[Any]
     probe: tuple[str, list[Any]]
+    own: tuple[str, list[Any]]
 
 
 def task_row(task: NewTask, stamp: Any) -> tuple[Any, ...]:
@@ -75,6 +77,14 @@ def _write_chunk(
     if inserted and announce:
         tx.exec(announce)  # idle workers wake at commit instead of at their next poll
     return inserted
+
+
+def _made_at(stamp: Any, ids: list[str], tx: Tx) -> int | None:
+    """How many of ``ids`` were created at ``stamp`` (None: none): what an
+    enqueue whose answer was lost finds it made, on its try again."""
+    statement = sql.ENQUEUED_AT.format(ids=", ".join("?" for _ in ids))
+    made = int(tx.exec(statement, (stamp, *ids)).rows[0][0])
+    return made or None
 
 
 def clean_step(step: StepRecord) -> bool:
@@ -107,7 +117,8 @@ class SQLStore(SQLAdmin, SQLTransfer):
             task_rows = [task_row(t, stamp) for t in chunk]
             with self._writing():
                 write = partial(_write_chunk, batch_rows, task_rows, self.announce_work)
-                inserted += self._atomically(write)
+                made = partial(_made_at, stamp, [t.id for t in chunk])
+                inserted += self._atomically_once(write, made)
         return inserted
 
     # -- ownership -------------------------------------------------------------------
@@ -136,7 +147,7 @@ class SQLStore(SQLAdmin, SQLTransfer):
                 if not self._exec(probe, probe_params).rows:
                     continue  # nothing of this kind to claim: no write taken
             with self._writing():
-                rows = self._exec(claim.statement, claim.params).rows
+                rows = self._write_once(claim.statement, claim.params, claim.own).rows
             if rows:
                 return sql.task_record(rows[0])
         return None
@@ -164,10 +175,13 @@ class SQLStore(SQLAdmin, SQLTransfer):
         next_pending = sql.NEXT_PENDING.format(filter=where, lock="", index=index)
         due = sql.CLAIM_DUE.format(filter=where, lock=lock)
         next_due = sql.NEXT_DUE.format(filter=where, lock="")
+        # Versions left out: a first claim may set the claimer's own.
+        mine, mine_params = sql.candidates(batch, names)
+        own = (sql.OWN_CLAIM.format(filter=mine), [owner, stamp, *mine_params])
         return [
-            ClaimStatement(pending, claim_set + filter_params, (next_pending, filter_params)),
+            ClaimStatement(pending, claim_set + filter_params, (next_pending, filter_params), own),
             ClaimStatement(
-                due, [*claim_set, stamp, *filter_params], (next_due, [stamp, *filter_params])
+                due, [*claim_set, stamp, *filter_params], (next_due, [stamp, *filter_params]), own
             ),
         ]
 
@@ -197,8 +211,9 @@ class SQLStore(SQLAdmin, SQLTransfer):
             lapsed,
             stamp,
         )
+        own = (sql.OWN_CLAIM_OF, (task_id, expected_fence + 1, owner, stamp))
         with self._writing():
-            rows = self._exec(sql.CLAIM_TASK, params).rows
+            rows = self._write_once(sql.CLAIM_TASK, params, own).rows
         return sql.task_record(rows[0]) if rows else None
 
     def expired_running(
@@ -245,22 +260,23 @@ class SQLStore(SQLAdmin, SQLTransfer):
     ) -> list[tuple[str, int]]:
         stamp = self._ts(lease_until)
         with self._writing():
-            renewed = self._exec(sql.RENEW, (stamp, owner), patient=patient).rows
+            renewed = self._exec_lease(sql.RENEW, (stamp, owner), patient=patient).rows
             if not self.look_before_writing or self._exec(sql.HOLDS_PERMITS, (owner,)).rows:
-                self._exec(sql.RENEW_PERMITS, (stamp, owner, owner), patient=patient)
+                self._exec_lease(sql.RENEW_PERMITS, (stamp, owner, owner), patient=patient)
         return [(str(task_id), int(fence)) for task_id, fence in renewed]
 
     def renew_task(self, task_id: str, fence: int, lease_until: datetime) -> bool:
         params = (self._ts(lease_until), task_id, fence)
         with self._writing():
-            return self._exec(sql.RENEW_TASK, params).rowcount == 1
+            return self._exec_lease(sql.RENEW_TASK, params).rowcount == 1
 
     def release_task(
         self, task_id: str, fence: int, now: datetime, *, patient: bool = True
     ) -> bool:
         params = (self._ts(now), task_id, fence)
+        own = (sql.OWN_RELEASE, (task_id, fence + 1, params[0]))
         with self._writing():
-            return self._exec(sql.RELEASE, params, patient=patient).rowcount == 1
+            return self._write_once(sql.RELEASE, params, own, patient=patient).rowcount == 1
 
     # -- waiting and signals --------------------------------------------------------------
     def suspend_task(
@@ -268,21 +284,25 @@ class SQLStore(SQLAdmin, SQLTransfer):
     ) -> bool:
         wake = None if wake_at is None else self._ts(wake_at)
         params = (wake, self._ts(now), task_id, fence, task_id, signal)
+        own = (sql.OWN_SUSPEND, (task_id, fence))
         with self._writing():
-            return self._exec(sql.SUSPEND, params).rowcount == 1
+            return self._write_once(sql.SUSPEND, params, own).rowcount == 1
 
     def send_signal(self, task_id: str, name: str, payload: str, codec: str, now: datetime) -> bool:
-        stamp = self._ts(now)
+        row = (task_id, name, payload, codec, self._ts(now))
 
         def send(tx: Tx) -> bool:
-            sent = tx.exec(sql.INSERT_SIGNAL, (task_id, name, payload, codec, stamp)).rowcount
-            woken = tx.exec(sql.WAKE, (stamp, task_id)).rowcount
+            sent = tx.exec(sql.INSERT_SIGNAL, row).rowcount
+            woken = tx.exec(sql.WAKE, (row[-1], task_id)).rowcount
             if woken and self.announce_work:
                 tx.exec(self.announce_work)
             return sent == 1
 
+        def sent_before(tx: Tx) -> bool | None:
+            return True if tx.exec(sql.OWN_SIGNAL, row).rows else None
+
         with self._writing():
-            return self._atomically(send)
+            return self._atomically_once(send, sent_before)
 
     def get_signal(self, task_id: str, name: str) -> SignalRecord | None:
         rows = self._exec(sql.GET_SIGNAL, (task_id, name)).rows
@@ -390,8 +410,10 @@ class SQLStore(SQLAdmin, SQLTransfer):
     ) -> bool:
         positions = "".join(" OR seq = ?" for _ in also)
         statement = sql.RERUN_STEPS.format(also=positions)
+        own = (sql.OWN_RERUN, (task_id, from_seq, task_id, fence))
         with self._writing():
-            rerun = self._exec(statement, (task_id, from_seq, *also, task_id, fence)).rowcount
+            params = (task_id, from_seq, *also, task_id, fence)
+            rerun = self._write_once(statement, params, own).rowcount
         return rerun > 0
 
     def start_attempt(
@@ -468,8 +490,9 @@ class SQLStore(SQLAdmin, SQLTransfer):
             int(claimant_gone),
             lapsed,
         )
+        mine = (scope, key, expected_calls + 1, task_id, seq, fence, stamp, task_id, fence)
         with self._writing():
-            if self._exec(sql.RECLAIM_OP, params).rowcount == 1:
+            if self._write_once(sql.RECLAIM_OP, params, (sql.OWN_RECLAIM, mine)).rowcount == 1:
                 return OperationClaim(claimed=True, record=None)
         return OperationClaim(claimed=False, record=self.get_operation(scope, key))
 
@@ -717,8 +740,11 @@ class SQLStore(SQLAdmin, SQLTransfer):
                 _write_chunk(batch_rows, task_rows, self.announce_work, tx)
             return True
 
+        def advanced_before(tx: Tx) -> bool | None:
+            return True if tx.exec(sql.ADVANCED_AT, (params[6], params[3], stamp)).rows else None
+
         with self._writing():
-            return self._atomically(advance)
+            return self._atomically_once(advance, advanced_before)
 
 
 class _FencedOut(Exception):

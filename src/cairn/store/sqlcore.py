@@ -4,7 +4,11 @@ A backend runs one statement in its own implicit transaction (``_exec``), runs
 several in one transaction (``_atomically``), reads one moment of the store
 across several (``_snapshot``), turns a time into a parameter
 (``_ts``), and gives a context to hold while writing (``_writing``: SQLite
-serialises a process's writers; PostgreSQL needs nothing). The engine's methods
+serialises a process's writers; PostgreSQL needs nothing). A backend that runs
+a statement again after losing its connection also recognises, for a write
+whose repeat would not be harmless, what that write's first try left
+(``_write_once``, ``_atomically_once``), and may renew leases on a connection
+of their own (``_exec_lease``). The engine's methods
 (``cairn.store.sqlbase``) and the admin side's (``cairn.store.sqladmin``,
 ``cairn.store.sqltransfer``) use nothing else, so the backends cannot drift
 apart in meaning.
@@ -22,6 +26,9 @@ from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar
 from cairn.store.capabilities import Capabilities
 
 T = TypeVar("T")
+
+# A read statement and its parameters: what a write leaves, found (``_write_once``).
+Own = tuple[str, Sequence[Any]]
 
 
 class Result(NamedTuple):
@@ -80,6 +87,37 @@ class SQLCore(ABC):
     def _atomically(self, work: Callable[[Tx], T]) -> T:
         """Run ``work`` as one transaction (write-locked from the start). A backend
         may run it again after a lost connection, so ``work`` must be idempotent."""
+
+    def _write_once(
+        self, statement: str, params: Sequence[Any], own: Own, *, patient: bool = True
+    ) -> Result:
+        """Run the write ``statement`` (as ``_exec``) where running it twice would
+        not be harmless: a claim that would take a second task, an update whose
+        row count would say "not ours" about a row it changed itself.
+
+        A backend that runs a statement again on a new connection after losing
+        one (PostgreSQL: ``cairn.store.pgpool``) cannot tell whether the first
+        try committed and only its answer was lost. On every such try it first
+        runs ``own``, a read of the rows that very write leaves, and that no
+        other write leaves (this owner's claim at this stamp, this task at the
+        next fence, ...): rows found are the answer (the first try committed),
+        and the write is not run again. ``own`` checks the fence wherever the
+        write does. A backend that never runs a statement twice (SQLite) runs
+        the write alone."""
+        return self._exec(statement, params, patient=patient)
+
+    def _atomically_once(self, work: Callable[[Tx], T], own: Callable[[Tx], T | None]) -> T:
+        """``_atomically`` for ``work`` that must not run twice (as ``_write_once``):
+        on a try after a lost connection, ``own`` runs first in the transaction,
+        and what it returns, unless None, is the answer (the first try committed)."""
+        return self._atomically(work)
+
+    def _exec_lease(self, statement: str, params: Sequence[Any], *, patient: bool = True) -> Result:
+        """``_exec`` for a lease renewal: on a connection of its own where the backend
+        pools connections, so threads holding every pooled connection (stuck
+        behind a lock, or busy with long work through the store) never keep a
+        lease from being renewed."""
+        return self._exec(statement, params, patient=patient)
 
     @abstractmethod
     def _snapshot(self, work: Callable[[Tx], T]) -> T:

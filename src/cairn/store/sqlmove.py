@@ -49,6 +49,13 @@ def insert(table: Table) -> str:
     return statement if identity is None else f"{statement} RETURNING {identity.name}"
 
 
+def find_row(table: Table, given: Iterable[str], null: Iterable[str]) -> str:
+    """A look for a row of ``table`` whose columns ``given`` hold the values
+    given (in that order) and whose columns ``null`` are NULL."""
+    where = [f"{name} = ?" for name in given] + [f"{name} IS NULL" for name in null]
+    return f"SELECT 1 FROM {table.name} WHERE {' AND '.join(where) or '1 = 1'}"
+
+
 _OF_BATCH = "task_id IN (SELECT id FROM tasks WHERE batch = ?)"
 # A batch's rows, parents before children: the order of an export file, in
 # which an import can insert them (a conversation before the messages that

@@ -19,6 +19,8 @@ from cairn.store.sqlcore import SQLCore, Tx
 from cairn.store.tables import Column, Table
 
 _TABLES: dict[str, Table] = {part.table.name: part.table for part in sqlmove.BATCH_PARTS}
+# The kinds of column whose value an equality finds as given.
+_PLAIN = frozenset({"text", "integer", "time"})
 _INSERTS: dict[str, str] = {name: sqlmove.insert(table) for name, table in _TABLES.items()}
 
 
@@ -55,7 +57,7 @@ class SQLTransfer(SQLCore):
         also be in its text form (a time as ISO text) or, from an old export, in
         its stored form (integer microseconds, 0 or 1)."""
 
-        def write(tx: Tx) -> None:
+        def write(tx: Tx) -> bool:
             # For each table whose key the store assigns: the given key -> this store's.
             keys: dict[str, dict[Any, Any]] = {}
             for table_name, row in rows:
@@ -65,9 +67,27 @@ class SQLTransfer(SQLCore):
                 identity = table.identity
                 if identity is not None:
                     keys.setdefault(table_name, {})[row[identity.name]] = new.rows[0][0]
+            return True
 
         with self._writing():
-            self._atomically(write)
+            self._atomically_once(write, lambda tx: self._imported(rows, tx))
+
+    def _imported(self, rows: Sequence[tuple[str, Mapping[str, Any]]], tx: Tx) -> bool | None:
+        """True if the first of ``rows`` is in the store as given: an import is
+        all or none, so an import run again after its answer was lost finds it
+        made (and would otherwise fail on its own rows as duplicates)."""
+        if not rows:
+            return None
+        table_name, row = rows[0]
+        table = _TABLES[table_name]
+        # Compared as given: the plain columns (not a key the store assigns, nor
+        # a value whose stored form is not the given one's).
+        columns = [c for c in table.written if c.refers_to is None and c.kind in _PLAIN]
+        given = [c for c in columns if row[c.name] is not None]
+        null = [c.name for c in columns if row[c.name] is None]
+        look = sqlmove.find_row(table, [c.name for c in given], null)
+        found = tx.exec(look, [self._param(c, row[c.name], {}) for c in given]).rows
+        return True if found else None
 
     def _param(self, column: Column, value: Any, keys: dict[str, dict[Any, Any]]) -> Any:
         """A value of ``column`` in a row to import, as a parameter."""

@@ -52,6 +52,23 @@ RETRY_BATCH = (
     "WHERE batch = ? AND status = ? AND (status = 'failed' OR status = 'cancelled') "
     "RETURNING id, pos"
 )
+# What each change leaves, found by the change run again after its answer was
+# lost (SQLCore._write_once): the task (or the batch's tasks) in the new status
+# at the change's very stamp. A batch's change is made one status at a time at
+# one stamp, so its look finds the tasks an earlier status's change moved too
+# (the caller counts each task once).
+CANCELLED_AT = "SELECT 1 FROM tasks WHERE id = ? AND status = 'cancelled' AND updated_at = ?"
+RETRIED_AT = (
+    "SELECT 1 FROM tasks WHERE id = ? AND status = 'pending' AND finished_at IS NULL "
+    "AND updated_at = ?"
+)
+BATCH_CANCELLED_AT = (
+    "SELECT id, pos FROM tasks WHERE batch = ? AND status = 'cancelled' AND updated_at = ?"
+)
+BATCH_RETRIED_AT = (
+    "SELECT id, pos FROM tasks WHERE batch = ? AND status = 'pending' AND finished_at IS NULL "
+    "AND updated_at = ?"
+)
 # -- listings with filters, keyset pages both ways and totals --------------------------
 # Newest first is descending pos. A page older than a cursor reads pos below it
 # descending; a page newer reads pos above it ascending (the caller turns it
@@ -123,6 +140,11 @@ RESOLVE_OP = (
     "UPDATE operations SET status = ?, result = ?, permanent = ?, completed_at = ?, "
     "updated_at = ?, error = COALESCE(?, error) "
     "WHERE scope = ? AND key = ? AND status != 'completed'"
+)
+# This very resolution (the key in its new status at its stamp), found by a
+# resolve run again after its answer was lost.
+RESOLVED_AT = (
+    "SELECT 1 FROM operations WHERE scope = ? AND key = ? AND status = ? AND updated_at = ?"
 )
 OP_CALL_COUNTS = (
     "SELECT COALESCE(SUM(CASE WHEN calls > 1 THEN 1 ELSE 0 END), 0), COUNT(*) FROM operations"
