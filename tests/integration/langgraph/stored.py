@@ -31,14 +31,15 @@ def rows(saver: CairnSaver, thread: str, kind: str = "all") -> int:
     if kind == "checkpoints":
         return len(found.checkpoints)
     if kind == "writes":
-        return sum(len(rids) for rids in found.writes.values())
+        return sum(len(rids) for _, rids in found.writes.items())
     return len(found.records)
 
 
 def stored_messages(saver: CairnSaver, thread: str) -> tuple[int, int]:
     """(messages stored in the thread's messages entries, entries stored whole)."""
     items = whole = 0
-    for record in place(saver, thread).records.values():
+    found = place(saver, thread)
+    for record in map(found.record, found.records):
         if isinstance(record, CheckpointRecord):
             for entry in record.entries:
                 if entry.channel == "messages":

@@ -145,7 +145,7 @@ class Tagging(JsonPlusSerializer):
 def table_bytes(store: Any) -> list[tuple[Any, ...]]:
     """Every row of the checkpointer's tables, as stored."""
     rows = store._exec(
-        "SELECT rid, place, checkpoint, base, data FROM cairn_lg_rows ORDER BY rid"
+        "SELECT rid, place, base, checkpoint, data FROM cairn_lg_rows ORDER BY rid"
     ).rows
     places = store._exec("SELECT * FROM cairn_lg_places ORDER BY place").rows
     return [

@@ -52,10 +52,10 @@ class _Settle:
         self._source = source
         self._load, self._dump = coder
         self._values = Values(source, ("", ""), None, self._load)
-        self._stored = set(mine.values)  # grows with each copied entry
+        self._stored = set(mine.homes)  # grows with each copied entry
         self.tasks = {
             (record.checkpoint, record.task)
-            for rids in mine.writes.values()
+            for _, rids in mine.writes.items()
             for record in (mine.record(rid) for rid in rids)
             if isinstance(record, WritesRecord)
         }
@@ -72,7 +72,7 @@ class _Settle:
             self._stored.add(key)
         for channel, version in self._load(record.body).get("channel_versions", {}).items():
             key = (channel, str(version))
-            if key not in self._stored and key in self._source.values:
+            if key not in self._stored and key in self._source.homes:
                 entries.append(self._whole(key))
                 self._stored.add(key)
         return record._replace(entries=tuple(entries))

@@ -88,7 +88,7 @@ def _run_rows(place: Place, run_ids: frozenset[str], load: Load) -> set[int]:
         metadata = None if record is None else load(record.metadata)
         if isinstance(metadata, dict) and metadata.get("run_id") in run_ids:
             doomed.add(rid)
-            doomed.update(place.writes.get(checkpoint_id, ()))
+            doomed.update(place.writes.of(checkpoint_id))
     return doomed
 
 
@@ -123,7 +123,7 @@ def insert_rows(
     before = last[0][0] if last and last[0][0] is not None else -1
     keys = [None if row.checkpoint is None else id_key(row.checkpoint) for row in rows]
     tx.exec_many(
-        t.INSERT_ROWS, [(place, k, None, row.data) for k, row in zip(keys, rows, strict=True)]
+        t.INSERT_ROWS, [(place, None, k, row.data) for k, row in zip(keys, rows, strict=True)]
     )
     numbers = [rid for (rid,) in tx.exec(t.ROWS_AFTER, (place, before)).rows]
     renumbered = dict(zip((row.rid for row in rows), numbers, strict=True))
@@ -131,5 +131,5 @@ def insert_rows(
     for row in rows:
         base = bases[row.rid]
         if base is not None:
-            links.append((renumbered.get(base, base), renumbered[row.rid]))
+            links.append((renumbered.get(base, base), place, renumbered[row.rid]))
     tx.exec_many(t.SET_BASE, links)

@@ -31,6 +31,7 @@ from cairn.integrations.langgraph._rows import (
     Record,
     WritesRecord,
     decode,
+    entry_keys,
     writes_key,
 )
 
@@ -50,17 +51,21 @@ class Counts(NamedTuple):
 
 
 class Place:
-    """The decoded rows of one place, as of ``counts``."""
+    """The rows of one place, as of ``counts``: each row's raw bytes, decoded into
+    its record when read, and an index of them (a thread read afresh needs
+    only its newest checkpoint and the rows its values are in)."""
 
     def __init__(self, counts: Counts) -> None:
         self.counts = counts
-        self.records: dict[int, Record | bytes] = {}  # a writes row: its bytes until read
+        self.records: dict[int, bytes] = {}  # each row's raw bytes
         self.checkpoints: dict[str, int] = {}  # checkpoint id -> its row
         self.ids: dict[int, str] = {}  # ... and back
-        self.writes: dict[str, list[int]] = {}  # checkpoint id -> its writes rows
-        self.tasks: dict[tuple[str, str], list[int]] = {}  # (checkpoint id, task) -> ...
-        self.values: dict[tuple[str, str], Entry] = {}  # the first stored entry wins
-        self.homes: dict[tuple[str, str], int] = {}  # ... and the row that holds it
+        # The index holds strings and ints only, which the garbage collector does
+        # not visit: a list or a tuple per row would add thousands of objects per
+        # thread to every full collection, in the whole process.
+        self.writes = RowLists()  # checkpoint id -> its writes rows
+        self.tasks = RowLists()  # checkpoint id NUL task -> its writes rows
+        self.homes = Homes()  # (channel, version) -> the row of its first entry
         self.tip: int | None = None  # the newest row: the next row's base
         self.context = b""  # the chain's last bytes after ``tip``
         self.latest: str | None = None  # the greatest checkpoint id, as text
@@ -86,68 +91,134 @@ class Place:
         number order), whose raw bytes and chain are known."""
         place = cls(counts)
         for rid, checkpoint in keys:
-            raw = raws[rid]
-            place.index(
-                rid, checkpoint, decode(raw, checkpoint=True) if checkpoint else raw, len(raw)
-            )
+            place.index(rid, checkpoint, raws[rid])
             place.tip = rid
         place.context = contexts.after(place.tip)
         return place
 
-    def index(self, rid: int, checkpoint: str | None, record: Record | bytes, size: int) -> None:
-        """Take in a row (of a higher number than any it has): a checkpoint row's
-        record; a writes row's record, or its bytes, decoded when first read (a
-        thread read afresh needs only the newest checkpoint's writes)."""
-        self.records[rid] = record
-        self.size += size
-        if isinstance(record, CheckpointRecord):
-            assert checkpoint is not None
+    def index(
+        self, rid: int, checkpoint: str | None, raw: bytes, record: Record | None = None
+    ) -> None:
+        """Take in a row (of a higher number than any it has): its raw bytes, of
+        which only the keys are read now (from ``record``, if it is at hand).
+        Records are not kept: thousands of small objects per thread would
+        lengthen every full pass of the garbage collector, in the whole process."""
+        self.records[rid] = raw
+        self.size += len(raw)
+        if checkpoint is not None:
             self.checkpoints.setdefault(checkpoint, rid)
             self.ids[rid] = checkpoint
             if self.latest is None or checkpoint > self.latest:
                 self.latest = checkpoint
-            for entry in record.entries:
-                if (entry.channel, entry.version) not in self.values:
-                    self.values[(entry.channel, entry.version)] = entry
-                    self.homes[(entry.channel, entry.version)] = rid
+            for key in entry_keys(raw) if record is None else row_keys(record):
+                self.homes.add(key, rid)
         else:
-            of = (record.checkpoint, record.task) if isinstance(record, WritesRecord) else None
-            checkpoint_id, task = of or writes_key(record)  # type: ignore[arg-type]
-            self.writes.setdefault(checkpoint_id, []).append(rid)
-            self.tasks.setdefault((checkpoint_id, task), []).append(rid)
+            checkpoint_id, task = writes_key(raw) if record is None else row_keys(record)[0]
+            self.writes.add(checkpoint_id, rid)
+            self.tasks.add(_task_slot(checkpoint_id, task), rid)
 
     def written(
         self, rid: int, checkpoint: str | None, record: Record, raw: bytes, counts: Counts
     ) -> None:
         """Take in the row this process just wrote (after ``tip``, as its base)."""
-        self.index(rid, checkpoint, record, len(raw))
+        self.index(rid, checkpoint, raw, record)
         self.tip = rid
         self.context = grow(self.context, contribution(checkpoint, raw))
         self.counts = counts
 
     def record(self, rid: int) -> Record:
-        """Row ``rid``'s record (a writes row decoded now if it was not yet)."""
-        found = self.records[rid]
-        if isinstance(found, bytes):
-            found = self.records[rid] = decode(found, checkpoint=False)
-        return found
+        """Row ``rid``'s record, decoded from its bytes."""
+        return decode(self.records[rid], checkpoint=rid in self.ids)
 
     def checkpoint(self, checkpoint_id: str) -> CheckpointRecord | None:
         rid = self.checkpoints.get(checkpoint_id)
-        found = None if rid is None else self.records[rid]
+        found = None if rid is None else self.record(rid)
         return found if isinstance(found, CheckpointRecord) else None
+
+    def entry(self, key: tuple[str, str]) -> Entry | None:
+        """The entry read for a channel version: the first one stored."""
+        rid = self.homes.get(key)
+        record = None if rid is None else self.record(rid)
+        if isinstance(record, CheckpointRecord):
+            for entry in record.entries:
+                if (entry.channel, entry.version) == key:
+                    return entry
+        return None
 
     def writes_of(self, checkpoint_id: str, task: str | None = None) -> Iterator[WritesRecord]:
         """The writes rows of a checkpoint (of one of its tasks), oldest first."""
-        rids = (
-            self.writes.get(checkpoint_id, ())
-            if task is None
-            else self.tasks.get((checkpoint_id, task), ())
-        )
+        if task is None:
+            rids = self.writes.of(checkpoint_id)
+        else:
+            rids = self.tasks.of(_task_slot(checkpoint_id, task))
         for rid in rids:
             record = self.record(rid)
             assert isinstance(record, WritesRecord)
             yield record
+
+
+class RowLists:
+    """Text -> the rows under it, in order, kept as links between row numbers."""
+
+    def __init__(self) -> None:
+        self._first: dict[str, int] = {}
+        self._last: dict[str, int] = {}
+        self._next: dict[int, int] = {}
+
+    def add(self, key: str, rid: int) -> None:
+        last = self._last.get(key)
+        if last is None:
+            self._first[key] = rid
+        else:
+            self._next[last] = rid
+        self._last[key] = rid
+
+    def of(self, key: str) -> list[int]:
+        found: list[int] = []
+        rid = self._first.get(key)
+        while rid is not None:
+            found.append(rid)
+            rid = self._next.get(rid)
+        return found
+
+    def items(self) -> Iterator[tuple[str, list[int]]]:
+        for key in self._first:
+            yield key, self.of(key)
+
+
+class Homes:
+    """(channel, version) -> the row of its first entry, as one dict of version
+    texts per channel."""
+
+    def __init__(self) -> None:
+        self._channels: dict[str, dict[str, int]] = {}
+
+    def add(self, key: tuple[str, str], rid: int) -> None:
+        """Note ``rid`` as the home of ``key`` unless it has one."""
+        self._channels.setdefault(key[0], {}).setdefault(key[1], rid)
+
+    def get(self, key: tuple[str, str]) -> int | None:
+        versions = self._channels.get(key[0])
+        return None if versions is None else versions.get(key[1])
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, tuple) and self.get(key) is not None
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        for channel, versions in self._channels.items():
+            for version in versions:
+                yield channel, version
+
+
+def _task_slot(checkpoint_id: str, task: str) -> str:
+    return f"{checkpoint_id}\x00{task}"  # neither may hold a NUL (check_text)
+
+
+def row_keys(record: Record) -> list[tuple[str, str]]:
+    """A checkpoint record's entry keys, or a writes record's (checkpoint, task)."""
+    if isinstance(record, CheckpointRecord):
+        return [(entry.channel, entry.version) for entry in record.entries]
+    return [(record.checkpoint, record.task)]
 
 
 class Places:

@@ -60,7 +60,7 @@ class Values:
         known = None if self._lists is None else self._lists.get(cache_key)
         if known is not None and known.version == version:
             return list(known.items)
-        entry = self._place.values.get((channel, version))
+        entry = self._place.entry((channel, version))
         if entry is None:
             return ABSENT
         if entry.kind != APPEND:
@@ -74,7 +74,7 @@ class Values:
     def _entry(self, channel: str, version: str) -> Stored | None:
         found = self._stored.get((channel, version))
         if found is None:
-            entry = self._place.values.get((channel, version))
+            entry = self._place.entry((channel, version))
             if entry is None:
                 return None
             kind = "append" if entry.kind == APPEND else "value"

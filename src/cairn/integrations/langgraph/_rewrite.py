@@ -60,17 +60,15 @@ def rewrite(
         base = _survivor(row.base, bases, doomed)
         contexts.add(row.rid, base, contribution(row.checkpoint, new_raws[row.rid]))
     redo = _tainted(rows, raws, doomed | set(changed))
-    updates = [
-        (
-            contexts.bases[row.rid],
-            squeeze(new_raws[row.rid], contexts.after(contexts.bases[row.rid])),
-            row.rid,
-        )
-        for row in survivors
-        if row.rid in redo
-    ]
+    number = place.counts.place
+    updates = []
+    for row in survivors:
+        if row.rid in redo:
+            base = contexts.bases[row.rid]
+            data = squeeze(new_raws[row.rid], contexts.after(base))
+            updates.append((base, data, number, row.rid))
     tx.exec_many(t.REWRITE_ROW, updates)
-    tx.exec_many(t.DELETE_ROW, [(rid,) for rid in sorted(doomed)])
+    tx.exec_many(t.DELETE_ROW, [(number, rid) for rid in sorted(doomed)])
     keys = [(row.rid, row.checkpoint) for row in survivors]
     return Place.build(place.counts, keys, new_raws, contexts)
 
@@ -114,7 +112,7 @@ def _kept_values(
     before = Values(place, ("", ""), None, load)
     changed: dict[int, bytes] = {}
     for row in survivors:
-        record = place.records[row.rid]
+        record = place.record(row.rid)
         if not isinstance(record, CheckpointRecord):
             continue
         mine = [key for key, carrier in carriers.items() if carrier == row.rid]
@@ -129,11 +127,11 @@ def _named(place: Place, survivors: Iterable[StoredRow], load: Load) -> dict[int
     """The stored values each surviving checkpoint names (its channel versions)."""
     named: dict[int, set[ValueKey]] = {}
     for row in survivors:
-        record = place.records[row.rid]
+        record = place.record(row.rid)
         if isinstance(record, CheckpointRecord):
             versions = load(record.body).get("channel_versions", {})
             found = {(channel, str(version)) for channel, version in versions.items()}
-            named[row.rid] = {key for key in found if key in place.values}
+            named[row.rid] = {key for key in found if key in place.homes}
     return named
 
 
@@ -147,8 +145,8 @@ def _carriers(
         for key in named[rid]:
             if key in carriers or intact(key):
                 continue
-            home = place.homes[key]
-            carriers[key] = home if home not in doomed else rid
+            home = place.homes.get(key)
+            carriers[key] = home if home is not None and home not in doomed else rid
     return carriers
 
 
@@ -172,7 +170,9 @@ class _Intact:
             if home is None or home in self._doomed or cursor in path:
                 break
             path.append(cursor)
-            entry = self._place.values[cursor]
+            entry = self._place.entry(cursor)
+            if entry is None:
+                break
             if entry.kind != APPEND:
                 answer = True
                 break

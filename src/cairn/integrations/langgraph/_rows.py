@@ -126,6 +126,17 @@ def _fields(raw: bytes) -> list[bytes]:
     return fields
 
 
+def entry_keys(raw: bytes) -> list[tuple[str, str]]:
+    """The (channel, version) of each entry of a checkpoint row, without the rest."""
+    try:
+        fields = _fields(raw)
+        if len(fields) < 5 or (len(fields) - 5) % 6:
+            raise ValueError("not a checkpoint row")
+        return [(_text(fields[at]), _text(fields[at + 1])) for at in range(5, len(fields), 6)]
+    except (IndexError, UnicodeDecodeError, ValueError) as exc:
+        raise _damaged() from exc
+
+
 def writes_key(raw: bytes) -> tuple[str, str]:
     """The checkpoint and task of a writes row (its first fields), without the rest."""
     try:

@@ -68,9 +68,9 @@ def settle(found: Sequence[Candidate], place: Place, dump: Dump) -> list[Candida
     settled: list[Candidate] = []
     for candidate in found:
         entry = candidate.entry
-        if (entry.channel, entry.version) in place.values:
+        if (entry.channel, entry.version) in place.homes:
             continue  # stored already: the first entry of a version is the one read
-        if entry.kind == APPEND and (entry.channel, entry.base) not in place.values:
+        if entry.kind == APPEND and (entry.channel, entry.base) not in place.homes:
             entry = Entry(entry.channel, entry.version, VALUE, None, dump(candidate.whole))
         settled.append(Candidate(entry, candidate.whole))
     return settled

@@ -88,7 +88,6 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
         self._backend = "postgres" if isinstance(self.store, PostgresStore) else "sqlite"
         self._lists = ListCache()
         self._places = Places()
-        self._coder = (self._load, self._dump)
         self._pinned = Pinned(
             pin=isinstance(self.store, SQLiteStore), on_close=self.store.close_thread
         )
@@ -105,7 +104,7 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
 
     def _setup(self) -> None:
         backend, identity = self._backend, self.store.identity
-        self._write(lambda tx: setup(tx, backend, identity, self._coder))
+        self._write(lambda tx: setup(tx, backend, identity, self._coder()))
 
     def close(self) -> None:
         """Release the saver's connection; close the store if the saver opened it."""
@@ -270,7 +269,7 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
                 return place, settled, _Written(None, final, b"", counts)
             raw = encode(final)
             stored_id = None if checkpoint_id is None else id_key(checkpoint_id)
-            params = (counts.place, stored_id, place.tip, squeeze(raw, place.context))
+            params = (counts.place, place.tip, stored_id, squeeze(raw, place.context))
             rid = tx.exec(t.INSERT_ROW, params).rows[0][0]
             return place, settled, _Written(int(rid), final, raw, counts)
 
@@ -289,7 +288,7 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
         rows = h.stored_rows(tx, counts.place)
         read = Place.read(counts, rows)
         doomed = {read[0].checkpoints[checkpoint_id]}
-        return rewrite(tx, read, rows, doomed, self._coder)
+        return rewrite(tx, read, rows, doomed, self._coder())
 
     def _delete_thread(self, thread_id: str) -> None:
         thread, _ = check_ids(thread_id, "")
@@ -297,13 +296,13 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
         self._forget(thread)
 
     def _delete_for_runs(self, run_ids: frozenset[str]) -> None:
-        for thread in self._write(lambda tx: h.delete_runs(tx, run_ids, self._coder)):
+        for thread in self._write(lambda tx: h.delete_runs(tx, run_ids, self._coder())):
             self._forget(thread)
 
     def _copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         source, _ = check_ids(source_thread_id, "")
         target, _ = check_ids(target_thread_id, "")
-        self._write(lambda tx: h.copy_thread(tx, source, target, self._coder))
+        self._write(lambda tx: h.copy_thread(tx, source, target, self._coder()))
         self._forget(target)
 
     def _prune(self, thread_ids: builtins.list[str], strategy: str) -> None:
@@ -314,7 +313,7 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
                 if strategy == "delete":
                     h.delete_thread(tx, thread)
                 else:
-                    h.keep_latest(tx, thread, self._coder)
+                    h.keep_latest(tx, thread, self._coder())
 
         self._write(prune)
         for thread in threads:
@@ -423,6 +422,14 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
         place = Place.read(Counts(*rows[0][:3]), stored)[0]
         self._places.keep(key, place)
         return place
+
+    def _coder(
+        self,
+    ) -> tuple[Callable[[tuple[str, bytes]], Any], Callable[[Any], tuple[str, bytes]]]:
+        """How values are decoded and encoded, for a statement's work. (Not kept as
+        an attribute: bound methods held by the saver would make it a reference
+        cycle, and its cached threads would then wait for the cyclic collector.)"""
+        return self._load, self._dump
 
     def _load(self, typed: tuple[str, bytes]) -> Any:
         try:
