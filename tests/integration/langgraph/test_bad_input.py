@@ -125,6 +125,22 @@ def test_a_row_in_an_unknown_compression_is_refused(store_url: str) -> None:
         assert table_bytes(fresh.store) == before
 
 
+def test_a_row_changed_outside_cairn_is_refused(store_url: str) -> None:
+    """A stored row cut short outside cairn does not decompress: reading refuses
+    with CheckpointFormatError, and nothing changes."""
+    with CairnSaver(store_url) as saver:
+        say(echo_graph(saver), thread("t"), "hello " * 50)
+        found = saver.store._exec("SELECT rid, data FROM cairn_lg_rows ORDER BY rid").rows
+        rid, data = found[-1]
+        cut = bytes(data)[: len(data) // 2]
+        saver.store._exec("UPDATE cairn_lg_rows SET data = ? WHERE rid = ?", (cut, rid))
+        before = table_bytes(saver.store)
+    with CairnSaver(store_url) as fresh:
+        with pytest.raises(CheckpointFormatError, match="LangGraph row"):
+            fresh.get_tuple(thread("t"))
+        assert table_bytes(fresh.store) == before
+
+
 class Tagging(JsonPlusSerializer):
     """LangGraph's serializer, storing every value under tag ``tag``: what a
     serializer this cairn is not given writes."""

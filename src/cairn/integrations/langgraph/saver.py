@@ -7,9 +7,13 @@ SQLite, the pool with its reconnects on PostgreSQL, and every driver error
 turned into a ``StoreError`` that says what to do. The tables are its own
 (``cairn.integrations.langgraph._tables``).
 
-What differs from LangGraph's savers is how a list channel is kept: as
-appends (``cairn.integrations.langgraph._lists``), so a thread's storage grows
-with its messages, not with its messages times its turns.
+What differs from LangGraph's savers is how a thread is kept (format 3): a
+list channel as appends (``_lists``), so a thread's storage grows with its
+messages, not with its messages times its turns; one row per checkpoint and
+per ``put_writes`` call (``_rows``), each compressed against the rows before
+it (``_chain``), so each text is stored once. A saver keeps the places
+(thread namespaces) it read or wrote (``_place``), so a turn reads nothing
+back; deleting rows rewrites what stood on them (``_rewrite``).
 """
 
 from __future__ import annotations
