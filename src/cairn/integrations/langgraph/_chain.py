@@ -58,6 +58,11 @@ def squeeze(raw: bytes, context: bytes) -> bytes:
 
 def unsqueeze(data: bytes, context: bytes) -> bytes:
     """The raw bytes ``squeeze`` stored as ``data`` after ``context``."""
+    return inflate(data, dictionary(context))
+
+
+def inflate(data: bytes, zdict: bytes | memoryview) -> bytes:
+    """The raw bytes of a stored row, given its whole dictionary."""
     data = bytes(data)
     tag = data[0] if data else -1
     if tag == _PLAIN:
@@ -68,7 +73,7 @@ def unsqueeze(data: bytes, context: bytes) -> bytes:
             "know: it was written by a newer cairn. Upgrade cairn "
             "(`pip install -U 'cairn-durable[langgraph]'`). Nothing was changed."
         )
-    unpacker = zlib.decompressobj(-15, zdict=dictionary(context))
+    unpacker = zlib.decompressobj(-15, zdict=zdict)
     try:
         raw = unpacker.decompress(data[1:]) + unpacker.flush()
     except zlib.error as exc:
@@ -145,16 +150,45 @@ def decode_rows(rows: Iterable[StoredRow]) -> tuple[dict[int, bytes], Contexts]:
     chain they make. A row whose base is not among them cannot be decoded."""
     raws: dict[int, bytes] = {}
     contexts = Contexts()
+    tail = _Tail()
     for row in rows:
         if row.base is not None and row.base not in raws:
             raise CheckpointFormatError(
                 f"stored LangGraph row {row.rid} depends on row {row.base}, which is not "
                 "stored: the rows were changed outside cairn. Nothing was changed."
             )
-        raw = unsqueeze(row.data, contexts.after(row.base))
-        raws[row.rid] = raw
-        contexts.add(row.rid, row.base, contribution(row.checkpoint, raw))
+        if row.base != tail.rid:  # the first row, a fork, a row rewritten after a deletion
+            tail.restart(row.base, b"" if row.base is None else contexts.after(row.base))
+        raw = raws[row.rid] = tail.inflate(row.data)
+        added = contribution(row.checkpoint, raw)
+        contexts.add(row.rid, row.base, added)
+        tail.extend(row.rid, added)
     return raws, contexts
+
+
+class _Tail:
+    """The chain up to the last row decoded, ``ZDICT_1`` in front, in one buffer
+    that grows: along a straight chain (each row's base the row before it) a
+    row's dictionary is a view of its end, not a new 32 KiB copy per row."""
+
+    def __init__(self) -> None:
+        self.rid: int | None = None
+        self._buffer = bytearray(ZDICT_1)
+
+    def restart(self, rid: int | None, context: bytes) -> None:
+        self.rid, self._buffer = rid, bytearray(ZDICT_1 + context)
+
+    def inflate(self, data: bytes) -> bytes:
+        # The views are released before the buffer grows again (a bytearray
+        # cannot be resized while a view of it is alive).
+        with memoryview(self._buffer) as whole, whole[-WINDOW:] as window:
+            return inflate(data, window)
+
+    def extend(self, rid: int, added: bytes) -> None:
+        self.rid = rid
+        self._buffer += added
+        if len(self._buffer) > 8 * WINDOW:
+            del self._buffer[:-WINDOW]
 
 
 # -- checkpoint ids as stored keys --------------------------------------------------------------

@@ -32,6 +32,7 @@ from cairn.integrations.langgraph._rows import (
     WritesRecord,
     decode,
     entry_keys,
+    entry_of,
     writes_key,
 )
 
@@ -138,12 +139,7 @@ class Place:
     def entry(self, key: tuple[str, str]) -> Entry | None:
         """The entry read for a channel version: the first one stored."""
         rid = self.homes.get(key)
-        record = None if rid is None else self.record(rid)
-        if isinstance(record, CheckpointRecord):
-            for entry in record.entries:
-                if (entry.channel, entry.version) == key:
-                    return entry
-        return None
+        return None if rid is None else entry_of(self.records[rid], key)
 
     def writes_of(self, checkpoint_id: str, task: str | None = None) -> Iterator[WritesRecord]:
         """The writes rows of a checkpoint (of one of its tasks), oldest first."""

@@ -20,7 +20,7 @@ from langgraph.checkpoint.base import Checkpoint, CheckpointTuple
 from cairn.integrations.langgraph._lists import ListCache, Stored, rebuild
 from cairn.integrations.langgraph._packing import check_format
 from cairn.integrations.langgraph._place import Key, Place
-from cairn.integrations.langgraph._rows import APPEND, WritesRecord
+from cairn.integrations.langgraph._rows import APPEND, CheckpointRecord, WritesRecord
 
 Load = Callable[[tuple[str, bytes]], Any]  # a stored (tag, data) pair, decoded
 ABSENT: Any = object()
@@ -39,7 +39,7 @@ class Values:
         *,
         remember: bool = False,
     ) -> None:
-        self._place, self._key, self._lists, self._load = place, key, lists, load
+        self.place, self._key, self._lists, self._load = place, key, lists, load
         self._remember = remember
         self._stored: dict[tuple[str, str], Stored] = {}
         self._built: dict[str, dict[str, tuple[list[Any], int]]] = {}
@@ -60,7 +60,7 @@ class Values:
         known = None if self._lists is None else self._lists.get(cache_key)
         if known is not None and known.version == version:
             return list(known.items)
-        entry = self._place.entry((channel, version))
+        entry = self.place.entry((channel, version))
         if entry is None:
             return ABSENT
         if entry.kind != APPEND:
@@ -74,7 +74,7 @@ class Values:
     def _entry(self, channel: str, version: str) -> Stored | None:
         found = self._stored.get((channel, version))
         if found is None:
-            entry = self._place.entry((channel, version))
+            entry = self.place.entry((channel, version))
             if entry is None:
                 return None
             kind = "append" if entry.kind == APPEND else "value"
@@ -84,21 +84,20 @@ class Values:
 
 
 def checkpoint_tuple(
-    key: Key, place: Place, checkpoint_id: str, values: Values, load: Load
-) -> CheckpointTuple | None:
-    """The tuple LangGraph reads for ``checkpoint_id`` (None if it is not stored)."""
-    record = place.checkpoint(checkpoint_id)
-    if record is None:
-        return None
+    key: Key, checkpoint: tuple[str, CheckpointRecord], values: Values, load: Load
+) -> CheckpointTuple:
+    """The tuple LangGraph reads for a checkpoint (its id and record) of place
+    ``key``, whose values ``values`` reads."""
     thread, ns = key
-    checkpoint: Checkpoint = load(record.body)
-    checkpoint["id"] = checkpoint_id
-    check_format(checkpoint, f"stored checkpoint {checkpoint_id!r} of thread {thread!r}")
-    checkpoint["channel_values"] = values.of(checkpoint["channel_versions"])
-    writes = pending(place.writes_of(checkpoint_id))
+    checkpoint_id, record = checkpoint
+    found: Checkpoint = load(record.body)
+    found["id"] = checkpoint_id
+    check_format(found, f"stored checkpoint {checkpoint_id!r} of thread {thread!r}")
+    found["channel_values"] = values.of(found["channel_versions"])
+    writes = pending(values.place.writes_of(checkpoint_id))
     return CheckpointTuple(
         config=config_of(thread, ns, checkpoint_id),
-        checkpoint=checkpoint,
+        checkpoint=found,
         metadata=load(record.metadata),
         parent_config=config_of(thread, ns, record.parent) if record.parent else None,
         pending_writes=[(task, channel, load(typed)) for task, channel, typed in writes],

@@ -137,6 +137,19 @@ def entry_keys(raw: bytes) -> list[tuple[str, str]]:
         raise _damaged() from exc
 
 
+def entry_of(raw: bytes, key: tuple[str, str]) -> Entry | None:
+    """The entry of a checkpoint row for (channel, version), without the rest."""
+    try:
+        fields = _fields(raw)
+        channel, version = (part.encode("utf-8", "surrogatepass") for part in key)
+        for at in range(5, len(fields) - 5, 6):
+            if fields[at] == channel and fields[at + 1] == version:
+                return _checkpoint([b"", b"", b"", b"", b"", *fields[at : at + 6]]).entries[0]
+        return None
+    except (IndexError, UnicodeDecodeError, ValueError) as exc:
+        raise _damaged() from exc
+
+
 def writes_key(raw: bytes) -> tuple[str, str]:
     """The checkpoint and task of a writes row (its first fields), without the rest."""
     try:

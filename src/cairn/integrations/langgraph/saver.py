@@ -108,7 +108,7 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
 
     def _setup(self) -> None:
         backend, identity = self._backend, self.store.identity
-        self._write(lambda tx: setup(tx, backend, identity, self._coder()))
+        self._atomically(lambda tx: setup(tx, backend, identity, self._coder()))
 
     def close(self) -> None:
         """Release the saver's connection; close the store if the saver opened it."""
@@ -296,17 +296,17 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
 
     def _delete_thread(self, thread_id: str) -> None:
         thread, _ = check_ids(thread_id, "")
-        self._write(lambda tx: h.delete_thread(tx, thread))
+        self._atomically(lambda tx: h.delete_thread(tx, thread))
         self._forget(thread)
 
     def _delete_for_runs(self, run_ids: frozenset[str]) -> None:
-        for thread in self._write(lambda tx: h.delete_runs(tx, run_ids, self._coder())):
+        for thread in self._atomically(lambda tx: h.delete_runs(tx, run_ids, self._coder())):
             self._forget(thread)
 
     def _copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         source, _ = check_ids(source_thread_id, "")
         target, _ = check_ids(target_thread_id, "")
-        self._write(lambda tx: h.copy_thread(tx, source, target, self._coder()))
+        self._atomically(lambda tx: h.copy_thread(tx, source, target, self._coder()))
         self._forget(target)
 
     def _prune(self, thread_ids: builtins.list[str], strategy: str) -> None:
@@ -319,16 +319,13 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
                 else:
                     h.keep_latest(tx, thread, self._coder())
 
-        self._write(prune)
+        self._atomically(prune)
         for thread in threads:
             self._forget(thread)
 
     def _forget(self, thread: str) -> None:
         self._places.forget_thread(thread)
         self._lists.forget_thread(thread)
-
-    def _write(self, work: Any) -> Any:
-        return self._atomically(work)
 
     def _atomically(self, work: Callable[[Tx], T]) -> T:
         with self.store._writing():
@@ -357,8 +354,11 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
             wanted = checkpoint_id if checkpoint_id is not None else place.latest
             if wanted is None:
                 return None
+            record = place.checkpoint(wanted)
+            if record is None:
+                return None
             values = Values(place, key, self._lists, self._load, remember=True)
-            return checkpoint_tuple(key, place, wanted, values, self._load)
+            return checkpoint_tuple(key, (wanted, record), values, self._load)
 
     def _list(
         self,
@@ -373,23 +373,24 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
             with self._places.lock(key):
                 place = self._fresh(key)
                 ids = builtins.list(place.checkpoints) if place is not None else []
+            if place is None:
+                continue
             for checkpoint_id in ids:
                 if (only is None or checkpoint_id == only) and (
                     before_id is None or checkpoint_id < before_id
                 ):
-                    chosen.append((checkpoint_id, key, place))  # type: ignore[arg-type]
+                    chosen.append((checkpoint_id, key, place))
+        # Newest first as text orders the ids: whatever they are, as list() in
+        # LangGraph's savers orders them (SQL's ORDER BY checkpoint_id DESC).
         chosen.sort(key=lambda found: found[0], reverse=True)
         readers: dict[Key, Values] = {}
         found: builtins.list[CheckpointTuple] = []
         for checkpoint_id, key, place in chosen:
             record = place.checkpoint(checkpoint_id)
-            metadata = self._load(record.metadata) if record is not None else {}
-            if wanted and not all(metadata.get(k) == v for k, v in wanted.items()):
-                continue
+            if record is None or (wanted and not _matches(self._load(record.metadata), wanted)):
+                continue  # a filter is checked before the values are read
             values = readers.setdefault(key, Values(place, key, self._lists, self._load))
-            tuple_ = checkpoint_tuple(key, place, checkpoint_id, values, self._load)
-            if tuple_ is not None:
-                found.append(tuple_)
+            found.append(checkpoint_tuple(key, (checkpoint_id, record), values, self._load))
             if limit is not None and len(found) >= limit:
                 break
         return found
@@ -491,6 +492,10 @@ def _where(config: RunnableConfig) -> tuple[str, str, str | None]:
     if checkpoint_id is not None:
         check_text("LangGraph checkpoint id", checkpoint_id)
     return thread, ns, checkpoint_id
+
+
+def _matches(metadata: Any, wanted: dict[str, Any]) -> bool:
+    return isinstance(metadata, dict) and all(metadata.get(k) == v for k, v in wanted.items())
 
 
 def _list_bounds(
