@@ -202,3 +202,32 @@ def test_a_checkpoint_put_again_replaces_it(store_url: str) -> None:
         kept = saver.get_tuple(child_config)
         assert kept is not None
         assert kept.checkpoint["channel_values"] == child["channel_values"]
+
+
+def test_the_saver_keeps_a_bounded_number_of_places(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The places a saver keeps in memory are bounded: at most _CACHED_PLACES of
+    them, and fewer while they hold more than _CACHED_BYTES of rows, the least
+    recently used dropped first; the one just used always stays."""
+    monkeypatch.setattr(place_module, "_CACHED_PLACES", 3)
+    monkeypatch.setattr(place_module, "_CACHED_BYTES", 1000)
+    places = place_module.Places()
+
+    def sized(size: int) -> place_module.Place:
+        found = place_module.Place(place_module.Counts(0, 0, 0))
+        found.size = size
+        return found
+
+    for name in "abcd":
+        places.keep((name, ""), sized(10))
+    assert [places.get((name, "")) is not None for name in "abcd"] == [False, True, True, True]
+    places.get(("b", ""))  # now the most recently used of the three
+    places.keep(("big", ""), sized(995))
+    assert [places.get((name, "")) is not None for name in ("b", "c", "d", "big")] == [
+        False,
+        False,
+        False,
+        True,
+    ]
+    places.keep(("huge", ""), sized(5000))
+    assert places.get(("huge", "")) is not None
+    assert places.get(("big", "")) is None

@@ -238,7 +238,13 @@ class Places:
             return place
 
     def keep(self, key: Key, place: Place) -> None:
+        """Keep ``place`` as the most recently used; drop the least recently used
+        while there are too many, or they hold too many bytes (counted when a
+        place is read, not at every row written to one already kept)."""
         with self._lock:
+            if self._places.get(key) is place:
+                self._places.move_to_end(key)
+                return
             self._places[key] = place
             self._places.move_to_end(key)
             size = sum(p.size for p in self._places.values())
