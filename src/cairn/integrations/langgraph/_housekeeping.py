@@ -2,7 +2,7 @@
 ``delete_for_runs``, ``copy_thread`` and ``prune``, each one transaction.
 
 Each takes the row of every place it changes in ``cairn_lg_places`` first
-(``gen`` counts the rewrite, so a saver that cached the place reads it again
+(``gen`` counts the change, so a saver that cached the place reads it again
 before writing after it), then reads the place whole and deletes through
 ``_rewrite``, which keeps every surviving row readable.
 """
@@ -41,9 +41,9 @@ def delete_thread(tx: Tx, thread: str) -> None:
 def keep_latest(tx: Tx, thread: str, coder: Coder) -> None:
     """Delete every checkpoint of ``thread`` but the newest of each namespace, and
     the writes of checkpoints older than it; the newest keeps its values whole."""
-    for place_id, _, changes, gen in tx.exec(t.TAKE_THREAD, (thread,)).rows:
+    for place_id, gen in tx.exec(t.TAKE_THREAD, (thread,)).rows:
         rows = stored_rows(tx, place_id)
-        read = Place.read(Counts(place_id, changes, gen), rows)
+        read = Place.read(Counts(place_id, gen, 0), rows)
         place = read[0]
         newest = place.latest
         if newest is None:
@@ -65,9 +65,9 @@ def delete_runs(tx: Tx, run_ids: frozenset[str], coder: Coder) -> set[str]:
         found = tx.exec(t.PLACE_COUNTS, (thread, ns)).rows
         if not found or not _runs_in(tx, int(found[0][0]), run_ids, coder[0]):
             continue
-        place_id, changes, gen = tx.exec(t.TAKE_ONE, (found[0][0],)).rows[0]
+        place_id, gen = tx.exec(t.TAKE_ONE, (found[0][0],)).rows[0]
         rows = stored_rows(tx, place_id)  # again, now that the place is locked
-        read = Place.read(Counts(place_id, changes, gen), rows)
+        read = Place.read(Counts(place_id, gen, 0), rows)
         doomed = _run_rows(read[0], run_ids, coder[0])
         if doomed:
             rewrite(tx, read, rows, doomed, coder)
@@ -101,15 +101,26 @@ def copy_thread(tx: Tx, source: str, target: str, coder: Coder) -> None:
         if not found:
             continue
         rows = stored_rows(tx, int(found[0][0]))
-        place_id, changes, gen = tx.exec(t.TAKE_PLACE, (target, ns)).rows[0]
+        tx.exec(t.NEW_PLACE, (target, ns))
+        place_id, gen = tx.exec(
+            t.TAKE_ONE, (tx.exec(t.PLACE_COUNTS, (target, ns)).rows[0][0],)
+        ).rows[0]
         own = stored_rows(tx, place_id)
         if not own:
             insert_rows(tx, place_id, rows, {row.rid: row.base for row in rows})
             continue
-        mine = Place.read(Counts(place_id, changes, gen), own)[0]
+        mine = Place.read(Counts(place_id, gen, 0), own)[0]
         theirs = Place.read(Counts(0, 0, 0), rows)
         added = merged_rows(mine, theirs, coder)
         insert_rows(tx, place_id, added, {row.rid: row.base for row in added})
+
+
+def _take_place(tx: Tx, thread: str, ns: str) -> tuple[int, int]:
+    """The number and new ``gen`` of a place, made if missing, locked."""
+    tx.exec(t.NEW_PLACE, (thread, ns))
+    number = tx.exec(t.PLACE_COUNTS, (thread, ns)).rows[0][0]
+    found = tx.exec(t.TAKE_ONE, (number,)).rows[0]
+    return int(found[0]), int(found[1])
 
 
 def insert_rows(

@@ -6,9 +6,9 @@ answer ``get_tuple`` and to write the next row without reading anything back:
 every row's record, the checkpoints and writes by checkpoint id, each
 channel version's entry, and the chain's last bytes after the newest row (the
 next row's dictionary). The place's row in ``cairn_lg_places`` counts every
-change (``changes``) and every deletion or rewrite (``gen``); a cached place
-whose counts are the stored ones is current, and one whose ``gen`` is is
-still a valid base for the next row (its rows all exist, unchanged).
+deletion or rewrite (``gen``), and its rows are numbered in the order they
+commit: a cached place whose ``gen`` and greatest row number are the stored
+ones is the stored place.
 """
 
 from __future__ import annotations
@@ -44,11 +44,12 @@ Key = tuple[str, str]  # thread id, checkpoint namespace
 
 
 class Counts(NamedTuple):
-    """A place's row in ``cairn_lg_places``: its number and change counters."""
+    """Where a place stands: its number, its ``gen`` (deletions and rewrites) and
+    its greatest row number (0: none)."""
 
     place: int
-    changes: int
     gen: int
+    last: int
 
 
 class Place:
@@ -89,12 +90,14 @@ class Place:
         contexts: Contexts,
     ) -> Place:
         """The place of the rows ``keys`` names (number and checkpoint id, in
-        number order), whose raw bytes and chain are known."""
+        number order), whose raw bytes and chain are known; its counts are
+        ``counts`` with its greatest row number."""
         place = cls(counts)
         for rid, checkpoint in keys:
             place.index(rid, checkpoint, raws[rid])
             place.tip = rid
         place.context = contexts.after(place.tip)
+        place.counts = counts._replace(last=place.tip or 0)
         return place
 
     def index(
@@ -118,14 +121,12 @@ class Place:
             self.writes.add(checkpoint_id, rid)
             self.tasks.add(_task_slot(checkpoint_id, task), rid)
 
-    def written(
-        self, rid: int, checkpoint: str | None, record: Record, raw: bytes, counts: Counts
-    ) -> None:
+    def written(self, rid: int, checkpoint: str | None, record: Record, raw: bytes) -> None:
         """Take in the row this process just wrote (after ``tip``, as its base)."""
         self.index(rid, checkpoint, raw, record)
         self.tip = rid
         self.context = grow(self.context, contribution(checkpoint, raw))
-        self.counts = counts
+        self.counts = self.counts._replace(last=rid)
 
     def record(self, rid: int) -> Record:
         """Row ``rid``'s record, decoded from its bytes."""

@@ -9,9 +9,12 @@ and its upgrades are untouched.
 Format 3, two tables:
 
 * ``cairn_lg_places``: one row per thread and checkpoint namespace (a
-  *place*), numbered, with two counters: ``changes`` (every write) and
-  ``gen`` (every deletion or rewrite). Writers take its row first, so the
-  place's writers and its housekeeping run one at a time;
+  *place*), numbered, with ``gen``, which counts its deletions and rewrites.
+  A writer locks its row first (``FOR UPDATE`` on PostgreSQL; SQLite's
+  writers take the whole file), so a place's writers and its housekeeping go
+  one at a time and its rows are numbered in the order they commit: a place
+  whose ``gen`` and greatest row number are the ones a saver read is the one
+  it read;
 * ``cairn_lg_rows``: one row per checkpoint (its id in ``checkpoint``) and one
   per ``put_writes`` call (``checkpoint`` NULL), each compressed against the
   rows before it (``base``; see ``_chain``). An integer key fills SQLite's
@@ -31,8 +34,7 @@ UPGRADABLE = (1,)  # older formats upgraded on opening (format 2 was never relea
 _META = "CREATE TABLE IF NOT EXISTS cairn_lg_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 _PLACES = (
     "CREATE TABLE IF NOT EXISTS cairn_lg_places (place {key}, thread_id TEXT NOT NULL,"
-    " checkpoint_ns TEXT NOT NULL, changes {int} NOT NULL, gen {int} NOT NULL,"
-    " UNIQUE (thread_id, checkpoint_ns))"
+    " checkpoint_ns TEXT NOT NULL, gen {int} NOT NULL, UNIQUE (thread_id, checkpoint_ns))"
 )
 # Fixed-width columns first: PostgreSQL then pads nothing between them.
 _ROWS = (
@@ -68,24 +70,22 @@ SET_FORMAT = (
 )
 
 # -- a place ----------------------------------------------------------------------------------
-# A writer's first statement: the place's row, made if missing, counted and
-# locked (PostgreSQL keeps the row lock to the commit) until the write is done.
-TAKE_PLACE = (
-    "INSERT INTO cairn_lg_places (thread_id, checkpoint_ns, changes, gen) VALUES (?, ?, 1, 0)"
-    " ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE"
-    " SET changes = cairn_lg_places.changes + 1 RETURNING place, changes, gen"
+# A place's number, gen and greatest row number. A writer's first statement is
+# this with the backend's row lock (kept to the commit): no row is updated to
+# count writes, which on PostgreSQL would leave a dead row version per write.
+PLACE_COUNTS = (
+    "SELECT p.place, p.gen, (SELECT MAX(r.rid) FROM cairn_lg_rows r WHERE r.place = p.place)"
+    " FROM cairn_lg_places p WHERE p.thread_id = ? AND p.checkpoint_ns = ?"
+)
+NEW_PLACE = (
+    "INSERT INTO cairn_lg_places (thread_id, checkpoint_ns, gen) VALUES (?, ?, 0)"
+    " ON CONFLICT (thread_id, checkpoint_ns) DO NOTHING"
 )
 # Housekeeping's first statement: every place of a thread, locked, marked rewritten.
-TAKE_THREAD = (
-    "UPDATE cairn_lg_places SET changes = changes + 1, gen = gen + 1"
-    " WHERE thread_id = ? RETURNING place, checkpoint_ns, changes, gen"
-)
-PLACE_COUNTS = (
-    "SELECT place, changes, gen FROM cairn_lg_places WHERE thread_id = ? AND checkpoint_ns = ?"
-)
+TAKE_THREAD = "UPDATE cairn_lg_places SET gen = gen + 1 WHERE thread_id = ? RETURNING place, gen"
 # A place and its rows in one statement, so the counts and the rows agree.
 PLACE_ROWS = (
-    "SELECT p.place, p.changes, p.gen, r.rid, r.checkpoint, r.base, r.data"
+    "SELECT p.place, p.gen, r.rid, r.checkpoint, r.base, r.data"
     " FROM cairn_lg_places p LEFT JOIN cairn_lg_rows r ON r.place = p.place"
     " WHERE p.thread_id = ? AND p.checkpoint_ns = ? ORDER BY r.rid"
 )
@@ -110,8 +110,5 @@ INSERT_ROWS = "INSERT INTO cairn_lg_rows (place, base, checkpoint, data) VALUES 
 ROWS_AFTER = "SELECT rid FROM cairn_lg_rows WHERE place = ? AND rid > ? ORDER BY rid"
 SET_BASE = "UPDATE cairn_lg_rows SET base = ? WHERE place = ? AND rid = ?"
 # delete_for_runs locks only the places it deletes from.
-TAKE_ONE = (
-    "UPDATE cairn_lg_places SET changes = changes + 1, gen = gen + 1"
-    " WHERE place = ? RETURNING place, changes, gen"
-)
+TAKE_ONE = "UPDATE cairn_lg_places SET gen = gen + 1 WHERE place = ? RETURNING place, gen"
 LAST_ROW = "SELECT MAX(rid) FROM cairn_lg_rows WHERE place = ?"

@@ -52,8 +52,7 @@ _WRITES = (
     " WHERE thread_id = ? AND checkpoint_ns = ?"
 )
 _NEW_PLACE = (
-    "INSERT INTO cairn_lg_places (thread_id, checkpoint_ns, changes, gen)"
-    " VALUES (?, ?, 1, 0) RETURNING place"
+    "INSERT INTO cairn_lg_places (thread_id, checkpoint_ns, gen) VALUES (?, ?, 0) RETURNING place"
 )
 _DROP = (
     "DROP TABLE cairn_lg_checkpoints",

@@ -23,7 +23,7 @@ import random
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from types import TracebackType
-from typing import Any, NamedTuple, TypeGuard, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -258,39 +258,43 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
         place's lock); the list entries stored. The place is read first if this
         saver's copy is not the stored one (another saver wrote or deleted)."""
         cached = self._places.get(key)
+        locked = t.PLACE_COUNTS + self.store.row_lock_clause
 
-        def write(tx: Tx) -> tuple[Place, builtins.list[Candidate], _Written]:
-            counts = Counts(*tx.exec(t.TAKE_PLACE, key).rows[0])
-            place = cached if _current(cached, counts) else _read_locked(tx, counts)
+        def write(tx: Tx) -> tuple[Place, builtins.list[Candidate], _Written | None]:
+            row = tx.exec(locked, key).rows
+            if not row:
+                tx.exec(t.NEW_PLACE, key)
+                row = tx.exec(locked, key).rows
+            counts = Counts(row[0][0], row[0][1], row[0][2] or 0)
+            place = cached
+            if place is None or place.counts != counts:  # another saver wrote or deleted
+                place = Place.read(counts, h.stored_rows(tx, counts.place))[0]
             if checkpoint_id is not None and checkpoint_id in place.checkpoints:
                 place = self._replace(tx, place, checkpoint_id)
-                counts = place.counts
             settled = settle(found, place, self._dump)
             final = record
             if isinstance(record, CheckpointRecord):
                 final = record._replace(entries=tuple(c.entry for c in settled))
             elif redundant(record, place):
-                return place, settled, _Written(None, final, b"", counts)
+                return place, settled, None
             raw = encode(final)
             stored_id = None if checkpoint_id is None else id_key(checkpoint_id)
-            params = (counts.place, place.tip, stored_id, squeeze(raw, place.context))
+            params = (place.counts.place, place.tip, stored_id, squeeze(raw, place.context))
             rid = tx.exec(t.INSERT_ROW, params).rows[0][0]
-            return place, settled, _Written(int(rid), final, raw, counts)
+            return place, settled, _Written(int(rid), final, raw)
 
         place, settled, written = self._atomically(write)
-        if written.rid is None:
-            place.counts = written.counts  # only the count moved: the copy is still whole
-        else:
-            place.written(written.rid, checkpoint_id, written.record, written.raw, written.counts)
+        if written is not None:
+            place.written(written.rid, checkpoint_id, written.record, written.raw)
         self._places.keep(key, place)
         return settled
 
     def _replace(self, tx: Tx, place: Place, checkpoint_id: str) -> Place:
         """The place once the stored checkpoint ``checkpoint_id`` is deleted (it is
         being put again); its writes stay, as format 1's upsert kept them."""
-        counts = Counts(*tx.exec(t.TAKE_ONE, (place.counts.place,)).rows[0])
-        rows = h.stored_rows(tx, counts.place)
-        read = Place.read(counts, rows)
+        number, gen = tx.exec(t.TAKE_ONE, (place.counts.place,)).rows[0]
+        rows = h.stored_rows(tx, number)
+        read = Place.read(Counts(number, gen, 0), rows)
         doomed = {read[0].checkpoints[checkpoint_id]}
         return rewrite(tx, read, rows, doomed, self._coder())
 
@@ -414,7 +418,9 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
         if not found:
             return None
         cached = self._places.get(key)
-        if cached is not None and cached.counts == Counts(*found[0]):
+        if cached is not None and cached.counts == Counts(
+            found[0][0], found[0][1], found[0][2] or 0
+        ):
             return cached
         rows = self.store._exec(t.PLACE_ROWS, key).rows
         if not rows:
@@ -424,7 +430,7 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
             for *_, rid, cid, base, data in rows
             if rid is not None
         ]
-        place = Place.read(Counts(*rows[0][:3]), stored)[0]
+        place = Place.read(Counts(rows[0][0], rows[0][1], 0), stored)[0]
         self._places.keep(key, place)
         return place
 
@@ -448,24 +454,11 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
 
 
 class _Written(NamedTuple):
-    """The row a write stored (``rid`` None: none was needed), and the place's counts."""
+    """The row a write stored."""
 
-    rid: int | None
+    rid: int
     record: Record
     raw: bytes
-    counts: Counts
-
-
-def _current(place: Place | None, counts: Counts) -> TypeGuard[Place]:
-    """Whether ``place`` is the stored one just before this write (``counts`` are
-    the place's counts once the write took its row)."""
-    return place is not None and place.counts == counts._replace(changes=counts.changes - 1)
-
-
-def _read_locked(tx: Tx, counts: Counts) -> Place:
-    """The place read whole inside a write, as it was before the write."""
-    before = counts._replace(changes=counts.changes - 1)
-    return Place.read(before, h.stored_rows(tx, counts.place))[0]
 
 
 def _open(store: Any) -> tuple[SQLStore, bool]:
