@@ -101,10 +101,7 @@ def copy_thread(tx: Tx, source: str, target: str, coder: Coder) -> None:
         if not found:
             continue
         rows = stored_rows(tx, int(found[0][0]))
-        tx.exec(t.NEW_PLACE, (target, ns))
-        place_id, gen = tx.exec(
-            t.TAKE_ONE, (tx.exec(t.PLACE_COUNTS, (target, ns)).rows[0][0],)
-        ).rows[0]
+        place_id, gen = _take_place(tx, target, ns)
         own = stored_rows(tx, place_id)
         if not own:
             insert_rows(tx, place_id, rows, {row.rid: row.base for row in rows})
