@@ -7,8 +7,9 @@ Sections (``--only`` picks some):
                 against the raw commit floor measured in the same rounds
   conversation  a conversation's growth: cairn vs LangGraph (SqliteSaver) vs the
                 OpenAI Agents SDK (SQLiteSession): bytes, time per turn, load time
-  langgraph     one LangGraph thread on cairn's checkpointer (CairnSaver) vs
-                SqliteSaver: bytes over the text, time per turn, first vs last 10%
+  langgraph     one LangGraph thread on cairn's checkpointer (CairnSaver, format 3
+                and format 1) vs SqliteSaver: bytes over the text (file and
+                tables; PostgreSQL too), time per turn, first vs last 10%, load
   resume        resume latency with many finished tasks, and of a crashed task
                 (cairn only)
   workers       multi-worker throughput on PostgreSQL (cairn only)
@@ -121,7 +122,7 @@ def run_section(section: str, args: argparse.Namespace, workdir: Path) -> str:
     if section == "langgraph":
         from bench import side_langgraph
 
-        return side_langgraph.main(workdir, args.runs, args.lg_turns)
+        return side_langgraph.main(workdir, args.runs, args.lg_turns, args.postgres_url)
     if section == "groupcommit":
         from bench import group_commit
 

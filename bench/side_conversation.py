@@ -128,17 +128,21 @@ def cairn_runner(synchronous: Synchronous, compact: bool) -> Runner:
 
 # -- LangGraph ------------------------------------------------------------------------------
 def graph_growth(
-    checkpointer: Any, turns: int, fresh: Callable[[], Any] | None = None
+    checkpointer: Any,
+    turns: int,
+    fresh: Callable[[], Any] | None = None,
+    pair: Callable[[int], Sequence[Any]] = message_pair,
 ) -> tuple[list[float], float, int]:
     """``turns`` turns of the one-node messages graph on ``checkpointer``: each
     turn's µs, then the load of the latest state (ms, and messages loaded), each
-    load through a new checkpointer from ``fresh`` if given (a cold read)."""
+    load through a new checkpointer from ``fresh`` if given (a cold read).
+    ``pair(i)`` is turn i's user message and reply."""
     config: Any = {"configurable": {"thread_id": TASK_ID}}
     replies: dict[str, Any] = {}  # the reply the node returns on this turn
     graph = messages_graph(checkpointer, replies)
     timings: list[float] = []
     for i in range(turns):
-        question, answer = message_pair(i)
+        question, answer = pair(i)
         replies["next"] = answer
         start = time.perf_counter()
         turn: Any = {"messages": [question]}  # add_messages takes OpenAI-shaped dicts
@@ -146,8 +150,13 @@ def graph_growth(
         timings.append(time.perf_counter() - start)
 
     def load() -> int:
-        loading = graph if fresh is None else messages_graph(fresh(), replies)
-        return len(loading.get_state(config).values["messages"])
+        if fresh is None:
+            return len(graph.get_state(config).values["messages"])
+        cold = fresh()
+        try:
+            return len(messages_graph(cold, replies).get_state(config).values["messages"])
+        finally:
+            cold.close()
 
     load_ms, loaded = timed_loads(load)
     return [t * 1e6 for t in timings], load_ms, loaded

@@ -12,11 +12,14 @@ from typing import Any
 import pytest
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from cairn.errors import InvalidName, NotACairnStore
 from cairn.integrations.langgraph import CairnSaver, CheckpointFormatError
+from cairn.integrations.langgraph import saver as saver_module
 from cairn.store import open_store
 from tests.integration.langgraph.graphs import echo_graph, say, texts, thread
+from tests.integration.langgraph.stored import all_rows
 
 BAD_THREADS = [
     pytest.param("bad\ud800thread", "lone surrogate", id="surrogate"),
@@ -26,20 +29,9 @@ BAD_THREADS = [
 ]
 
 
-COUNTS = (
-    "SELECT count(*) FROM cairn_lg_checkpoints",
-    "SELECT count(*) FROM cairn_lg_blobs",
-    "SELECT count(*) FROM cairn_lg_writes",
-)
-
-
 def rows(saver: CairnSaver) -> int:
     """Rows in the checkpointer's tables."""
-    return stored_rows(saver.store)
-
-
-def stored_rows(store: Any) -> int:
-    return sum(int(store._exec(statement).rows[0][0]) for statement in COUNTS)
+    return all_rows(saver.store)
 
 
 @pytest.mark.parametrize(("thread_id", "said"), BAD_THREADS)
@@ -89,31 +81,92 @@ def test_a_checkpoint_of_a_newer_format_is_refused(store_url: str) -> None:
         assert saver.get_tuple(thread("t")) is None
 
 
-def test_a_stored_checkpoint_of_a_newer_format_is_refused_and_kept(store_url: str) -> None:
+def test_a_stored_checkpoint_of_a_newer_format_is_refused_and_kept(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A stored checkpoint in an unknown format (written by a newer cairn) is
     refused on reading, and stays stored, unchanged."""
     with CairnSaver(store_url) as saver:
         say(echo_graph(saver), thread("t"), "hello")
-        newer = {**empty_checkpoint(), "v": 99}
-        kind, data = saver.serde.dumps_typed(newer)
-        saver.store._exec(
-            "UPDATE cairn_lg_checkpoints SET type = ?, checkpoint = ? WHERE thread_id = ?",
-            (kind, data, "t"),
-        )
-        before = rows(saver)
+        monkeypatch.setattr(saver_module, "check_format", lambda *_: None)  # a newer cairn
+        latest = saver.get_tuple(thread("t"))
+        assert latest is not None
+        saver.put(latest.config, {**empty_checkpoint(), "v": 99}, {}, {})
+        monkeypatch.undo()
+        before = table_bytes(saver.store)
+    with CairnSaver(store_url) as fresh:
         with pytest.raises(CheckpointFormatError, match="v=99"):
-            saver.get_tuple(thread("t"))
-        assert rows(saver) == before
+            fresh.get_tuple(thread("t"))
+        assert table_bytes(fresh.store) == before
 
 
 def test_a_value_with_an_unknown_tag_is_refused(store_url: str) -> None:
-    """A stored value tagged with a compression or serializer this cairn does not
-    know is refused, naming the tag, not decoded as garbage."""
-    with CairnSaver(store_url) as saver:
+    """A stored value tagged by a serializer this saver was not given is refused,
+    naming the tag, not decoded as garbage."""
+    with CairnSaver(store_url, serde=Tagging("z9+x")) as saver:
         say(echo_graph(saver), thread("t"), "hello")
-        saver.store._exec("UPDATE cairn_lg_blobs SET type = ? WHERE thread_id = ?", ("z9+x", "t"))
     with CairnSaver(store_url) as fresh, pytest.raises(CheckpointFormatError, match="'z9\\+x'"):
         fresh.get_tuple(thread("t"))
+
+
+def test_a_row_in_an_unknown_compression_is_refused(store_url: str) -> None:
+    """A stored row whose first byte names a compression this cairn does not know
+    (a newer cairn's) is refused, naming it; nothing is changed."""
+    with CairnSaver(store_url) as saver:
+        say(echo_graph(saver), thread("t"), "hello")
+        (rid, data), *_ = saver.store._exec("SELECT rid, data FROM cairn_lg_rows").rows
+        saver.store._exec(
+            "UPDATE cairn_lg_rows SET data = ? WHERE rid = ?", (b"\x07" + bytes(data)[1:], rid)
+        )
+        before = table_bytes(saver.store)
+    with CairnSaver(store_url) as fresh:
+        with pytest.raises(CheckpointFormatError, match="tagged 7"):
+            fresh.get_tuple(thread("t"))
+        assert table_bytes(fresh.store) == before
+
+
+def test_a_row_changed_outside_cairn_is_refused(store_url: str) -> None:
+    """A stored row cut short outside cairn does not decompress: reading refuses
+    with CheckpointFormatError, and nothing changes."""
+    with CairnSaver(store_url) as saver:
+        say(echo_graph(saver), thread("t"), "hello " * 50)
+        found = saver.store._exec("SELECT rid, data FROM cairn_lg_rows ORDER BY rid").rows
+        rid, data = found[-1]
+        cut = bytes(data)[: len(data) // 2]
+        saver.store._exec("UPDATE cairn_lg_rows SET data = ? WHERE rid = ?", (cut, rid))
+        before = table_bytes(saver.store)
+    with CairnSaver(store_url) as fresh:
+        with pytest.raises(CheckpointFormatError, match="LangGraph row"):
+            fresh.get_tuple(thread("t"))
+        assert table_bytes(fresh.store) == before
+
+
+class Tagging(JsonPlusSerializer):
+    """LangGraph's serializer, storing every value under tag ``tag``: what a
+    serializer this cairn is not given writes."""
+
+    def __init__(self, tag: str) -> None:
+        super().__init__()
+        self._tag = tag
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        kind, data = super().dumps_typed(obj)
+        return (self._tag, data) if kind == "msgpack" else (kind, data)
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        kind, raw = data
+        return super().loads_typed(("msgpack" if kind == self._tag else kind, raw))
+
+
+def table_bytes(store: Any) -> list[tuple[Any, ...]]:
+    """Every row of the checkpointer's tables, as stored."""
+    rows = store._exec(
+        "SELECT rid, place, base, checkpoint, data FROM cairn_lg_rows ORDER BY rid"
+    ).rows
+    places = store._exec("SELECT * FROM cairn_lg_places ORDER BY place").rows
+    return [
+        tuple(bytes(v) if isinstance(v, memoryview) else v for v in row) for row in rows + places
+    ]
 
 
 def test_tables_of_a_newer_cairn_are_refused(store_url: str) -> None:
@@ -127,7 +180,7 @@ def test_tables_of_a_newer_cairn_are_refused(store_url: str) -> None:
         CairnSaver(store_url)
     store = open_store(store_url)
     try:
-        assert stored_rows(store) == before
+        assert all_rows(store) == before
     finally:
         store.close()
 

@@ -15,18 +15,7 @@ from langgraph.types import Command, interrupt
 from cairn.integrations.langgraph import CairnSaver
 from cairn.store.sqlite import SQLiteStore
 from tests.integration.langgraph.graphs import echo_graph, say, texts, thread
-
-
-def stored_messages(saver: CairnSaver, thread_id: str) -> tuple[int, int]:
-    """(messages stored in the thread's messages rows, rows stored whole), read
-    from the store: what each row holds, decoded."""
-    rows = saver.store._exec(
-        "SELECT kind, type, data FROM cairn_lg_blobs WHERE thread_id = ? AND channel = ?",
-        (thread_id, "messages"),
-    ).rows
-    items = sum(len(saver._load(kind, data)) for _, kind, data in rows)
-    whole = sum(1 for kind, _, _ in rows if kind == "value")
-    return items, whole
+from tests.integration.langgraph.stored import stored_messages
 
 
 def test_each_message_is_stored_once(store_url: str) -> None:

@@ -2,8 +2,9 @@
 
 ``CairnSaver(store)`` is a ``BaseCheckpointSaver`` (sync and async) on a cairn
 SQLite file or PostgreSQL schema, beside the store's own tables. A list channel
-(a graph's messages) is kept as appends, so a thread's storage and the time of
-a turn stay proportional to what the turn adds. See docs/langgraph.md.
+(a graph's messages) is kept as appends and each row is compressed against the
+rows before it, so a thread's storage and the time of a turn stay proportional
+to what the turn adds, and each text is stored once. See docs/langgraph.md.
 """
 
 from __future__ import annotations

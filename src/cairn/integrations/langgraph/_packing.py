@@ -1,13 +1,15 @@
-"""How the checkpointer's values become stored bytes, and what it refuses.
+"""What the checkpointer refuses, and the fixed dictionary its compression
+starts from.
 
 A value is serialized by the saver's ``serde`` (LangGraph's
-``JsonPlusSerializer`` unless the user gives another), then compressed with
-zlib when that saves space. The compression starts from a fixed dictionary of
-the strings every LangChain message and LangGraph checkpoint repeats (class
-paths, field names), so even a short message loses most of its framing. The
-dictionary is part of the stored format: it never changes; a new one would get
-a new tag. A type tag the checkpointer does not know (a newer cairn's) is
-refused with ``CheckpointFormatError``, never guessed at.
+``JsonPlusSerializer`` unless the user gives another). ``ZDICT_1`` holds the
+strings every LangChain message and LangGraph checkpoint repeats (class paths,
+field names): format 3 puts it in front of every row's dictionary while a
+chain is short (``_chain``), and format 1 compressed each value on its own
+with it (``unpack`` reads those, for the upgrade). It is part of the stored
+formats: it never changes. A type tag the checkpointer does not know (a newer
+cairn's, or a serializer it was not given) is refused with
+``CheckpointFormatError``, never guessed at.
 """
 
 from __future__ import annotations
@@ -23,8 +25,7 @@ from cairn.names import check_name
 # langgraph 1.2 writes 4). The saver stores the checkpoint dict whole, but a
 # newer format may carry values it must treat differently, so it refuses one.
 KNOWN_FORMATS = (1, 2, 3, 4)
-_Z1 = "z1+"  # a zlib stream compressed with ZDICT_1
-_SMALL = 48  # below this, compression cannot pay for its own framing
+_Z1 = "z1+"  # format 1: a value compressed on its own with ZDICT_1
 
 # Serialized empty ToolMessage, SystemMessage, AIMessage and HumanMessage (the
 # framing of every message), then the keys of a checkpoint and its metadata.
@@ -51,20 +52,9 @@ class CheckpointFormatError(SchemaTooNew):
     """A checkpoint, or a stored row, in a format this checkpointer does not know."""
 
 
-def pack(typed: tuple[str, bytes]) -> tuple[str, bytes]:
-    """``serde.dumps_typed``'s answer as it is stored: compressed when smaller."""
-    kind, data = typed
-    if len(data) < _SMALL:
-        return kind, data
-    packer = zlib.compressobj(6, zlib.DEFLATED, -15, zdict=ZDICT_1)
-    packed = packer.compress(data) + packer.flush()
-    if len(packed) >= len(data):
-        return kind, data
-    return _Z1 + kind, packed
-
-
 def unpack(kind: str, data: bytes) -> tuple[str, bytes]:
-    """What ``pack`` stored, for ``serde.loads_typed``."""
+    """A format 1 value as ``serde.loads_typed`` takes it: tagged ``z1+`` when
+    it was compressed on its own, with ``ZDICT_1``."""
     raw = bytes(data)
     if kind.startswith(_Z1):
         kind = kind[len(_Z1) :]

@@ -7,19 +7,23 @@ SQLite, the pool with its reconnects on PostgreSQL, and every driver error
 turned into a ``StoreError`` that says what to do. The tables are its own
 (``cairn.integrations.langgraph._tables``).
 
-What differs from LangGraph's savers is how a list channel is kept: as
-appends (``cairn.integrations.langgraph._lists``), so a thread's storage grows
-with its messages, not with its messages times its turns.
+What differs from LangGraph's savers is how a thread is kept (format 3): a
+list channel as appends (``_lists``), so a thread's storage grows with its
+messages, not with its messages times its turns; one row per checkpoint and
+per ``put_writes`` call (``_rows``), each compressed against the rows before
+it (``_chain``), so each text is stored once. A saver keeps the places
+(thread namespaces) it read or wrote (``_place``), so a turn reads nothing
+back; deleting rows rewrites what stood on them (``_rewrite``).
 """
 
 from __future__ import annotations
 
 import builtins
 import random
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -38,24 +42,40 @@ from cairn.errors import NotACairnStore
 from cairn.integrations.langgraph import _housekeeping as h
 from cairn.integrations.langgraph import _tables as t
 from cairn.integrations.langgraph._aio import AsyncMethods
-from cairn.integrations.langgraph._lists import Key, Known, ListCache, Stored, base_for, rebuild
+from cairn.integrations.langgraph._chain import StoredRow, id_key, id_text, squeeze
+from cairn.integrations.langgraph._lists import Known, ListCache
 from cairn.integrations.langgraph._packing import (
-    CheckpointFormatError,
     check_format,
     check_ids,
     check_text,
-    pack,
     unknown_tag,
-    unpack,
 )
 from cairn.integrations.langgraph._pinned import Pinned
+from cairn.integrations.langgraph._place import Counts, Key, Place, Places
+from cairn.integrations.langgraph._reading import Values, checkpoint_tuple, config_of
+from cairn.integrations.langgraph._rewrite import rewrite
+from cairn.integrations.langgraph._rows import (
+    CheckpointRecord,
+    Record,
+    Write,
+    WritesRecord,
+    encode,
+)
+from cairn.integrations.langgraph._setup import setup
+from cairn.integrations.langgraph._writing import (
+    Candidate,
+    candidates,
+    redundant,
+    remember,
+    settle,
+)
 from cairn.store import open_store
 from cairn.store.postgres import PostgresStore
 from cairn.store.sqlbase import SQLStore
 from cairn.store.sqlcore import Tx
 from cairn.store.sqlite import SQLiteStore
 
-Row = tuple[Any, ...]
+T = TypeVar("T")
 
 
 class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
@@ -71,6 +91,7 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
         self.store, self._owned = _open(store)
         self._backend = "postgres" if isinstance(self.store, PostgresStore) else "sqlite"
         self._lists = ListCache()
+        self._places = Places()
         self._pinned = Pinned(
             pin=isinstance(self.store, SQLiteStore), on_close=self.store.close_thread
         )
@@ -86,25 +107,8 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
         self._pinned.call(self._setup)
 
     def _setup(self) -> None:
-        backend = self._backend
-
-        def create(tx: Tx) -> None:
-            if backend == "postgres":
-                tx.exec(*t.PG_CREATE_LOCK)
-            for statement in t.DDL[backend]:
-                tx.exec(statement)
-            rows = tx.exec(t.GET_FORMAT).rows
-            if rows and int(rows[0][0]) > t.FORMAT:
-                raise CheckpointFormatError(
-                    f"the LangGraph tables in {self.store.identity} are in format "
-                    f"{rows[0][0]}, written by a newer cairn (this one knows up to "
-                    f"{t.FORMAT}). Upgrade cairn (`pip install -U 'cairn-durable[langgraph]'`). "
-                    "Nothing was changed."
-                )
-            if not rows:
-                tx.exec(t.SET_FORMAT, (str(t.FORMAT),))
-
-        self._write(create)
+        backend, identity = self._backend, self.store.identity
+        self._atomically(lambda tx: setup(tx, backend, identity, self._coder()))
 
     def close(self) -> None:
         """Release the saver's connection; close the store if the saver opened it."""
@@ -126,7 +130,7 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
     def get_next_version(self, current: str | None, channel: None = None) -> str:
         """Zero-padded counter and a random tail, as LangGraph's PostgresSaver: a
         thread forked from an old checkpoint never reuses a version of another
-        branch (the blob rows are keyed by it)."""
+        branch (a value is found by its channel and version)."""
         number = 0 if current is None else int(str(current).split(".")[0])
         return f"{number + 1:010d}.{random.getrandbits(32):08x}"
 
@@ -200,28 +204,22 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
         thread, ns, parent_id = _where(config)
         check_format(checkpoint, f"checkpoint {checkpoint.get('id')!r}")
         checkpoint_id = check_text("LangGraph checkpoint id", checkpoint["id"])
-        blobs, lists = self._blob_rows(thread, ns, parent_id, checkpoint, new_versions)
-        # Stored without its values (they are the blob rows) and its id (the key).
+        key = (thread, ns)
+        # Stored without its values (they are the entries) and its id (the key).
         body = {k: v for k, v in checkpoint.items() if k not in ("channel_values", "id")}
-        kind, data = pack(self.serde.dumps_typed(body))
         meta = get_serializable_checkpoint_metadata(config, metadata)
-        meta_kind, meta_data = pack(self.serde.dumps_typed(meta))
-        row = (thread, ns, checkpoint_id, parent_id, kind, data, meta_kind, meta_data)
-
-        def write(tx: Tx) -> None:
-            tx.exec_many(t.INSERT_BLOB, [self._checked(tx, blob) for blob in blobs])
-            tx.exec(t.UPSERT_CHECKPOINT, row)
-
-        self._write(write)
-        for key, version, items in lists:
-            self._lists.remember(key, version, items)
-        return {
-            "configurable": {
-                "thread_id": thread,
-                "checkpoint_ns": ns,
-                "checkpoint_id": checkpoint_id,
-            }
-        }
+        record = CheckpointRecord(parent_id or "", self._dump(body), self._dump(meta), ())
+        with self._places.lock(key):
+            found = candidates(
+                checkpoint["channel_values"],
+                new_versions,
+                lambda channel: self._lists.get((thread, ns, channel)),
+                partial(self._parent_list, key, parent_id),
+                self._dump,
+            )
+            stored = self._append(key, record, checkpoint_id, found)
+        remember(self._lists, key, stored)
+        return config_of(thread, ns, checkpoint_id)
 
     def _put_writes(
         self,
@@ -236,43 +234,84 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
                 "put_writes needs the config of a stored checkpoint (its checkpoint_id)"
             )
         check_text("LangGraph task id", task_id)
-        special = all(channel in WRITES_IDX_MAP for channel, _ in writes)
-        statement = t.UPSERT_WRITE if special else t.INSERT_WRITE
-        rows = [
-            (
-                thread,
-                ns,
-                checkpoint_id,
-                task_id,
-                WRITES_IDX_MAP.get(channel, idx),
-                check_text("LangGraph channel name", channel),
-                *pack(self.serde.dumps_typed(value)),
-                task_path,
-            )
-            for idx, (channel, value) in enumerate(writes)
-        ]
-        self._write(lambda tx: tx.exec_many(statement, rows))
+        record = WritesRecord(
+            checkpoint_id,
+            task_id,
+            task_path,
+            tuple(
+                Write(
+                    WRITES_IDX_MAP.get(channel, idx),
+                    check_text("LangGraph channel name", channel),
+                    self._dump(value),
+                )
+                for idx, (channel, value) in enumerate(writes)
+            ),
+        )
+        key = (thread, ns)
+        with self._places.lock(key):
+            self._append(key, record, None, [])
+
+    def _append(
+        self, key: Key, record: Record, checkpoint_id: str | None, found: builtins.list[Candidate]
+    ) -> builtins.list[Candidate]:
+        """Store one row at the end of place ``key``'s chain (the caller holds the
+        place's lock); the list entries stored. The place is read first if this
+        saver's copy is not the stored one (another saver wrote or deleted)."""
+        cached = self._places.get(key)
+        locked = t.PLACE_COUNTS + self.store.row_lock_clause
+
+        def write(tx: Tx) -> tuple[Place, builtins.list[Candidate], _Written | None]:
+            row = tx.exec(locked, key).rows
+            if not row:
+                tx.exec(t.NEW_PLACE, key)
+                row = tx.exec(locked, key).rows
+            counts = Counts(row[0][0], row[0][1], row[0][2] or 0)
+            place = cached
+            if place is None or place.counts != counts:  # another saver wrote or deleted
+                place = Place.read(counts, h.stored_rows(tx, counts.place))[0]
+            if checkpoint_id is not None and checkpoint_id in place.checkpoints:
+                place = self._replace(tx, place, checkpoint_id)
+            settled = settle(found, place, self._dump)
+            final = record
+            if isinstance(record, CheckpointRecord):
+                final = record._replace(entries=tuple(c.entry for c in settled))
+            elif redundant(record, place):
+                return place, settled, None
+            raw = encode(final)
+            stored_id = None if checkpoint_id is None else id_key(checkpoint_id)
+            params = (place.counts.place, place.tip, stored_id, squeeze(raw, place.context))
+            rid = tx.exec(t.INSERT_ROW, params).rows[0][0]
+            return place, settled, _Written(int(rid), final, raw)
+
+        place, settled, written = self._atomically(write)
+        if written is not None:
+            place.written(written.rid, checkpoint_id, written.record, written.raw)
+        self._places.keep(key, place)
+        return settled
+
+    def _replace(self, tx: Tx, place: Place, checkpoint_id: str) -> Place:
+        """The place once the stored checkpoint ``checkpoint_id`` is deleted (it is
+        being put again); its writes stay, as format 1's upsert kept them."""
+        number, gen = tx.exec(t.TAKE_ONE, (place.counts.place,)).rows[0]
+        rows = h.stored_rows(tx, number)
+        read = Place.read(Counts(number, gen, 0), rows)
+        doomed = {read[0].checkpoints[checkpoint_id]}
+        return rewrite(tx, read, rows, doomed, self._coder())
 
     def _delete_thread(self, thread_id: str) -> None:
         thread, _ = check_ids(thread_id, "")
-
-        def delete(tx: Tx) -> None:
-            for statement in t.DELETE_THREAD:
-                tx.exec(statement, (thread,))
-
-        self._write(delete)
-        self._lists.forget_thread(thread)
+        self._atomically(lambda tx: h.delete_thread(tx, thread))
+        self._forget(thread)
 
     def _delete_for_runs(self, run_ids: frozenset[str]) -> None:
-        touched = self._write(lambda tx: h.delete_runs(tx, run_ids, self._load))
-        for thread in {thread for thread, _ in touched}:
-            self._lists.forget_thread(thread)
+        for thread in self._atomically(lambda tx: h.delete_runs(tx, run_ids, self._coder())):
+            self._forget(thread)
 
     def _copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         source, _ = check_ids(source_thread_id, "")
         target, _ = check_ids(target_thread_id, "")
-        self._write(lambda tx: h.copy_thread(tx, source, target))
-        self._lists.forget_thread(target)
+        self._atomically(lambda tx: h.copy_thread(tx, source, target, self._coder()))
+        self._forget(target)
 
     def _prune(self, thread_ids: builtins.list[str], strategy: str) -> None:
         threads = [check_ids(thread_id, "")[0] for thread_id in thread_ids]
@@ -280,89 +319,50 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
         def prune(tx: Tx) -> None:
             for thread in threads:
                 if strategy == "delete":
-                    for statement in t.DELETE_THREAD:
-                        tx.exec(statement, (thread,))
+                    h.delete_thread(tx, thread)
                 else:
-                    h.keep_latest(tx, thread, self._load)
+                    h.keep_latest(tx, thread, self._coder())
 
-        self._write(prune)
+        self._atomically(prune)
         for thread in threads:
-            self._lists.forget_thread(thread)
+            self._forget(thread)
 
-    def _write(self, work: Any) -> Any:
+    def _forget(self, thread: str) -> None:
+        self._places.forget_thread(thread)
+        self._lists.forget_thread(thread)
+
+    def _atomically(self, work: Callable[[Tx], T]) -> T:
         with self.store._writing():
             return self.store._atomically(work)
 
-    def _blob_rows(
-        self,
-        thread: str,
-        ns: str,
-        parent_id: str | None,
-        checkpoint: Checkpoint,
-        new_versions: ChannelVersions,
-    ) -> tuple[builtins.list[_Blob], builtins.list[tuple[Key, str, builtins.list[Any]]]]:
-        """The rows for the channels that changed, and the list values to remember."""
-        values = checkpoint["channel_values"]
-        blobs: builtins.list[_Blob] = []
-        lists: builtins.list[tuple[Key, str, builtins.list[Any]]] = []
-        for channel, raw_version in new_versions.items():
-            check_text("LangGraph channel name", channel)
-            version = str(raw_version)
-            where = (thread, ns, channel, version)
-            if channel not in values:
-                continue  # a channel with a version and no row reads as empty
-            value = values[channel]
-            if not isinstance(value, list):
-                blobs.append(_Blob(where, "value", None, self._dump(value), None))
-                continue
-            key = (thread, ns, channel)
-            base = base_for(self._lists.get(key), value, partial(self._parent_list, key, parent_id))
-            lists.append((key, version, value))
-            if base is None:
-                blobs.append(_Blob(where, "value", None, self._dump(value), None))
-            elif base.version != version:
-                appended = self._dump(value[len(base.items) :])
-                blobs.append(_Blob(where, "append", base.version, appended, value))
-        return blobs, lists
-
-    def _checked(self, tx: Tx, blob: _Blob) -> Row:
-        """The row to insert for ``blob``: an append only while its base is stored
-        (another process may have deleted the thread since we cached it)."""
-        if blob.kind == "append":
-            thread, ns, channel, _ = blob.where
-            if not tx.exec(t.ONE_BLOB, (thread, ns, channel, blob.base)).rows:
-                return (*blob.where, "value", None, *self._dump(blob.whole))
-        return (*blob.where, blob.kind, blob.base, *blob.typed)
-
-    def _dump(self, value: Any) -> tuple[str, bytes]:
-        return pack(self.serde.dumps_typed(value))
-
-    def _parent_list(self, key: Key, parent_id: str | None) -> Known | None:
-        """The parent checkpoint's value of list channel ``key``, read from the store."""
-        thread, ns, channel = key
-        if parent_id is None:
+    def _parent_list(self, key: Key, parent_id: str | None, channel: str) -> Known | None:
+        """The parent checkpoint's value of list channel ``channel``."""
+        place = None if parent_id is None else self._fresh(key)
+        record = None if place is None or parent_id is None else place.checkpoint(parent_id)
+        if place is None or record is None:
             return None
-        rows = self.store._exec(t.ONE_CHECKPOINT, (thread, ns, parent_id)).rows
-        if not rows:
-            return None
-        parent = self._load(rows[0][2], rows[0][3])
-        version = parent.get("channel_versions", {}).get(channel)
+        version = self._load(record.body).get("channel_versions", {}).get(channel)
         if version is None:
             return None
-        value = _Reader(self, thread, ns).value(channel, str(version))
+        value = Values(place, key, self._lists, self._load).value(channel, str(version))
         return Known(str(version), tuple(value)) if isinstance(value, list) else None
 
     # -- reading ---------------------------------------------------------------------
     def _get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         thread, ns, checkpoint_id = _where(config)
-        if checkpoint_id is None:
-            rows = self.store._exec(t.LATEST_CHECKPOINT, (thread, ns)).rows
-        else:
-            rows = self.store._exec(t.ONE_CHECKPOINT, (thread, ns, checkpoint_id)).rows
-        if not rows:
-            return None
-        reader = _Reader(self, thread, ns, remember=True)
-        return self._tuple(thread, ns, rows[0], self._load(rows[0][4], rows[0][5]), reader)
+        key = (thread, ns)
+        with self._places.lock(key):
+            place = self._fresh(key)
+            if place is None:
+                return None
+            wanted = checkpoint_id if checkpoint_id is not None else place.latest
+            if wanted is None:
+                return None
+            record = place.checkpoint(wanted)
+            if record is None:
+                return None
+            values = Values(place, key, self._lists, self._load, remember=True)
+            return checkpoint_tuple(key, (wanted, record), values, self._load)
 
     def _list(
         self,
@@ -371,116 +371,94 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
         before: RunnableConfig | None,
         limit: int | None,
     ) -> builtins.list[CheckpointTuple]:
-        statement, params = _list_query(config, before, limit if not wanted else None)
-        readers: dict[tuple[str, str], _Reader] = {}
-        found: builtins.list[CheckpointTuple] = []
-        for thread, ns, *row in self.store._exec(statement, params).rows:
-            metadata = self._load(row[4], row[5])
-            if wanted and not all(metadata.get(k) == v for k, v in wanted.items()):
+        only, before_id = _list_bounds(config, before)
+        chosen: builtins.list[tuple[str, Key, Place]] = []
+        for key in self._keys(config):
+            with self._places.lock(key):
+                place = self._fresh(key)
+                ids = builtins.list(place.checkpoints) if place is not None else []
+            if place is None:
                 continue
-            reader = readers.setdefault((thread, ns), _Reader(self, thread, ns))
-            found.append(self._tuple(thread, ns, tuple(row), metadata, reader))
+            for checkpoint_id in ids:
+                if (only is None or checkpoint_id == only) and (
+                    before_id is None or checkpoint_id < before_id
+                ):
+                    chosen.append((checkpoint_id, key, place))
+        # Newest first as text orders the ids: whatever they are, as list() in
+        # LangGraph's savers orders them (SQL's ORDER BY checkpoint_id DESC).
+        chosen.sort(key=lambda found: found[0], reverse=True)
+        readers: dict[Key, Values] = {}
+        found: builtins.list[CheckpointTuple] = []
+        for checkpoint_id, key, place in chosen:
+            record = place.checkpoint(checkpoint_id)
+            if record is None or (wanted and not _matches(self._load(record.metadata), wanted)):
+                continue  # a filter is checked before the values are read
+            values = readers.setdefault(key, Values(place, key, self._lists, self._load))
+            found.append(checkpoint_tuple(key, (checkpoint_id, record), values, self._load))
             if limit is not None and len(found) >= limit:
                 break
         return found
 
-    def _tuple(
-        self, thread: str, ns: str, row: Row, metadata: Any, reader: _Reader
-    ) -> CheckpointTuple:
-        checkpoint_id, parent_id, kind, data = row[:4]
-        checkpoint: Checkpoint = self._load(kind, data)
-        checkpoint["id"] = checkpoint_id
-        check_format(checkpoint, f"stored checkpoint {checkpoint_id!r} of thread {thread!r}")
-        checkpoint["channel_values"] = reader.values(checkpoint["channel_versions"])
-        writes = self.store._exec(t.PENDING_WRITES, (thread, ns, checkpoint_id)).rows
-        return CheckpointTuple(
-            config=_config(thread, ns, checkpoint_id),
-            checkpoint=checkpoint,
-            metadata=metadata,
-            parent_config=_config(thread, ns, parent_id) if parent_id else None,
-            pending_writes=[(task, channel, self._load(k, d)) for task, channel, k, d in writes],
-        )
+    def _keys(self, config: RunnableConfig | None) -> builtins.list[Key]:
+        """The places ``list`` looks in: a thread's namespace, a thread's, or all."""
+        configurable = (config or {}).get("configurable") or {}
+        if configurable.get("thread_id") is None:
+            rows = self.store._exec(t.ALL_PLACES).rows
+        else:
+            thread, ns = check_ids(configurable["thread_id"], configurable.get("checkpoint_ns", ""))
+            if "checkpoint_ns" in configurable:
+                return [(thread, ns)]
+            rows = self.store._exec(t.THREAD_PLACES, (thread,)).rows
+        return [(str(thread), str(ns)) for thread, ns in rows]
 
-    def _load(self, kind: str, data: bytes | None) -> Any:
-        typed = unpack(kind, data or b"")
+    def _fresh(self, key: Key) -> Place | None:
+        """Place ``key`` as stored: this saver's copy if its counts are the stored
+        ones (one small read), else read whole; None if it has no row."""
+        found = self.store._exec(t.PLACE_COUNTS, key).rows
+        if not found:
+            return None
+        cached = self._places.get(key)
+        if cached is not None and cached.counts == Counts(
+            found[0][0], found[0][1], found[0][2] or 0
+        ):
+            return cached
+        rows = self.store._exec(t.PLACE_ROWS, key).rows
+        if not rows:
+            return None
+        stored = [
+            StoredRow(rid, None if cid is None else id_text(cid), base, bytes(data))
+            for *_, rid, cid, base, data in rows
+            if rid is not None
+        ]
+        place = Place.read(Counts(rows[0][0], rows[0][1], 0), stored)[0]
+        self._places.keep(key, place)
+        return place
+
+    def _coder(
+        self,
+    ) -> tuple[Callable[[tuple[str, bytes]], Any], Callable[[Any], tuple[str, bytes]]]:
+        """How values are decoded and encoded, for a statement's work. (Not kept as
+        an attribute: bound methods held by the saver would make it a reference
+        cycle, and its cached threads would then wait for the cyclic collector.)"""
+        return self._load, self._dump
+
+    def _load(self, typed: tuple[str, bytes]) -> Any:
         try:
             return self.serde.loads_typed(typed)
         except NotImplementedError as exc:
             raise unknown_tag(typed[0]) from exc
 
-
-class _Blob:
-    """One (channel, version) row to write; ``whole`` is a list append's full value,
-    stored instead if its base turns out to be gone."""
-
-    __slots__ = ("base", "kind", "typed", "where", "whole")
-
-    def __init__(
-        self,
-        where: tuple[str, str, str, str],
-        kind: str,
-        base: str | None,
-        typed: tuple[str | None, bytes | None],
-        whole: list[Any] | None,
-    ) -> None:
-        self.where, self.kind, self.base, self.typed, self.whole = where, kind, base, typed, whole
+    def _dump(self, value: Any) -> tuple[str, bytes]:
+        kind, data = self.serde.dumps_typed(value)
+        return kind, bytes(data)
 
 
-class _Reader:
-    """Channel values of one thread and namespace, each version decoded once."""
+class _Written(NamedTuple):
+    """The row a write stored."""
 
-    def __init__(self, saver: CairnSaver, thread: str, ns: str, *, remember: bool = False) -> None:
-        self._saver, self._thread, self._ns, self._remember = saver, thread, ns, remember
-        self._channels: dict[str, dict[str, Stored]] = {}
-        self._built: dict[str, dict[str, tuple[list[Any], int]]] = {}
-
-    def values(self, versions: Mapping[str, Any]) -> dict[str, Any]:
-        found: dict[str, Any] = {}
-        for channel, version in versions.items():
-            value = self.value(channel, str(version))
-            if value is not _ABSENT:
-                found[channel] = value
-        return found
-
-    def value(self, channel: str, version: str) -> Any:
-        """The value of ``channel`` at ``version``, ``_ABSENT`` if it has none."""
-        key = (self._thread, self._ns, channel)
-        known = self._saver._lists.get(key)
-        if known is not None and known.version == version:
-            return list(known.items)
-        row = self._row(channel, version)
-        if row is None or row.kind == "empty":
-            return _ABSENT
-        if row.kind == "value":
-            return row.items
-        if channel not in self._channels:
-            self._channels[channel] = self._all(channel)
-        value = rebuild(version, self._channels[channel], self._built.setdefault(channel, {}))
-        if self._remember:
-            self._saver._lists.remember(key, version, value)
-        return value
-
-    def _row(self, channel: str, version: str) -> Stored | None:
-        if channel in self._channels:
-            return self._channels[channel].get(version)
-        where = (self._thread, self._ns, channel, version)
-        rows = self._saver.store._exec(t.ONE_BLOB, where).rows
-        return self._stored(rows[0]) if rows else None
-
-    def _all(self, channel: str) -> dict[str, Stored]:
-        rows = self._saver.store._exec(t.CHANNEL_BLOBS, (self._thread, self._ns, channel)).rows
-        return {row[0]: self._stored(row) for row in rows}
-
-    def _stored(self, row: Row) -> Stored:
-        _, kind, base, value_kind, data = row
-        if kind == "empty":
-            return Stored(kind, None, None)
-        if kind not in ("value", "append"):
-            raise unknown_tag(kind)
-        return Stored(kind, base, self._saver._load(value_kind, data))
-
-
-_ABSENT: Any = object()
+    rid: int
+    record: Record
+    raw: bytes
 
 
 def _open(store: Any) -> tuple[SQLStore, bool]:
@@ -509,37 +487,17 @@ def _where(config: RunnableConfig) -> tuple[str, str, str | None]:
     return thread, ns, checkpoint_id
 
 
-def _config(thread: str, ns: str, checkpoint_id: str) -> RunnableConfig:
-    return {
-        "configurable": {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
-    }
+def _matches(metadata: Any, wanted: dict[str, Any]) -> bool:
+    return isinstance(metadata, dict) and all(metadata.get(k) == v for k, v in wanted.items())
 
 
-def _list_query(
-    config: RunnableConfig | None, before: RunnableConfig | None, limit: int | None
-) -> tuple[str, list[Any]]:
-    """``list``'s statement: fixed fragments for the arguments given, and their values."""
-    where: list[str] = []
-    params: list[Any] = []
-    configurable = (config or {}).get("configurable") or {}
-    if configurable.get("thread_id") is not None:
-        thread, ns = check_ids(configurable["thread_id"], configurable.get("checkpoint_ns", ""))
-        where.append(t.BY_THREAD)
-        params.append(thread)
-        if "checkpoint_ns" in configurable:
-            where.append(t.BY_NAMESPACE)
-            params.append(ns)
-    if config is not None and (checkpoint_id := get_checkpoint_id(config)) is not None:
-        where.append(t.BY_CHECKPOINT)
-        params.append(check_text("LangGraph checkpoint id", checkpoint_id))
-    if before is not None and (before_id := get_checkpoint_id(before)) is not None:
-        where.append(t.BEFORE)
-        params.append(check_text("LangGraph checkpoint id", before_id))
-    statement = t.LIST_CHECKPOINTS
-    if where:
-        statement += " WHERE " + " AND ".join(where)
-    statement += t.NEWEST_FIRST
-    if limit is not None:
-        statement += t.LIMIT
-        params.append(int(limit))
-    return statement, params
+def _list_bounds(
+    config: RunnableConfig | None, before: RunnableConfig | None
+) -> tuple[str | None, str | None]:
+    """The checkpoint id ``list``'s config names, and the one it lists before."""
+    only = get_checkpoint_id(config) if config is not None else None
+    before_id = get_checkpoint_id(before) if before is not None else None
+    return (
+        None if only is None else check_text("LangGraph checkpoint id", only),
+        None if before_id is None else check_text("LangGraph checkpoint id", before_id),
+    )
