@@ -9,13 +9,22 @@ is ``tests/acceptance/test_compaction_chunks_sigkill.py``.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
+from typing import Any
 
+import httpx2
+import openai
+import pytest
+
+from cairn import Cairn, Context, TaskFailed
+from cairn.agent import LLMSummarizer, user
 from cairn.agent.costs import cost_report
 from cairn.clock import FakeClock
 from tests.agent_server import Scripted, model_server, openai_client, resume
 from tests.fixtures.chunked_compaction.make import (
+    NOTES,
     SQLITE_DUMP,
     SUMMARY,
     TASK,
@@ -55,3 +64,138 @@ def test_a_store_with_a_chunked_compaction_in_one_entry_replays_it(
     recorded = compaction["usage"]
     assert total.summarizer_usage.input_tokens == recorded["input_tokens"] > 0
     assert total.summarizer_usage.output_tokens == recorded["output_tokens"] > 0
+
+
+class Crash(BaseException):
+    """Stands for the process dying between two requests."""
+
+
+def _crashing_client(server: Any, before: int, *, is_async: bool = False) -> Any:
+    """An openai client on ``server`` that 'dies' just before sending its
+    ``before``-th request (once)."""
+    sent = [0]
+
+    def count(request: httpx2.Request) -> None:
+        sent[0] += 1
+        if sent[0] == before:
+            raise Crash(f"killed before request {before}")
+
+    async def acount(request: httpx2.Request) -> None:
+        count(request)
+
+    if is_async:
+        http: Any = openai.DefaultAsyncHttpxClient(event_hooks={"request": [acount]})
+        return openai.AsyncOpenAI(
+            base_url=server.base_url, api_key="-", max_retries=0, http_client=http
+        )
+    http = openai.DefaultHttpxClient(event_hooks={"request": [count]})
+    return openai.OpenAI(base_url=server.base_url, api_key="-", max_retries=0, http_client=http)
+
+
+def _async_notes(app: Cairn, summarizer: LLMSummarizer) -> Any:
+    """The notes task of the fixture, async, with an async summarizer."""
+
+    @app.task(name="notes", retry=None)
+    async def notes(ctx: Context) -> dict[str, Any]:
+        conv = ctx.conversation(
+            "main", threshold=4000, keep_tail=500, summarizer=summarizer, summary_tokens=200
+        )
+        for i in range(NOTES):
+            conv.append(user(f"note {i}: " + "the data says something. " * 80))
+        done = await conv.compact()
+        return {"ok": done.ok, "summary": conv.summary}
+
+    return notes
+
+
+def test_an_async_summarizer_crashed_between_chunks_sends_only_the_rest(
+    app: Cairn, db_path: Path, clock: FakeClock
+) -> None:
+    """With an async client, 'killed' just before the fourth chunk's request:
+    the resumed task replays the three answered parts and sends the other five,
+    none twice, and keeps the summary; cost counts the eight requests once."""
+    with model_server(Scripted([SUMMARY])) as server:
+        crashing = summarizer(_crashing_client(server, 4, is_async=True))
+        with pytest.raises(Crash):
+            app.run(_async_notes(app, crashing), task_id=TASK)
+        assert server.requests == 3
+        with resume(f"sqlite:///{db_path}", clock) as other:
+            task = _async_notes(other, summarizer(openai_client(server, is_async=True)))
+            result = other.run(task, task_id=TASK)
+            total = cost_report(other.store, task_id=TASK).total
+        assert (server.requests, server.repeats) == (8, 0)
+        assert _notes_sent(server.bodies) == list(range(NOTES - 1))  # each folded once
+        counted = (server.prompt_tokens, server.completion_tokens)
+    assert result == {"ok": True, "summary": SUMMARY}
+    assert (total.compactions, total.failed_compactions) == (1, 0)
+    assert (total.summarizer_usage.input_tokens, total.summarizer_usage.output_tokens) == counted
+
+
+def test_a_summarizer_window_changed_after_the_crash_folds_only_the_rest(
+    app: Cairn, db_path: Path, clock: FakeClock
+) -> None:
+    """'Killed' before the third chunk's request, and resumed by code whose
+    summarizer has a window twice as big: the two answered parts are replayed,
+    the rest of the head (from the row after the last one they folded) is
+    chunked by the new window, and nothing is asked twice; the head is folded
+    whole (the summary covers it)."""
+    agent = openai_client  # the task's own model call goes to the same server
+    with model_server(Scripted([SUMMARY])) as server:
+        crashing = _crashing_client(server, 3)
+        with pytest.raises(Crash):
+            app.run(notes_task(app, summarizer(crashing), agent(server)), task_id=TASK)
+        assert server.requests == 2
+        bigger = LLMSummarizer(openai_client(server), model="s", max_tokens=100, window=4000)
+        with resume(f"sqlite:///{db_path}", clock) as other:
+            result = other.run(notes_task(other, bigger, agent(server)), task_id=TASK)
+            *parts, compaction = history_entries(other, TASK, "conv")
+        bodies = server.bodies
+    assert _notes_sent(bodies[:-1]) == list(range(NOTES - 1))  # each folded once
+    assert server.repeats == 0
+    # 2 parts in windows of 2,000 tokens, then the other notes in windows of 4,000.
+    assert 2 + 2 <= len(parts) < 8
+    assert len(bodies) == len(parts) + 1  # and the task's own model call
+    assert result["ok"]
+    assert compaction["covers_until"] == parts[-1]["through"]
+
+
+def _notes_sent(bodies: list[dict[str, Any]]) -> list[int]:
+    """The notes the summarizer's requests carried, in order, repeats included."""
+    texts = [str(body["messages"][1]["content"]) for body in bodies]
+    return [int(n) for text in texts for n in re.findall(r"note (\d+):", text)]
+
+
+def _notes_kept(app: Cairn, summarizer: LLMSummarizer, keep_tail: int) -> Any:
+    """The notes task's compaction alone, keeping ``keep_tail`` tokens."""
+
+    @app.task(name="notes", retry=None)
+    def notes(ctx: Context) -> bool:
+        conv = ctx.conversation(
+            "main", threshold=4000, keep_tail=keep_tail, summarizer=summarizer, summary_tokens=200
+        )
+        for i in range(NOTES):
+            conv.append(user(f"note {i}: " + "the data says something. " * 80))
+        return bool(conv.compact().ok)
+
+    return notes
+
+
+def test_parts_that_folded_rows_the_code_now_keeps_stop_the_task_by_name(
+    app: Cairn, db_path: Path, clock: FakeClock
+) -> None:
+    """'Killed' before the last chunk, and resumed by code that keeps a tail of
+    2,500 tokens instead of 500: the recorded parts folded rows the new head
+    does not hold, so going on would summarize messages the context keeps too.
+    The task stops with a NonDeterminismError naming the part and the rows, and
+    asks the summarizer nothing."""
+    with model_server(Scripted([SUMMARY])) as server:
+        with pytest.raises(Crash):
+            app.run(_notes_kept(app, summarizer(_crashing_client(server, 8)), 500), task_id=TASK)
+        with resume(f"sqlite:///{db_path}", clock) as other:
+            task = _notes_kept(other, summarizer(openai_client(server)), 2500)
+            with pytest.raises(TaskFailed, match="NonDeterminismError"):
+                other.run(task, task_id=TASK)
+            stored = other.store.get_task(TASK)
+        assert server.requests == 7
+    assert stored is not None
+    assert re.search(r"compact main: part \d folding the head through row \d+", str(stored.error))

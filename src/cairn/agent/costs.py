@@ -11,7 +11,9 @@ compaction saved:
   counted, priced when the call was made with the conversation's price table
   (``PriceTable.saving``: the input rate, or the cached-input rate when the call
   read from a prompt cache), or re-priced with ``prices``;
-* the summarizer's cost: every compaction's calls, failed and rejected ones too;
+* the summarizer's cost: every compaction's calls, failed and rejected ones too
+  (a head folded in chunks records each chunk's request in an entry of its own,
+  ``cairn.agent.chunked``: each is counted once);
 * the net saving: the gross saving less the summarizer's cost.
 
 Calls recorded before counterfactuals were (no ``uncompacted_input``) fall back
@@ -170,9 +172,12 @@ def line_of(call: RecordedCall, prices: PriceTable | None) -> CostLine:
         line.unreadable += 1
         return line
     if call.kind == "conv":
-        ok = bool(output.get("ok"))
-        line.compactions += int(ok)
-        line.failed_compactions += int(not ok)
+        # A part of a compaction folded in chunks (cairn.agent.chunked) is one
+        # summarizer request, not a compaction: the compaction's own entry follows.
+        if "part" not in output:
+            ok = bool(output.get("ok"))
+            line.compactions += int(ok)
+            line.failed_compactions += int(not ok)
         line.summarizer_cost += _priced(line, output, prices)
         if "usage" in output:
             line.summarizer_usage = line.summarizer_usage + Usage.from_dict(output["usage"])
