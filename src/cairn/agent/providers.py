@@ -528,8 +528,9 @@ def anthropic_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return converted
 
 
-def from_anthropic(response: Any) -> tuple[Message, Usage]:
-    """An Anthropic reply as an OpenAI-shaped assistant message, and its usage."""
+def from_anthropic(response: Any) -> tuple[Message, Usage | None]:
+    """An Anthropic reply as an OpenAI-shaped assistant message, and its usage
+    (None when the answer carried none)."""
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
     for block in response.content:
@@ -547,7 +548,9 @@ def from_anthropic(response: Any) -> tuple[Message, Usage]:
     message: Message = {"role": "assistant", "content": "".join(texts) or None}
     if calls:
         message["tool_calls"] = calls
-    raw = response.usage
+    raw = getattr(response, "usage", None)
+    if raw is None:
+        return message, None
     cached = int(getattr(raw, "cache_read_input_tokens", None) or 0)
     created = int(getattr(raw, "cache_creation_input_tokens", None) or 0)
     usage = Usage(int(raw.input_tokens) + cached + created, int(raw.output_tokens), cached)
@@ -574,22 +577,28 @@ class AnthropicProvider:
         turns, kwargs = self._request(messages, tools, params)
         create = self._client.messages.create
         if self.is_async:
-            return self._acomplete(create, model, turns, kwargs)
-        return self._completion(
-            _send(self.name, self._client, create, model=model, messages=turns, **kwargs)
-        )
+            return self._acomplete(create, messages, model, turns, kwargs)
+        response = _send(self.name, self._client, create, model=model, messages=turns, **kwargs)
+        return self._completion(messages, response)
 
     async def _acomplete(
-        self, create: Any, model: str, turns: list[dict[str, Any]], kwargs: dict[str, Any]
+        self,
+        create: Any,
+        messages: Sequence[Message],
+        model: str,
+        turns: list[dict[str, Any]],
+        kwargs: dict[str, Any],
     ) -> Completion:
         response = await _asend(
             self.name, self._client, create, model=model, messages=turns, **kwargs
         )
-        return self._completion(response)
+        return self._completion(messages, response)
 
-    def _completion(self, response: Any) -> Completion:
+    def _completion(self, messages: Sequence[Message], response: Any) -> Completion:
         message, usage = from_anthropic(response)
-        return Completion(_valid_message(message), usage, str(response.model), response.stop_reason)
+        model = str(response.model)
+        usage = usage or _estimated(messages, message, model)
+        return Completion(_valid_message(message), usage, model, response.stop_reason)
 
     def _request(
         self,
@@ -621,7 +630,7 @@ class AnthropicProvider:
         kwargs["stream"] = True
         create = self._client.messages.create
         if self.is_async:
-            return self._astream(create, model, turns, kwargs, on_text)
+            return self._astream(create, messages, model, turns, kwargs, on_text)
         stream = _send(self.name, self._client, create, model=model, messages=turns, **kwargs)
         reply = _AnthropicStream(model)
         try:
@@ -629,11 +638,12 @@ class AnthropicProvider:
                 on_text(text)
         finally:
             _close(stream)
-        return reply.completion(self.name)
+        return reply.completion(self.name, messages)
 
     async def _astream(
         self,
         create: Any,
+        messages: Sequence[Message],
         model: str,
         turns: list[dict[str, Any]],
         kwargs: dict[str, Any],
@@ -650,7 +660,7 @@ class AnthropicProvider:
         finally:
             await texts.aclose()
             await _aclose(stream)
-        return reply.completion(self.name)
+        return reply.completion(self.name, messages)
 
 
 _ANTHROPIC_USAGE = (
@@ -724,7 +734,7 @@ class _AnthropicStream:
             self.stopped = True
         return ""
 
-    def completion(self, provider: str) -> Completion:
+    def completion(self, provider: str, messages: Sequence[Message]) -> Completion:
         if not self.complete:
             raise _incomplete(provider)
         texts: list[str] = []
@@ -739,12 +749,19 @@ class _AnthropicStream:
         message: Message = {"role": "assistant", "content": "".join(texts) or None}
         if calls:
             message["tool_calls"] = calls
+        return Completion(
+            _valid_message(message), self._usage(messages, message), self.model, self.stop_reason
+        )
+
+    def _usage(self, messages: Sequence[Message], message: Message) -> Usage:
+        """The stream's usage, or cairn's estimate when no event carried any."""
         counts = self.usage
+        if not counts:
+            return _estimated(messages, message, self.model)
         cached = counts.get("cache_read_input_tokens", 0)
         created = counts.get("cache_creation_input_tokens", 0)
-        usage = Usage(counts.get("input_tokens", 0) + cached + created,
-                      counts.get("output_tokens", 0), cached)  # fmt: skip
-        return Completion(_valid_message(message), usage, self.model, self.stop_reason)
+        return Usage(counts.get("input_tokens", 0) + cached + created,
+                     counts.get("output_tokens", 0), cached)  # fmt: skip
 
 
 # -- choosing a provider --------------------------------------------------------------------

@@ -20,7 +20,10 @@ can prove that a resumed agent sent nothing twice. Usage is counted with its
 the way OpenAI's cookbook does (``openai_prompt_tokens``), with that encoding,
 as the real API does. A reply longer than the request's ``max_tokens`` is cut
 there, with finish reason ``length`` (``max_tokens`` on ``/v1/messages``), as a
-real model's would be. Request headers are never kept.
+real model's would be. Request headers are never kept. With
+``report_usage=False`` it answers without usage, as some servers do (no
+``usage`` in a chat completion, no usage chunk in a stream even when asked, no
+``usage`` in an Anthropic message); it still counts the tokens itself.
 
 A request with ``"stream": true`` is answered as the APIs stream, in
 server-sent events over a chunked response: the reply's text one word per
@@ -213,9 +216,11 @@ class SimulatedModelServer:
         *,
         cached_tokens: int = 0,
         counter: TokenCounter | None = None,
+        report_usage: bool = True,
     ) -> None:
         self.respond = respond
         self.cached_tokens = cached_tokens
+        self.report_usage = report_usage
         # How this "model" counts tokens; another counter than the client's makes
         # the provider's counts and cairn's estimates differ, as a real one's do.
         self.counter = counter or DEFAULT_COUNTER
@@ -374,7 +379,8 @@ class SimulatedModelServer:
             return None
         if path.rstrip("/").endswith("/chat/completions"):
             options = body.get("stream_options") or {}
-            events = openai_events(answer, include_usage=bool(options.get("include_usage")))
+            asked = bool(options.get("include_usage")) and "usage" in answer
+            events = openai_events(answer, include_usage=asked)
         else:
             events = anthropic_events(answer)
         with self._lock:
@@ -413,7 +419,13 @@ class SimulatedModelServer:
         reply, prompt, completion, cut = self._reply(body)
         calls = reply.get("tool_calls") or None
         finish = "length" if cut else ("tool_calls" if calls else "stop")
-        return {
+        usage = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": min(self.cached_tokens, prompt)},
+        }
+        answer = {
             "id": f"chatcmpl-{next(self._ids)}",
             "object": "chat.completion",
             "created": 0,
@@ -430,13 +442,8 @@ class SimulatedModelServer:
                     "logprobs": None,
                 }
             ],
-            "usage": {
-                "prompt_tokens": prompt,
-                "completion_tokens": completion,
-                "total_tokens": prompt + completion,
-                "prompt_tokens_details": {"cached_tokens": min(self.cached_tokens, prompt)},
-            },
         }
+        return {**answer, "usage": usage} if self.report_usage else answer
 
     def _anthropic(self, body: dict[str, Any]) -> dict[str, Any]:
         request = {**body, "messages": from_anthropic_request(body)}
@@ -455,7 +462,13 @@ class SimulatedModelServer:
                 }
             )
         cached = min(self.cached_tokens, prompt)
-        return {
+        usage = {
+            "input_tokens": prompt - cached,
+            "output_tokens": completion,
+            "cache_read_input_tokens": cached,
+            "cache_creation_input_tokens": 0,
+        }
+        answer = {
             "id": f"msg_{next(self._ids)}",
             "type": "message",
             "role": "assistant",
@@ -463,13 +476,8 @@ class SimulatedModelServer:
             "content": content,
             "stop_reason": _stop_reason(reply, cut),
             "stop_sequence": None,
-            "usage": {
-                "input_tokens": prompt - cached,
-                "output_tokens": completion,
-                "cache_read_input_tokens": cached,
-                "cache_creation_input_tokens": 0,
-            },
         }
+        return {**answer, "usage": usage} if self.report_usage else answer
 
 
 def _error_event(openai: bool) -> bytes:
@@ -533,9 +541,10 @@ def anthropic_events(answer: Mapping[str, Any]) -> list[bytes]:
     ``message_start`` with the input usage, each block started, filled in
     pieces and stopped, ``message_delta`` with the stop reason and the output
     tokens, ``message_stop``."""
-    usage = dict(answer["usage"])
+    usage = answer.get("usage")
     start = {**answer, "content": [], "stop_reason": None, "stop_sequence": None}
-    start["usage"] = {**usage, "output_tokens": 1}
+    if usage is not None:
+        start["usage"] = {**usage, "output_tokens": 1}
     events = [_sse({"type": "message_start", "message": start}, "message_start")]
     for index, block in enumerate(answer["content"]):
         if block["type"] == "text":
@@ -552,11 +561,9 @@ def anthropic_events(answer: Mapping[str, Any]) -> list[bytes]:
             events.append(_sse(part, "content_block_delta"))
         events.append(_sse({"type": "content_block_stop", "index": index}, "content_block_stop"))
     delta: dict[str, Any] = {"stop_reason": answer["stop_reason"], "stop_sequence": None}
-    ending = {
-        "type": "message_delta",
-        "delta": delta,
-        "usage": {"output_tokens": usage["output_tokens"]},
-    }
+    ending: dict[str, Any] = {"type": "message_delta", "delta": delta}
+    if usage is not None:
+        ending["usage"] = {"output_tokens": usage["output_tokens"]}
     events.append(_sse(ending, "message_delta"))
     events.append(_sse({"type": "message_stop"}, "message_stop"))
     return events
