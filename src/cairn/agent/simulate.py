@@ -104,6 +104,14 @@ def echo(request: Mapping[str, Any]) -> Message:
 
 
 @dataclass(frozen=True, slots=True)
+class _Raw:
+    """An answer sent as it is, with status 200: not necessarily a completion."""
+
+    data: bytes
+    content_type: str
+
+
+@dataclass(frozen=True, slots=True)
 class _Failure:
     status: int
     headers: dict[str, str]
@@ -153,15 +161,21 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         owner = self.server.owner
         status, body, headers = owner.answer(self.path, raw)
+        if isinstance(body, _Raw):
+            self._send(HTTPStatus.OK, body.data, {"Content-Type": body.content_type})
+            return
         stream = owner.streamed(self.path, raw, status, body)
         if stream is not None:
             self._stream(stream)
             return
-        data = json.dumps(body).encode()
+        self._send(
+            status, json.dumps(body).encode(), {**headers, "Content-Type": "application/json"}
+        )
+
+    def _send(self, status: int, data: bytes, headers: Mapping[str, str]) -> None:
         self.send_response(status)
         for name, value in headers.items():
             self.send_header(name, value)
-        self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -228,6 +242,7 @@ class SimulatedModelServer:
         self._bodies: list[dict[str, Any]] = []
         self._fingerprints: Counter[str] = Counter()
         self._failures: list[_Failure] = []
+        self._raws: list[_Raw] = []
         self._drops: list[tuple[int, str]] = []
         self._holds: list[Hold] = []
         self._held: list[Hold] = []
@@ -296,6 +311,22 @@ class SimulatedModelServer:
         with self._lock:
             self._failures += [failure] * count
 
+    def answer_next(
+        self, count: int, body: bytes | str | Any, *, content_type: str = "application/json"
+    ) -> None:
+        """Answer the next ``count`` requests with status 200 and ``body`` as it
+        is (bytes or text as given, anything else as JSON), never streamed: what
+        a proxy in the way may send (an HTML page, a cut body, a completion
+        without choices) in place of the model's answer."""
+        if isinstance(body, str):
+            data = body.encode()
+        elif isinstance(body, bytes):
+            data = body
+        else:
+            data = json.dumps(body).encode()
+        with self._lock:
+            self._raws += [_Raw(data, content_type)] * count
+
     def drop_next(self, count: int, *, after: int = 2, how: str = "cut") -> None:
         """Cut the next ``count`` streamed answers off after their first ``after``
         events: ``how="cut"`` closes the connection with the body unfinished,
@@ -345,7 +376,7 @@ class SimulatedModelServer:
         self.stop()
 
     # -- answering -------------------------------------------------------------------------
-    def answer(self, path: str, raw: bytes) -> tuple[int, dict[str, Any], dict[str, str]]:
+    def answer(self, path: str, raw: bytes) -> tuple[int, dict[str, Any] | _Raw, dict[str, str]]:
         """The status, body and extra headers of the answer to one request."""
         try:
             body = json.loads(raw or b"{}")
@@ -355,9 +386,12 @@ class SimulatedModelServer:
             self._bodies.append(body)
             self._fingerprints[hashlib.sha256(raw).hexdigest()] += 1
             failure = self._failures.pop(0) if self._failures else None
+            planned = self._raws.pop(0) if failure is None and self._raws else None
         if failure is not None:
             error = {"message": failure.message, "type": "server_error"}
             return failure.status, {"error": error}, failure.headers
+        if planned is not None:
+            return HTTPStatus.OK, planned, {}
         if path.rstrip("/").endswith("/chat/completions"):
             return HTTPStatus.OK, self._openai(body), {}
         if path.rstrip("/").endswith("/messages"):
