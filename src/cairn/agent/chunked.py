@@ -80,32 +80,39 @@ def _upcoming(conv: Conversation) -> StepRecord | None:
     return run.history.get(run.seq + 1)
 
 
-def in_parts(conv: Conversation, entry: str, request: SummaryRequest) -> bool:
-    """Whether the compaction ``entry`` of ``request``'s head goes in parts here:
-    as the record holds it, or, past the record, when the summarizer chunks and
-    the head takes more than one request."""
+def in_parts(conv: Conversation, entry: str, request: SummaryRequest) -> list[list[Message]] | None:
+    """Whether the compaction ``entry`` of ``request``'s head goes in parts here,
+    as the record holds it ([]: replay them), or, past the record, because the
+    summarizer chunks and the head takes more than one request (its chunks, to
+    send); None when it is one entry."""
     summarizer = conv.summarizer
     if not isinstance(summarizer, ChunkedSummarizer):
-        return False
+        return None
     upcoming = _upcoming(conv)
     if upcoming is not None and upcoming.kind == "conv":
-        return upcoming.name == part_name(entry, 1)
+        return [] if upcoming.name == part_name(entry, 1) else None
     if upcoming is not None or conv.replaying:
         # Recorded otherwise, or a summary row its entry did not get to record
         # (which compaction adopts): nothing is sent in parts.
-        return False
-    return len(summarizer.chunks(request)) > 1
+        return None
+    groups = summarizer.chunks(request)
+    return groups if len(groups) > 1 else None
 
 
 def parts_machine(
-    conv: Conversation, entry: str, head: list[Row], request: SummaryRequest
+    conv: Conversation,
+    entry: str,
+    head: list[Row],
+    request: SummaryRequest,
+    chunks: list[list[Message]],
 ) -> Machine[Parts]:
-    """Record (or replay) each part of the compaction ``entry`` folding ``head``,
-    until the head is folded, a part fails, or one is cut off at the reply cap."""
+    """Record (or replay) each part of the compaction ``entry`` folding ``head``
+    (in ``chunks``, or as recorded when they are []), until the head is folded,
+    a part fails, or one is cut off at the reply cap."""
     summarizer = conv.summarizer
     assert isinstance(summarizer, ChunkedSummarizer)
     folded, count, summary = 0, 0, None
-    groups: list[list[Message]] = []
+    groups = list(chunks)
     while folded < len(head):
         count += 1
         name = part_name(entry, count)

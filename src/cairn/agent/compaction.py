@@ -155,8 +155,9 @@ def compaction_machine(conv: Conversation, *, force: bool = False) -> Machine[Co
     plan = _plan(conv)
     parts = None
     request = None if plan is None else _request(conv, plan)
-    if plan is not None and request is not None and in_parts(conv, _entry_name(conv), request):
-        parts = yield from parts_machine(conv, _entry_name(conv), plan.head, request)
+    chunks = None if request is None else in_parts(conv, _entry_name(conv), request)
+    if plan is not None and request is not None and chunks is not None:
+        parts = yield from parts_machine(conv, _entry_name(conv), plan.head, request, chunks)
     if parts is None and is_async_summarizer(conv.summarizer):
         fn: Callable[[], Any] = _async_compact(conv, plan)
     else:
