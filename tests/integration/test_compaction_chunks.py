@@ -19,8 +19,9 @@ import openai
 import pytest
 
 from cairn import Cairn, Context, TaskFailed
-from cairn.agent import LLMSummarizer, user
+from cairn.agent import LLMSummarizer, Message, Summary, SummaryRequest, user
 from cairn.agent.costs import cost_report
+from cairn.agent.messages import text_of
 from cairn.clock import FakeClock
 from tests.agent_server import Scripted, model_server, openai_client, resume
 from tests.fixtures.chunked_compaction.make import (
@@ -165,7 +166,7 @@ def _notes_sent(bodies: list[dict[str, Any]]) -> list[int]:
     return [int(n) for text in texts for n in re.findall(r"note (\d+):", text)]
 
 
-def _notes_kept(app: Cairn, summarizer: LLMSummarizer, keep_tail: int) -> Any:
+def _notes_kept(app: Cairn, summarizer: Any, keep_tail: int) -> Any:
     """The notes task's compaction alone, keeping ``keep_tail`` tokens."""
 
     @app.task(name="notes", retry=None)
@@ -199,3 +200,54 @@ def test_parts_that_folded_rows_the_code_now_keeps_stop_the_task_by_name(
         assert server.requests == 7
     assert stored is not None
     assert re.search(r"compact main: part \d folding the head through row \d+", str(stored.error))
+
+
+class Pairs:
+    """A summarizer of one's own that folds two messages a request, counting
+    the messages each request folds (``folded``)."""
+
+    is_async = False
+
+    def __init__(self, broken: bool = False) -> None:
+        self.folded: list[str] = []
+        self.broken = broken
+        self.broken_pairs = [[user("note 0: a")], [user("note 1: b")]]
+
+    def chunks(self, request: SummaryRequest) -> list[list[Message]]:
+        messages = list(request.messages)
+        pairs = [messages[i : i + 2] for i in range(0, len(messages), 2)]
+        if self.broken:
+            # A bug of its own: the first two pairs, then nothing for the rest.
+            pairs, self.broken_pairs = self.broken_pairs, []
+        return pairs
+
+    def fold_chunk(self, request: SummaryRequest) -> Summary:
+        self.folded += [text_of(m).split(":")[0] for m in request.messages]
+        if len(self.folded) == 6 and not self.broken:
+            raise Crash("killed after the third pair")
+        return Summary(f"{request.previous or ''} +{len(request.messages)}".strip())
+
+    def __call__(self, request: SummaryRequest) -> Summary:
+        raise AssertionError("a chunked summarizer is asked chunk by chunk")
+
+
+def test_a_summarizer_of_ones_own_gets_its_chunks_recorded(
+    app: Cairn, db_path: Path, clock: FakeClock
+) -> None:
+    """Any summarizer with ``chunks`` and ``fold_chunk`` (a ChunkedSummarizer)
+    has each chunk recorded: 'killed' while folding its third pair, the resumed
+    task folds the third pair and the rest, each note once in all."""
+    pairs = Pairs()
+    with pytest.raises(Crash):
+        app.run(_notes_kept(app, pairs, 500), task_id=TASK)
+    with resume(f"sqlite:///{db_path}", clock) as other:
+        assert other.run(_notes_kept(other, pairs, 500), task_id=TASK) is True
+    folded = [int(note.split()[1]) for note in pairs.folded]
+    assert folded == [0, 1, 2, 3, 4, 5, *range(4, NOTES - 1)]  # the third pair was never answered
+
+
+def test_a_summarizer_whose_chunks_leave_messages_out_fails_by_name(app: Cairn) -> None:
+    """A ChunkedSummarizer whose ``chunks`` gives nothing for messages it was
+    asked to split stops the task with an error naming it."""
+    with pytest.raises(TaskFailed, match=r"Pairs\.chunks gave no chunk"):
+        app.run(_notes_kept(app, Pairs(broken=True), 500), task_id=TASK)

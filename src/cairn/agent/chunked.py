@@ -116,11 +116,17 @@ def parts_machine(
     while folded < len(head):
         count += 1
         name = part_name(entry, count)
-        if not _recorded(conv, name) and not groups:
+        live = not _recorded(conv, name)
+        if live and not groups:
             # Chunked once, from the first part not recorded: the chunks of a
             # head's rest are the rest of its chunks.
             groups = summarizer.chunks(_rest(request, folded))
         part = groups.pop(0) if groups else []
+        if live and not part:
+            raise ValueError(
+                f"{type(summarizer).__name__}.chunks gave no chunk for the {len(head) - folded} "
+                "messages left to fold: it must split them all into consecutive groups"
+            )
         where = {"part": count, "at": conv.position}
         if part:
             where["through"] = head[folded + len(part) - 1].idx
