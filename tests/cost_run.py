@@ -71,8 +71,16 @@ def _summary(request: dict[str, Any]) -> dict[str, Any]:
 
 def cairn(*args: str, env: dict[str, str] | None = None) -> str:
     """What the installed ``cairn`` command prints, run in a process of its own."""
+    return cairn_process(*args, env=env).stdout
+
+
+def cairn_process(
+    *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The installed ``cairn`` command run in a process of its own, to its end
+    (an error if it fails): what it printed on stdout and on stderr."""
     cairn = Path(sys.executable).with_name("cairn")
-    done = subprocess.run(
+    return subprocess.run(
         [str(cairn), *args],
         capture_output=True,
         text=True,
@@ -80,7 +88,6 @@ def cairn(*args: str, env: dict[str, str] | None = None) -> str:
         timeout=120,
         check=True,
     )
-    return done.stdout
 
 
 def cairn_cost(url: str, *args: str) -> dict[str, list[str]]:

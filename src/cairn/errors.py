@@ -34,6 +34,7 @@ The hierarchy::
         └── OperationFailed         the key failed permanently; settle it to try again
     Permanent                       raise it (or from it) to fail without retrying
     Transient                       raise it (or from it) to say "this may work later"
+    └── MalformedAnswer             a model's 200 answer was not a completion (a proxy's page)
     RetryAfter                      the outside service said "not now, try in N seconds"
 
     CairnControl (BaseException)    control flow an agent must not swallow
@@ -290,6 +291,26 @@ class Transient(Exception):
     ``cairn.outside_errors.is_transient`` recognises it; use that as
     ``Retry(retry_on=is_transient)`` to retry only what may succeed later.
     """
+
+
+class MalformedAnswer(Transient):
+    """A model provider answered a request with HTTP 200 and something that is
+    not a chat completion: a body that is not JSON (a proxy's or gateway's
+    page, a body cut short), a completion without choices, a choice without a
+    message, an error object where the completion should be. ``provider``,
+    ``model`` and ``problem`` say which and what; the message (which goes into
+    the task's history) is redacted as provider errors are.
+
+    It is ``Transient``: such an answer usually comes from something between
+    cairn and the model (a proxy, a router, a load balancer) and goes away when
+    the request is sent again, so the call's ``Retry`` policy may send it again.
+    """
+
+    def __init__(self, message: str, *, provider: str, model: str, problem: str) -> None:
+        super().__init__(message)
+        self.provider = provider
+        self.model = model
+        self.problem = problem
 
 
 class RetryAfter(Exception):

@@ -27,6 +27,7 @@ from urllib.parse import quote
 import pytest
 
 from cairn import Cairn
+from cairn.agent.costs import COST_COLUMNS
 from cairn.clock import FakeClock
 from cairn.store import admin
 from cairn.ui.server import DashboardServer, UIConfig, serve_in_thread
@@ -411,7 +412,9 @@ def test_the_cost_pages_show_what_cairn_cost_prints(
     driver.get(url + f"/batch?name={COST_BATCH}")
     shown = _cost_row(driver)
     assert shown == by_batch[COST_BATCH]
-    gross, summarizer, net = shown[8], shown[9], shown[10]
+    by_column = dict(zip(COST_COLUMNS, shown, strict=True))
+    gross, summarizer = by_column["gross saved $"], by_column["summarizer $"]
+    net = by_column["net saved $"]
     assert float(gross) > float(summarizer) > 0
     assert float(net) > 0
     assert int(shown[4]) > 0  # cached input

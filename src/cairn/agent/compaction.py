@@ -8,6 +8,8 @@ it covers stay stored, as the archive.
 
 The summarizer call is a history entry of kind ``conv`` made by the step
 machine, so on replay its outcome is read back and the summarizer is not called.
+A head folded in several requests (``ChunkedSummarizer``) records each request
+as an entry of its own first, so that none is sent twice (``cairn.agent.chunked``).
 A summarizer that fails, answers with nothing, is cut off at its token cap
 (finish reason ``length`` / ``max_tokens``) or answers with more than the
 summary budget (``summary_tokens``) replaces nothing: the outcome is recorded as
@@ -31,8 +33,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cairn.agent._window import Row, split_point
+from cairn.agent.chunked import Parts, described, in_parts, part_name, parts_machine
 from cairn.agent.pricing import Usage
-from cairn.agent.provider_errors import redact
 from cairn.agent.summarize import (
     TRUNCATED,
     Summary,
@@ -111,7 +113,12 @@ def _due(conv: Conversation, force: bool) -> bool:
     replaying, decided by the token count once past it."""
     run = conv._run
     upcoming = run.history.get(run.seq + 1)
-    if upcoming is not None and (upcoming.kind, upcoming.name) == ("conv", _entry_name(conv)):
+    entry = _entry_name(conv)
+    if (
+        upcoming is not None
+        and upcoming.kind == "conv"
+        and upcoming.name in (entry, part_name(entry, 1))
+    ):
         return _recorded_here(conv, upcoming)
     if conv.replaying:
         # A summary row the entry did not get to record (a crash between the two
@@ -127,15 +134,15 @@ def _due(conv: Conversation, force: bool) -> bool:
 
 
 def _recorded_here(conv: Conversation, entry: StepRecord) -> bool:
-    """Whether the recorded compaction ``entry`` ran at this point of the code.
-    ``compact()`` may be called at many points with no history entry between them
-    (nothing is recorded where none was due), so the next entry alone does not
-    say where it ran: a successful one wrote its summary row at its position, a
-    failed one noted the position it ran at."""
+    """Whether the recorded compaction ``entry`` (or its first part) ran at this
+    point of the code. ``compact()`` may be called at many points with no
+    history entry between them (nothing is recorded where none was due), so the
+    next entry alone does not say where it ran: a successful one wrote its
+    summary row at its position, a failed one and a part noted the position."""
     if entry.status != "completed" or entry.output is None:
         return True
     outcome = conv._run.decode(entry.output, f"compaction {entry.name!r}")
-    at = outcome.get("idx") if outcome.get("ok") else outcome.get("at")
+    at = outcome.get("at", outcome.get("idx") if outcome.get("ok") else None)
     return at is None or int(at) == conv.position
 
 
@@ -145,7 +152,16 @@ def compaction_machine(conv: Conversation, *, force: bool = False) -> Machine[Co
         raise conv._run.poisoned
     if not _due(conv, force):
         return None
-    fn = _async_compact(conv) if is_async_summarizer(conv.summarizer) else _sync_compact(conv)
+    plan = _plan(conv)
+    parts = None
+    request = None if plan is None else _request(conv, plan)
+    chunks = None if request is None else in_parts(conv, _entry_name(conv), request)
+    if plan is not None and request is not None and chunks is not None:
+        parts = yield from parts_machine(conv, _entry_name(conv), plan.head, request, chunks)
+    if parts is None and is_async_summarizer(conv.summarizer):
+        fn: Callable[[], Any] = _async_compact(conv, plan)
+    else:
+        fn = _sync_compact(conv, plan, parts)
     outcome: Outcome = yield from step_machine(
         conv._run,
         "conv",
@@ -208,12 +224,18 @@ def _request(conv: Conversation, plan: _Plan) -> SummaryRequest:
     return SummaryRequest(conv.summary, messages, conv.summary_tokens, conv.counter)
 
 
-def _sync_compact(conv: Conversation) -> Callable[[], Outcome]:
+def _sync_compact(
+    conv: Conversation, plan: _Plan | None, parts: Parts | None
+) -> Callable[[], Outcome]:
+    """The compaction entry's function: the summarizer called, or, for a head
+    folded in parts, the parts' summary taken (nothing is sent)."""
+
     def compact() -> Outcome:
         adopted = _adopted(conv)
-        plan = _plan(conv)
         if adopted is not None or plan is None:
             return adopted or _failed(conv, None, "nothing to fold: the tail is all there is")
+        if parts is not None:
+            return _from_parts(conv, plan, parts)
         try:
             result = conv.summarizer(_request(conv, plan))
         except Exception as exc:  # noqa: BLE001 - a failed summary replaces nothing
@@ -223,10 +245,9 @@ def _sync_compact(conv: Conversation) -> Callable[[], Outcome]:
     return compact
 
 
-def _async_compact(conv: Conversation) -> Callable[[], Awaitable[Outcome]]:
+def _async_compact(conv: Conversation, plan: _Plan | None) -> Callable[[], Awaitable[Outcome]]:
     async def compact() -> Outcome:
         adopted = _adopted(conv)
-        plan = _plan(conv)
         if adopted is not None or plan is None:
             return adopted or _failed(conv, None, "nothing to fold: the tail is all there is")
         try:
@@ -238,10 +259,14 @@ def _async_compact(conv: Conversation) -> Callable[[], Awaitable[Outcome]]:
     return compact
 
 
-def _described(error: Exception) -> str:
-    """A summarizer's error as it is recorded: any summarizer's text may echo a
-    key (the SDKs' errors are redacted already, cairn.agent.provider_errors)."""
-    return redact(f"{type(error).__name__}: {error}")
+def _from_parts(conv: Conversation, plan: _Plan, parts: Parts) -> Outcome:
+    """The outcome of a compaction whose head was folded in ``parts``: their
+    summary kept (or rejected), or the error that ended them. The parts'
+    entries hold the usage of their requests, so this one holds none."""
+    if parts.error is not None or parts.summary is None:
+        error = parts.error or "the summarizer answered no part"
+        return {**_failed(conv, plan, error), "parts": parts.count}
+    return _finish(conv, plan, parts.summary, parts=parts.count)
 
 
 def _failed(conv: Conversation, plan: _Plan | None, error: str) -> Outcome:
@@ -263,9 +288,9 @@ def _failed_summary(conv: Conversation, plan: _Plan, error: Exception) -> Outcom
     calls it had made before (paid for: ``SummaryFailed``), so that ``cairn
     cost`` counts them."""
     if not isinstance(error, SummaryFailed):
-        return _failed(conv, plan, _described(error))
+        return _failed(conv, plan, described(error))
     paid = error.paid
-    outcome = _failed(conv, plan, _described(error.error))
+    outcome = _failed(conv, plan, described(error.error))
     return {**outcome, **_usage_fields(conv, paid.usage, paid.model)}
 
 
@@ -303,13 +328,16 @@ def _summarizer_name(conv: Conversation) -> str:
     return str(getattr(conv.summarizer, "name", type(conv.summarizer).__name__))
 
 
-def _finish(conv: Conversation, plan: _Plan, result: SummaryResult) -> Outcome:
+def _finish(conv: Conversation, plan: _Plan, result: SummaryResult, *, parts: int = 0) -> Outcome:
+    """Write the summary row of ``result`` (unless it is rejected) and return the
+    outcome. A summary folded in ``parts`` records no usage: each part's entry
+    holds its own."""
     summary = as_summary(result)
     text = summary.text.strip()
+    paid = {"parts": parts} if parts else _usage_fields(conv, summary.usage, summary.model)
     rejected = _rejected(conv, summary, text)
     if rejected is not None:
-        outcome = _failed(conv, plan, rejected)
-        return {**outcome, **_usage_fields(conv, summary.usage, summary.model)}
+        return {**_failed(conv, plan, rejected), **paid}
     message = summary_message(text)
     tokens = count_message(message, conv.counter)
     window = conv._window
@@ -331,7 +359,7 @@ def _finish(conv: Conversation, plan: _Plan, result: SummaryResult) -> Outcome:
         "archived_tokens": before.archived_tokens + head_tokens,
         "compactions": before.compactions + 1,
         "summarizer": _summarizer_name(conv),
-        **_usage_fields(conv, summary.usage, summary.model),
+        **paid,
     }
     row = Row(conv.position, message, tokens, "summary", plan.head[-1].idx, meta)
     conv.write(row)

@@ -11,12 +11,20 @@ compaction saved:
   counted, priced when the call was made with the conversation's price table
   (``PriceTable.saving``: the input rate, or the cached-input rate when the call
   read from a prompt cache), or re-priced with ``prices``;
-* the summarizer's cost: every compaction's calls, failed and rejected ones too;
+* the summarizer's cost: every compaction's calls, failed and rejected ones too
+  (a head folded in chunks records each chunk's request in an entry of its own,
+  ``cairn.agent.chunked``: each is counted once);
 * the net saving: the gross saving less the summarizer's cost.
 
 Calls recorded before counterfactuals were (no ``uncompacted_input``) fall back
-to the estimate they recorded (``full_tokens`` less ``context_tokens``). All of
-it is an estimate (see ``cairn.agent.pricing``).
+to the estimate they recorded (``full_tokens`` less ``context_tokens``). Every
+cost is an estimate (see ``cairn.agent.pricing``).
+
+The token counts are the provider's, except where a call's answer carried no
+usage (a server that sends none, a stream whose usage chunk was lost): cairn
+counted that call's tokens itself and marked its usage ``estimated``. A line
+says how much of its tokens is such a count (``tokens estimated``, and
+``estimated_note``), so an estimate is never shown as if it were counted.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ COST_COLUMNS = (
     "tokens in",
     "cached",
     "tokens out",
+    "tokens estimated",
     "est. cost $",
     "saved tokens",
     "gross saved $",
@@ -65,6 +74,9 @@ class CostLine:
     failed_compactions: int = 0
     summarizer_usage: Usage = field(default_factory=Usage)
     summarizer_cost: float = 0.0
+    # The calls whose answer carried no usage, and the tokens cairn counted for them.
+    estimated_calls: int = 0
+    estimated_usage: Usage = field(default_factory=Usage)
 
     @property
     def tokens_without_compaction(self) -> int:
@@ -76,6 +88,27 @@ class CostLine:
     def net_saved_cost(self) -> float:
         """The gross saving less what the summarizer cost."""
         return self.saved_cost - self.summarizer_cost
+
+    @property
+    def estimated_share(self) -> float:
+        """The part of the tokens in and out that cairn counted itself (0 to 1)."""
+        total = self.usage.input_tokens + self.usage.output_tokens
+        estimated = self.estimated_usage.input_tokens + self.estimated_usage.output_tokens
+        return estimated / total if total else 0.0
+
+    def estimated_note(self) -> str | None:
+        """What ``cairn cost`` and the dashboard say under a line some of whose
+        tokens are cairn's count, not the provider's; None when none are."""
+        if not self.estimated_calls:
+            return None
+        counted = self.estimated_usage
+        return (
+            f"{self.estimated_calls} model call(s) came back without usage: "
+            f"{counted.input_tokens} of the {self.usage.input_tokens} tokens in and "
+            f"{counted.output_tokens} of the {self.usage.output_tokens} tokens out "
+            f"({_percent(self.estimated_share)} of the tokens) are cairn's estimate, "
+            "not the provider's count"
+        )
 
     def add(self, other: CostLine) -> None:
         self.calls += other.calls
@@ -89,6 +122,8 @@ class CostLine:
         self.summarizer_usage = self.summarizer_usage + other.summarizer_usage
         self.summarizer_cost += other.summarizer_cost
         self.unreadable += other.unreadable
+        self.estimated_calls += other.estimated_calls
+        self.estimated_usage = self.estimated_usage + other.estimated_usage
 
     def cells(self) -> list[str]:
         """The line as ``cairn cost`` prints it and the dashboard shows it, one
@@ -100,6 +135,7 @@ class CostLine:
             str(self.usage.input_tokens),
             str(self.usage.cached_tokens),
             str(self.usage.output_tokens),
+            _percent(self.estimated_share),
             f"{self.cost:.4f}",
             str(self.saved_tokens),
             f"{self.saved_cost:.4f}",
@@ -116,6 +152,10 @@ class CostLine:
             "input_tokens": self.usage.input_tokens,
             "cached_tokens": self.usage.cached_tokens,
             "output_tokens": self.usage.output_tokens,
+            "estimated_usage_calls": self.estimated_calls,
+            "estimated_input_tokens": self.estimated_usage.input_tokens,
+            "estimated_output_tokens": self.estimated_usage.output_tokens,
+            "estimated_token_share": round(self.estimated_share, 6),
             "estimated_cost": round(self.cost, 6),
             "unpriced_calls": self.unpriced_calls,
             "saved_tokens": self.saved_tokens,
@@ -127,6 +167,15 @@ class CostLine:
             "estimated_summarizer_cost": round(self.summarizer_cost, 6),
             "estimated_net_saved_cost": round(self.net_saved_cost, 6),
         }
+
+
+def _percent(share: float) -> str:
+    """A share as a whole percentage that never shows a part as none or as all."""
+    if 0 < share < 0.01:
+        return "<1%"
+    if 0.99 < share < 1:
+        return ">99%"
+    return f"{share:.0%}"
 
 
 def _output(call: RecordedCall) -> dict[str, Any] | None:
@@ -146,6 +195,9 @@ def _priced(line: CostLine, output: dict[str, Any], prices: PriceTable | None) -
         return 0.0
     usage = Usage.from_dict(output["usage"])
     line.usage = line.usage + usage
+    if usage.estimated:
+        line.estimated_calls += 1
+        line.estimated_usage = line.estimated_usage + usage
     cost = output.get("cost") if prices is None else prices.cost(output.get("model"), usage)
     if cost is None:
         line.unpriced_calls += 1
@@ -170,9 +222,12 @@ def line_of(call: RecordedCall, prices: PriceTable | None) -> CostLine:
         line.unreadable += 1
         return line
     if call.kind == "conv":
-        ok = bool(output.get("ok"))
-        line.compactions += int(ok)
-        line.failed_compactions += int(not ok)
+        # A part of a compaction folded in chunks (cairn.agent.chunked) is one
+        # summarizer request, not a compaction: the compaction's own entry follows.
+        if "part" not in output:
+            ok = bool(output.get("ok"))
+            line.compactions += int(ok)
+            line.failed_compactions += int(not ok)
         line.summarizer_cost += _priced(line, output, prices)
         if "usage" in output:
             line.summarizer_usage = line.summarizer_usage + Usage.from_dict(output["usage"])

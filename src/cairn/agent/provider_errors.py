@@ -13,6 +13,14 @@ reads cairn's classes, so each provider call turns them into:
 * ``Transient`` for 5xx, 408, 409, timeouts and dropped connections;
 * ``Permanent`` for any other SDK error (one raised before a request was sent).
 
+An answer with HTTP 200 that is not a completion (a body that is not JSON, no
+choices, a choice without a message, an error object in its place) is no SDK
+error: the SDKs hand it over, or fail to parse it, with a bare
+``AttributeError`` / ``IndexError`` / ``JSONDecodeError``. The providers check
+what they were given and raise ``MalformedAnswer`` (``malformed_answer``), a
+``Transient``, naming the provider, the model and what was wrong, redacted
+like the rest.
+
 The error is what gets stored (its message and traceback go into the task's
 history), so its text is redacted first: ``sk-...`` and ``sk-ant-...`` keys,
 ``Bearer`` tokens and the client's own configured key become ``[redacted]``. It
@@ -23,11 +31,12 @@ the new one as ``provider_error`` for code that catches it in this process.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from typing import Any
 
-from cairn.errors import Permanent, RetryAfter, Transient
+from cairn.errors import MalformedAnswer, Permanent, RetryAfter, Transient
 from cairn.outside_errors import DEFAULT_RETRY_AFTER, http_status_of, retry_after_seconds
 
 REDACTED = "[redacted]"
@@ -39,6 +48,8 @@ _TRANSIENT = frozenset({408, 409, 429})
 _THROTTLED = 429
 # A secret shorter than this is not redacted by value: it would blank common words.
 _MIN_SECRET = 8
+# How much of a malformed answer its error quotes.
+_EXCERPT = 200
 
 
 def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
@@ -142,3 +153,30 @@ def behind_framework(error: BaseException, *, provider: str) -> Exception | None
         seen.add(id(current))
         current = current.__cause__ or current.__context__
     return None
+
+
+def excerpt(value: Any) -> str:
+    """The start of a malformed answer (or a part of it) as one line of text."""
+    if isinstance(value, bytes):
+        text = value.decode("utf-8", "replace")
+    elif isinstance(value, str):
+        text = value
+    elif callable(getattr(value, "model_dump_json", None)):
+        text = value.model_dump_json(exclude_none=True)
+    else:
+        text = json.dumps(value, default=str)
+    line = " ".join(text.split()) or "(empty)"
+    return line if len(line) <= _EXCERPT else line[: _EXCERPT - 1] + "…"
+
+
+def malformed_answer(
+    provider: str, model: str, what: str, problem: str, secrets: Iterable[str | None] = ()
+) -> MalformedAnswer:
+    """cairn's error for an HTTP 200 answer to a request for ``model`` that is
+    not ``what`` (a chat completion, a message), saying the ``problem``; redacted."""
+    text = redact(
+        f"{provider} answered a request for model {model!r} with HTTP 200 but not {what}: "
+        f"{problem}",
+        secrets,
+    )
+    return MalformedAnswer(text, provider=provider, model=model, problem=redact(problem, secrets))

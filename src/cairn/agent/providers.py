@@ -33,7 +33,14 @@ from typing import Any, Protocol, runtime_checkable
 
 from cairn.agent.messages import SYSTEM_ROLES, Message, text_of
 from cairn.agent.pricing import Usage
-from cairn.agent.provider_errors import client_secrets, is_sdk_error, provider_error, redact
+from cairn.agent.provider_errors import (
+    client_secrets,
+    excerpt,
+    is_sdk_error,
+    malformed_answer,
+    provider_error,
+    redact,
+)
 from cairn.agent.tokens import count_message, count_messages, counter_for
 from cairn.errors import ConfigurationError, RetryAfter, Transient
 
@@ -129,13 +136,15 @@ class StreamingProvider(Provider, Protocol):
 
 def _send(provider: str, client: Any, create: Any, **kwargs: Any) -> Any:
     """``create(**kwargs)``, with an SDK error raised as cairn's own, redacted
-    (``cairn.agent.provider_errors``)."""
+    (``cairn.agent.provider_errors``), and an answer the SDK could not parse as
+    ``MalformedAnswer``."""
     try:
         return create(**kwargs)
     except Exception as exc:
-        if not is_sdk_error(exc):
+        mapped = _sent_error(provider, client, kwargs, exc)
+        if mapped is None:
             raise
-        raise provider_error(exc, client_secrets(client), provider=provider) from None
+        raise mapped from None
 
 
 async def _asend(provider: str, client: Any, create: Any, **kwargs: Any) -> Any:
@@ -143,9 +152,72 @@ async def _asend(provider: str, client: Any, create: Any, **kwargs: Any) -> Any:
     try:
         return await create(**kwargs)
     except Exception as exc:
-        if not is_sdk_error(exc):
+        mapped = _sent_error(provider, client, kwargs, exc)
+        if mapped is None:
             raise
-        raise provider_error(exc, client_secrets(client), provider=provider) from None
+        raise mapped from None
+
+
+def _sent_error(
+    provider: str, client: Any, kwargs: dict[str, Any], error: Exception
+) -> Exception | None:
+    """What a request that raised ``error`` raises instead: cairn's error for an
+    SDK error, ``MalformedAnswer`` for an answer that is not JSON (the SDKs
+    parse a JSON-typed body and let the ``JSONDecodeError`` out); None for any
+    other error, which goes up as it is."""
+    if is_sdk_error(error):
+        return provider_error(error, client_secrets(client), provider=provider)
+    if isinstance(error, json.JSONDecodeError):
+        problem = f"the body is not JSON ({error.msg} at character {error.pos}): "
+        return _malformed(provider, client, str(kwargs.get("model")), problem + excerpt(error.doc))
+    return None
+
+
+# What each API answers a request with.
+_ANSWERS = {"openai": "a chat completion", "anthropic": "a message"}
+
+
+def _malformed(provider: str, client: Any, model: str, problem: str) -> Exception:
+    what = _ANSWERS.get(provider, "a model's answer")
+    return malformed_answer(provider, model, what, problem, client_secrets(client))
+
+
+def _not_json(response: Any) -> str | None:
+    """What is wrong with an answer the SDK handed over as text (it does so for
+    a body whose content type is not JSON), or None."""
+    if isinstance(response, str | bytes):
+        return f"the body is not JSON: {excerpt(response)}"
+    return None
+
+
+def _openai_problem(response: Any) -> str | None:
+    """What keeps ``response`` from being a chat completion, or None."""
+    problem = _not_json(response)
+    if problem is not None:
+        return problem
+    choices = getattr(response, "choices", None)
+    if not isinstance(choices, list) or not choices:
+        error = getattr(response, "error", None)
+        if error is not None:
+            return f"it carries an error in place of the completion: {excerpt(error)}"
+        lacking = "no choices" if choices is None else "an empty list of choices"
+        return f"it has {lacking}: {excerpt(response)}"
+    if getattr(choices[0], "message", None) is None:
+        return f"its first choice has no message: {excerpt(choices[0])}"
+    return None
+
+
+def _anthropic_problem(response: Any) -> str | None:
+    """What keeps ``response`` from being an Anthropic message, or None."""
+    problem = _not_json(response)
+    if problem is not None:
+        return problem
+    if not isinstance(getattr(response, "content", None), list):
+        error = getattr(response, "error", None)
+        if error is not None:
+            return f"it carries an error in place of the message: {excerpt(error)}"
+        return f"it has no content: {excerpt(response)}"
+    return None
 
 
 def _stream_error(provider: str, client: Any, error: Exception) -> Exception | None:
@@ -320,7 +392,7 @@ class OpenAIProvider:
         response = _send(
             self.name, self._client, create, model=model, messages=list(messages), **kwargs
         )
-        return self._completion(messages, response)
+        return self._completion(messages, model, response)
 
     async def _acomplete(
         self, create: Any, messages: Sequence[Message], model: str, kwargs: dict[str, Any]
@@ -328,12 +400,17 @@ class OpenAIProvider:
         response = await _asend(
             self.name, self._client, create, model=model, messages=list(messages), **kwargs
         )
-        return self._completion(messages, response)
+        return self._completion(messages, model, response)
 
-    def _completion(self, messages: Sequence[Message], response: Any) -> Completion:
+    def _completion(self, messages: Sequence[Message], asked: str, response: Any) -> Completion:
+        """The completion ``response`` answers to a request for model ``asked``
+        (``MalformedAnswer`` if it is none)."""
+        problem = _openai_problem(response)
+        if problem is not None:
+            raise _malformed(self.name, self._client, asked, problem)
         choice = response.choices[0]
         reply = openai_message(choice.message)
-        model = str(response.model)
+        model = str(getattr(response, "model", None) or asked)
         usage = openai_usage(getattr(response, "usage", None)) or _estimated(messages, reply, model)
         return Completion(_valid_message(reply), usage, model, choice.finish_reason)
 
@@ -528,8 +605,9 @@ def anthropic_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return converted
 
 
-def from_anthropic(response: Any) -> tuple[Message, Usage]:
-    """An Anthropic reply as an OpenAI-shaped assistant message, and its usage."""
+def from_anthropic(response: Any) -> tuple[Message, Usage | None]:
+    """An Anthropic reply as an OpenAI-shaped assistant message, and its usage
+    (None when the answer carried none)."""
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
     for block in response.content:
@@ -547,7 +625,9 @@ def from_anthropic(response: Any) -> tuple[Message, Usage]:
     message: Message = {"role": "assistant", "content": "".join(texts) or None}
     if calls:
         message["tool_calls"] = calls
-    raw = response.usage
+    raw = getattr(response, "usage", None)
+    if raw is None:
+        return message, None
     cached = int(getattr(raw, "cache_read_input_tokens", None) or 0)
     created = int(getattr(raw, "cache_creation_input_tokens", None) or 0)
     usage = Usage(int(raw.input_tokens) + cached + created, int(raw.output_tokens), cached)
@@ -574,22 +654,33 @@ class AnthropicProvider:
         turns, kwargs = self._request(messages, tools, params)
         create = self._client.messages.create
         if self.is_async:
-            return self._acomplete(create, model, turns, kwargs)
-        return self._completion(
-            _send(self.name, self._client, create, model=model, messages=turns, **kwargs)
-        )
+            return self._acomplete(create, messages, model, turns, kwargs)
+        response = _send(self.name, self._client, create, model=model, messages=turns, **kwargs)
+        return self._completion(messages, model, response)
 
     async def _acomplete(
-        self, create: Any, model: str, turns: list[dict[str, Any]], kwargs: dict[str, Any]
+        self,
+        create: Any,
+        messages: Sequence[Message],
+        model: str,
+        turns: list[dict[str, Any]],
+        kwargs: dict[str, Any],
     ) -> Completion:
         response = await _asend(
             self.name, self._client, create, model=model, messages=turns, **kwargs
         )
-        return self._completion(response)
+        return self._completion(messages, model, response)
 
-    def _completion(self, response: Any) -> Completion:
+    def _completion(self, messages: Sequence[Message], asked: str, response: Any) -> Completion:
+        """The completion ``response`` answers to a request for model ``asked``
+        (``MalformedAnswer`` if it is no message)."""
+        problem = _anthropic_problem(response)
+        if problem is not None:
+            raise _malformed(self.name, self._client, asked, problem)
         message, usage = from_anthropic(response)
-        return Completion(_valid_message(message), usage, str(response.model), response.stop_reason)
+        model = str(getattr(response, "model", None) or asked)
+        usage = usage or _estimated(messages, message, model)
+        return Completion(_valid_message(message), usage, model, response.stop_reason)
 
     def _request(
         self,
@@ -621,7 +712,7 @@ class AnthropicProvider:
         kwargs["stream"] = True
         create = self._client.messages.create
         if self.is_async:
-            return self._astream(create, model, turns, kwargs, on_text)
+            return self._astream(create, messages, model, turns, kwargs, on_text)
         stream = _send(self.name, self._client, create, model=model, messages=turns, **kwargs)
         reply = _AnthropicStream(model)
         try:
@@ -629,11 +720,12 @@ class AnthropicProvider:
                 on_text(text)
         finally:
             _close(stream)
-        return reply.completion(self.name)
+        return reply.completion(self.name, messages)
 
     async def _astream(
         self,
         create: Any,
+        messages: Sequence[Message],
         model: str,
         turns: list[dict[str, Any]],
         kwargs: dict[str, Any],
@@ -650,7 +742,7 @@ class AnthropicProvider:
         finally:
             await texts.aclose()
             await _aclose(stream)
-        return reply.completion(self.name)
+        return reply.completion(self.name, messages)
 
 
 _ANTHROPIC_USAGE = (
@@ -724,7 +816,7 @@ class _AnthropicStream:
             self.stopped = True
         return ""
 
-    def completion(self, provider: str) -> Completion:
+    def completion(self, provider: str, messages: Sequence[Message]) -> Completion:
         if not self.complete:
             raise _incomplete(provider)
         texts: list[str] = []
@@ -739,12 +831,19 @@ class _AnthropicStream:
         message: Message = {"role": "assistant", "content": "".join(texts) or None}
         if calls:
             message["tool_calls"] = calls
+        return Completion(
+            _valid_message(message), self._usage(messages, message), self.model, self.stop_reason
+        )
+
+    def _usage(self, messages: Sequence[Message], message: Message) -> Usage:
+        """The stream's usage, or cairn's estimate when no event carried any."""
         counts = self.usage
+        if not counts:
+            return _estimated(messages, message, self.model)
         cached = counts.get("cache_read_input_tokens", 0)
         created = counts.get("cache_creation_input_tokens", 0)
-        usage = Usage(counts.get("input_tokens", 0) + cached + created,
-                      counts.get("output_tokens", 0), cached)  # fmt: skip
-        return Completion(_valid_message(message), usage, self.model, self.stop_reason)
+        return Usage(counts.get("input_tokens", 0) + cached + created,
+                     counts.get("output_tokens", 0), cached)  # fmt: skip
 
 
 # -- choosing a provider --------------------------------------------------------------------

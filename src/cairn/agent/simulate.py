@@ -20,7 +20,10 @@ can prove that a resumed agent sent nothing twice. Usage is counted with its
 the way OpenAI's cookbook does (``openai_prompt_tokens``), with that encoding,
 as the real API does. A reply longer than the request's ``max_tokens`` is cut
 there, with finish reason ``length`` (``max_tokens`` on ``/v1/messages``), as a
-real model's would be. Request headers are never kept.
+real model's would be. Request headers are never kept. With
+``report_usage=False`` it answers without usage, as some servers do (no
+``usage`` in a chat completion, no usage chunk in a stream even when asked, no
+``usage`` in an Anthropic message); it still counts the tokens itself.
 
 A request with ``"stream": true`` is answered as the APIs stream, in
 server-sent events over a chunked response: the reply's text one word per
@@ -101,6 +104,14 @@ def echo(request: Mapping[str, Any]) -> Message:
 
 
 @dataclass(frozen=True, slots=True)
+class _Raw:
+    """An answer sent as it is, with status 200: not necessarily a completion."""
+
+    data: bytes
+    content_type: str
+
+
+@dataclass(frozen=True, slots=True)
 class _Failure:
     status: int
     headers: dict[str, str]
@@ -150,15 +161,21 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         owner = self.server.owner
         status, body, headers = owner.answer(self.path, raw)
+        if isinstance(body, _Raw):
+            self._send(HTTPStatus.OK, body.data, {"Content-Type": body.content_type})
+            return
         stream = owner.streamed(self.path, raw, status, body)
         if stream is not None:
             self._stream(stream)
             return
-        data = json.dumps(body).encode()
+        self._send(
+            status, json.dumps(body).encode(), {**headers, "Content-Type": "application/json"}
+        )
+
+    def _send(self, status: int, data: bytes, headers: Mapping[str, str]) -> None:
         self.send_response(status)
         for name, value in headers.items():
             self.send_header(name, value)
-        self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -213,9 +230,11 @@ class SimulatedModelServer:
         *,
         cached_tokens: int = 0,
         counter: TokenCounter | None = None,
+        report_usage: bool = True,
     ) -> None:
         self.respond = respond
         self.cached_tokens = cached_tokens
+        self.report_usage = report_usage
         # How this "model" counts tokens; another counter than the client's makes
         # the provider's counts and cairn's estimates differ, as a real one's do.
         self.counter = counter or DEFAULT_COUNTER
@@ -223,6 +242,7 @@ class SimulatedModelServer:
         self._bodies: list[dict[str, Any]] = []
         self._fingerprints: Counter[str] = Counter()
         self._failures: list[_Failure] = []
+        self._raws: list[_Raw] = []
         self._drops: list[tuple[int, str]] = []
         self._holds: list[Hold] = []
         self._held: list[Hold] = []
@@ -291,6 +311,22 @@ class SimulatedModelServer:
         with self._lock:
             self._failures += [failure] * count
 
+    def answer_next(
+        self, count: int, body: bytes | str | Any, *, content_type: str = "application/json"
+    ) -> None:
+        """Answer the next ``count`` requests with status 200 and ``body`` as it
+        is (bytes or text as given, anything else as JSON), never streamed: what
+        a proxy in the way may send (an HTML page, a cut body, a completion
+        without choices) in place of the model's answer."""
+        if isinstance(body, str):
+            data = body.encode()
+        elif isinstance(body, bytes):
+            data = body
+        else:
+            data = json.dumps(body).encode()
+        with self._lock:
+            self._raws += [_Raw(data, content_type)] * count
+
     def drop_next(self, count: int, *, after: int = 2, how: str = "cut") -> None:
         """Cut the next ``count`` streamed answers off after their first ``after``
         events: ``how="cut"`` closes the connection with the body unfinished,
@@ -340,7 +376,7 @@ class SimulatedModelServer:
         self.stop()
 
     # -- answering -------------------------------------------------------------------------
-    def answer(self, path: str, raw: bytes) -> tuple[int, dict[str, Any], dict[str, str]]:
+    def answer(self, path: str, raw: bytes) -> tuple[int, dict[str, Any] | _Raw, dict[str, str]]:
         """The status, body and extra headers of the answer to one request."""
         try:
             body = json.loads(raw or b"{}")
@@ -350,9 +386,12 @@ class SimulatedModelServer:
             self._bodies.append(body)
             self._fingerprints[hashlib.sha256(raw).hexdigest()] += 1
             failure = self._failures.pop(0) if self._failures else None
+            planned = self._raws.pop(0) if failure is None and self._raws else None
         if failure is not None:
             error = {"message": failure.message, "type": "server_error"}
             return failure.status, {"error": error}, failure.headers
+        if planned is not None:
+            return HTTPStatus.OK, planned, {}
         if path.rstrip("/").endswith("/chat/completions"):
             return HTTPStatus.OK, self._openai(body), {}
         if path.rstrip("/").endswith("/messages"):
@@ -374,7 +413,8 @@ class SimulatedModelServer:
             return None
         if path.rstrip("/").endswith("/chat/completions"):
             options = body.get("stream_options") or {}
-            events = openai_events(answer, include_usage=bool(options.get("include_usage")))
+            asked = bool(options.get("include_usage")) and "usage" in answer
+            events = openai_events(answer, include_usage=asked)
         else:
             events = anthropic_events(answer)
         with self._lock:
@@ -413,7 +453,13 @@ class SimulatedModelServer:
         reply, prompt, completion, cut = self._reply(body)
         calls = reply.get("tool_calls") or None
         finish = "length" if cut else ("tool_calls" if calls else "stop")
-        return {
+        usage = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": min(self.cached_tokens, prompt)},
+        }
+        answer = {
             "id": f"chatcmpl-{next(self._ids)}",
             "object": "chat.completion",
             "created": 0,
@@ -430,13 +476,8 @@ class SimulatedModelServer:
                     "logprobs": None,
                 }
             ],
-            "usage": {
-                "prompt_tokens": prompt,
-                "completion_tokens": completion,
-                "total_tokens": prompt + completion,
-                "prompt_tokens_details": {"cached_tokens": min(self.cached_tokens, prompt)},
-            },
         }
+        return {**answer, "usage": usage} if self.report_usage else answer
 
     def _anthropic(self, body: dict[str, Any]) -> dict[str, Any]:
         request = {**body, "messages": from_anthropic_request(body)}
@@ -455,7 +496,13 @@ class SimulatedModelServer:
                 }
             )
         cached = min(self.cached_tokens, prompt)
-        return {
+        usage = {
+            "input_tokens": prompt - cached,
+            "output_tokens": completion,
+            "cache_read_input_tokens": cached,
+            "cache_creation_input_tokens": 0,
+        }
+        answer = {
             "id": f"msg_{next(self._ids)}",
             "type": "message",
             "role": "assistant",
@@ -463,13 +510,8 @@ class SimulatedModelServer:
             "content": content,
             "stop_reason": _stop_reason(reply, cut),
             "stop_sequence": None,
-            "usage": {
-                "input_tokens": prompt - cached,
-                "output_tokens": completion,
-                "cache_read_input_tokens": cached,
-                "cache_creation_input_tokens": 0,
-            },
         }
+        return {**answer, "usage": usage} if self.report_usage else answer
 
 
 def _error_event(openai: bool) -> bytes:
@@ -533,9 +575,10 @@ def anthropic_events(answer: Mapping[str, Any]) -> list[bytes]:
     ``message_start`` with the input usage, each block started, filled in
     pieces and stopped, ``message_delta`` with the stop reason and the output
     tokens, ``message_stop``."""
-    usage = dict(answer["usage"])
+    usage = answer.get("usage")
     start = {**answer, "content": [], "stop_reason": None, "stop_sequence": None}
-    start["usage"] = {**usage, "output_tokens": 1}
+    if usage is not None:
+        start["usage"] = {**usage, "output_tokens": 1}
     events = [_sse({"type": "message_start", "message": start}, "message_start")]
     for index, block in enumerate(answer["content"]):
         if block["type"] == "text":
@@ -552,11 +595,9 @@ def anthropic_events(answer: Mapping[str, Any]) -> list[bytes]:
             events.append(_sse(part, "content_block_delta"))
         events.append(_sse({"type": "content_block_stop", "index": index}, "content_block_stop"))
     delta: dict[str, Any] = {"stop_reason": answer["stop_reason"], "stop_sequence": None}
-    ending = {
-        "type": "message_delta",
-        "delta": delta,
-        "usage": {"output_tokens": usage["output_tokens"]},
-    }
+    ending: dict[str, Any] = {"type": "message_delta", "delta": delta}
+    if usage is not None:
+        ending["usage"] = {"output_tokens": usage["output_tokens"]}
     events.append(_sse(ending, "message_delta"))
     events.append(_sse({"type": "message_stop"}, "message_stop"))
     return events

@@ -23,7 +23,7 @@ import inspect
 import re
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from cairn.agent.messages import SYSTEM_ROLES, Message, system, text_of, user
 from cairn.agent.pricing import Usage
@@ -92,6 +92,22 @@ class Summarizer(Protocol):
     """``summarizer(request)`` → the new running summary (or an awaitable of it)."""
 
     def __call__(self, request: SummaryRequest) -> SummaryResult | Awaitable[SummaryResult]: ...
+
+
+@runtime_checkable
+class ChunkedSummarizer(Summarizer, Protocol):
+    """A summarizer that folds a head too big for one request in chunks, one
+    request each: ``chunks(request)`` splits ``request.messages`` into the
+    consecutive groups it sends (one group, when they fit one request), and
+    ``fold_chunk(request)`` makes one request, folding ``request.messages`` (one
+    group) into ``request.previous``. Compaction records each chunk's summary as
+    a history entry of its own before it sends the next (``cairn.agent.chunked``),
+    so a crash between two chunks does not send the answered ones again.
+    ``LLMSummarizer`` is one."""
+
+    def chunks(self, request: SummaryRequest) -> list[list[Message]]: ...
+
+    def fold_chunk(self, request: SummaryRequest) -> Summary | Awaitable[Summary]: ...
 
 
 def is_async_summarizer(summarizer: Any) -> bool:
@@ -232,11 +248,11 @@ class LLMSummarizer:
         summary: Summary | None = None
         for part in self.chunks(request):
             try:
-                completion = self._send(request, summary, part)
+                latest = self.fold_chunk(chunk_request(request, summary, part))
             except Exception as exc:
                 raise _after(exc, summary) from exc
-            assert isinstance(completion, Completion)
-            summary = _folded(summary, self._summary(completion))
+            assert isinstance(latest, Summary)
+            summary = _folded(summary, latest)
             if summary.finish_reason in TRUNCATED:
                 break
         assert summary is not None
@@ -246,28 +262,40 @@ class LLMSummarizer:
         summary: Summary | None = None
         for part in self.chunks(request):
             try:
-                completion = await self._send(request, summary, part)  # type: ignore[misc]
+                latest = await self.fold_chunk(chunk_request(request, summary, part))  # type: ignore[misc]
             except Exception as exc:
                 raise _after(exc, summary) from exc
-            summary = _folded(summary, self._summary(completion))
+            summary = _folded(summary, latest)
             if summary.finish_reason in TRUNCATED:
                 break
         assert summary is not None
         return summary
 
-    def _send(
-        self, request: SummaryRequest, so_far: Summary | None, part: list[Message]
-    ) -> Completion | Awaitable[Completion]:
-        """One request: fold ``part`` into the summary so far (or the previous one)."""
-        previous = request.previous if so_far is None else so_far.text
-        one = SummaryRequest(previous, part, request.max_tokens, request.counter)
-        messages = self.request_messages(one)
+    def fold_chunk(self, request: SummaryRequest) -> Summary | Awaitable[Summary]:
+        """One request: fold ``request.messages`` (one chunk) into ``request.previous``."""
+        messages = self.request_messages(request)
         params = self.request_params(request)
-        return self._provider.complete(messages, model=self.model, tools=None, params=params)
+        pending = self._provider.complete(messages, model=self.model, tools=None, params=params)
+        if self.is_async:
+            return self._asummary(pending)  # type: ignore[arg-type]
+        assert isinstance(pending, Completion)
+        return self._summary(pending)
+
+    async def _asummary(self, pending: Awaitable[Completion]) -> Summary:
+        return self._summary(await pending)
 
     def _summary(self, completion: Completion) -> Summary:
         text = text_of(completion.message).strip()
         return Summary(text, completion.usage, completion.model, completion.finish_reason)
+
+
+def chunk_request(
+    request: SummaryRequest, so_far: Summary | None, part: Sequence[Message]
+) -> SummaryRequest:
+    """The request of one chunk, ``part``: folded into the summary so far, or into
+    ``request``'s previous summary for the first chunk."""
+    previous = request.previous if so_far is None else so_far.text
+    return SummaryRequest(previous, part, request.max_tokens, request.counter)
 
 
 def _after(error: Exception, so_far: Summary | None) -> Exception:

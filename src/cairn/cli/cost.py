@@ -52,7 +52,8 @@ def cost_command(
 ) -> None:
     """Tokens in and out and the estimated cost of recorded model calls, per batch (or
     with --batch, per task), with what compaction saved: gross, the summarizer's
-    cost, and net. Costs are estimates."""
+    cost, and net. Costs are estimates; "tokens estimated" is the part of the
+    tokens that cairn counted itself, for calls whose answer carried no usage."""
     table = _prices(prices)
     with opened_store(store) as opened:
         if batch is not None:
@@ -75,3 +76,6 @@ def cost_command(
             f"{report.total.unpriced_calls} call(s) used a model with no known price; "
             "give one with --prices"
         )
+    estimated = report.total.estimated_note()
+    if estimated is not None:
+        note(estimated)

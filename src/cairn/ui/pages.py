@@ -69,6 +69,7 @@ def _cost(line: CostLine, label: str) -> dict[str, object]:
         "cells": cells,
         "by_column": dict(zip(COST_COLUMNS, cells, strict=True)),
         "unpriced": line.unpriced_calls,
+        "estimated": line.estimated_note(),
     }
 
 
