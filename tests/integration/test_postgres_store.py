@@ -36,6 +36,7 @@ import pytest
 
 from cairn import Cairn, Context
 from cairn.clock import FakeClock
+from cairn.engine.claim import WAIT, Claimer
 from cairn.errors import SchemaTooNew, StoreError, StoreReadOnly, StoreUnavailable
 from cairn.store import Capabilities, open_store, pgpool
 from cairn.store.migrate import latest_version
@@ -456,6 +457,39 @@ def test_a_pool_held_busy_does_not_keep_the_heartbeat_from_renewing(pg_url: str)
             app.close()
     assert renewed, "the lease was not renewed while every pooled connection was held"
     assert results == ["done"]
+
+
+def test_a_claim_not_yet_committed_elsewhere_keeps_a_batch_run_waiting(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process's claim of the batch's last task, its transaction not yet
+    committed, hides that task from this claimer twice over: ``SKIP LOCKED``
+    passes it, and it is not yet running under another owner. The claimer must
+    wait rather than end the run as if nothing were left; once the other
+    transaction is gone, it claims the task."""
+    with Cairn(pg_url, clock=FakeClock()) as app:
+
+        @app.task(name="race")
+        def race(ctx: Context, n: int) -> int:
+            return n
+
+        app.enqueue("race", race, [{"n": 1}])
+        engine = app.engine()
+        real_claim = engine.store.claim_next_pending
+        with psycopg.connect(pg_url) as other:  # a transaction, held open until rollback
+
+            def claimed_elsewhere_first(*args: Any, **kwargs: Any) -> Any:
+                other.execute("SELECT id FROM cairn.tasks WHERE batch = 'race' FOR UPDATE")
+                return real_claim(*args, **kwargs)
+
+            monkeypatch.setattr(engine.store, "claim_next_pending", claimed_elsewhere_first)
+            assert Claimer(engine, "race").next() == WAIT
+            other.rollback()
+            monkeypatch.setattr(engine.store, "claim_next_pending", real_claim)
+        taken = Claimer(engine, "race").next()
+        assert taken is not None
+        assert taken != WAIT
+        assert taken.owner == app.owner
 
 
 def _ask_for_a_permit(app: Cairn, n: int) -> None:

@@ -180,12 +180,22 @@ class Claimer:
             pending = self._pending()
             if pending is not None:
                 return pending
-            if elsewhere is None:
-                # Nothing pending: orphans are all that is left to claim.
+            if not elsewhere:
+                # Nothing pending: orphans are all that is left to claim. A look
+                # taken before that claim is stale: another process may have
+                # claimed the last pending task in between, so look again.
                 orphan, elsewhere = self._orphan()
                 if orphan is not None:
                     return orphan
+            if not elsewhere:
+                # Before saying "nothing left": a claim of another process not yet
+                # committed hides its task from both looks (SKIP LOCKED passes it,
+                # and it is not running yet), but it is still pending.
+                elsewhere = self._has_pending()
             return WAIT if elsewhere else None
+
+    def _has_pending(self) -> bool:
+        return self._engine.store.has_pending(self._batch, self._names, versions=self._versions)
 
     def _pending(self) -> TaskRecord | None:
         engine = self._engine

@@ -136,6 +136,17 @@ class Store(Protocol):
         """The distinct owners of running tasks (one per process holding some)."""
         ...
 
+    def has_pending(
+        self,
+        batch: str | None,
+        names: Sequence[str] | None,
+        *,
+        versions: Sequence[str] | None = None,
+    ) -> bool:
+        """Whether any task of these is pending: after a claim found none, one
+        that another claimer holds in a transaction not yet committed."""
+        ...
+
     def owned_running(
         self,
         owner: str,

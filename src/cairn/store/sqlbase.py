@@ -241,6 +241,18 @@ class SQLStore(SQLAdmin, SQLTransfer):
         rows = self._exec(sql.RUNNING_OWNERS.format(filter=where), params).rows
         return [str(row[0]) for row in rows if row[0] is not None]
 
+    def has_pending(
+        self,
+        batch: str | None,
+        names: Sequence[str] | None,
+        *,
+        versions: Sequence[str] | None = None,
+    ) -> bool:
+        where, params = sql.candidates(batch, names, versions)
+        index = self._pending_index(batch)
+        look = sql.NEXT_PENDING.format(filter=where, lock="", index=index)
+        return bool(self._exec(look, params).rows)
+
     def owned_running(
         self,
         owner: str,

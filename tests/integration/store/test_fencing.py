@@ -19,6 +19,7 @@ import pytest
 
 from cairn import Cairn, Context, LeaseLost, Permanent, TaskCancelled, TaskFailed
 from cairn.clock import FakeClock
+from cairn.engine.claim import WAIT, Claimer
 from cairn.engine.owners import Owner, current_owner, takeover_grace
 from cairn.store import admin, open_store
 
@@ -227,6 +228,37 @@ def test_two_processes_on_one_batch_run_each_task_exactly_once(
         tasks = list(admin(check.store).list_tasks(batch="race"))
     assert len(tasks) == 20
     assert {(t.status, t.fence) for t in tasks} == {("completed", 1)}
+
+
+def test_a_batch_run_does_not_end_while_another_process_runs_its_last_task(
+    any_app: Cairn, runner_b: Cairn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claimer that looked for work elsewhere, then lost the last pending task
+    to another runner between that look and its claim, waits: it does not say
+    the batch is over while the other runner still runs that task.
+
+    (Two processes on one batch each printed a report of 19 completed of 20
+    when this answered "nothing left".)
+    """
+
+    @any_app.task(name="race")
+    def race(ctx: Context, n: int) -> int:
+        return n
+
+    any_app.enqueue("race", race, [{"n": 1}])
+    engine, other = any_app.engine(), runner_b.engine()
+    store = engine.store
+    real_claim = store.claim_next_pending
+
+    def b_claims_first(*args: object, **kwargs: object) -> object:
+        taken = Claimer(other, "race").next()
+        assert taken is not None
+        assert taken != WAIT
+        assert taken.owner == runner_b.owner
+        return real_claim(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "claim_next_pending", b_claims_first)
+    assert Claimer(engine, "race").next() == WAIT
 
 
 # -- cancellation moves the fence too ------------------------------------------------
