@@ -68,19 +68,23 @@ def op_key(*parts: KeyPart) -> str:
     return bounded_key("/".join(_normalize_part(p) for p in parts))
 
 
-def bounded_key(key: str) -> str:
-    """Check a key given as-is, and shorten it by hashing if it is too long."""
+def bounded_key(key: str, *, kind: str = "operation key") -> str:
+    """Check a key given as-is, and shorten it by hashing if it is too long.
+
+    ``kind`` names the key in errors as the user knows it: a name cairn builds
+    from one of the user's strings (a map item's key) is refused as that
+    string's field, not as an operation key the user never wrote."""
     if not isinstance(key, str):
         raise TypeError(
-            f"an operation key must be a str, not {type(key).__name__} ({key!r}); build "
+            f"the {kind} must be a str, not {type(key).__name__} ({key!r}); build "
             "one with cairn.op_key(...)"
         )
     if not key.strip():
         raise ValueError(
-            "an operation key must not be empty: it names the side effect, e.g. "
+            f"the {kind} must not be empty: it names the side effect, e.g. "
             "op_key('admob', app_id, 'apply', day)"
         )
-    check_name("operation key", key, max_bytes=None)  # the length is bounded below
+    check_name(kind, key, max_bytes=None)  # the length is bounded below
     if len(key) <= KEY_LIMIT:
         return key
     return f"{key[: KEY_LIMIT - 34]}~{_digest(key, 32)}"

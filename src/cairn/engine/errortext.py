@@ -26,6 +26,10 @@ error holds, so a failure is always recorded (a task is never left
   would write five megabytes, and every listing that shows the error would
   read them. The type is always kept, and so is the start of the message.
 
+``bounded_text`` applies the same cut to any text, in bytes of UTF-8: cairn's
+log formatters (``cairn.observe.logs``) bound the tracebacks they write with
+it, so that the exception of a megabyte is not a megabyte log line either.
+
 A model provider's error is redacted before it is raised
 (``cairn.agent.provider_errors``), so its record, bounded or not, never holds
 the key it redacted.
@@ -35,13 +39,17 @@ from __future__ import annotations
 
 import json
 import traceback
+from collections.abc import Callable
 
 from cairn.codec import storable_text
 
-__all__ = ["ERROR_TEXT_LIMIT", "SANITIZED_NOTE", "describe_error"]
+__all__ = ["ERROR_TEXT_LIMIT", "SANITIZED_NOTE", "bounded_text", "describe_error"]
 
 ERROR_TEXT_LIMIT = 64 * 1024
 """The most bytes (UTF-8) one recorded error takes, its JSON included."""
+
+# What the marker in a cut record says of the bound.
+_RECORD_RULE = f"a recorded error is kept to {ERROR_TEXT_LIMIT // 1024} KiB"
 
 # Room for the exception's type name (a module path and a qualified name: far
 # shorter in practice; bounded so that the message and traceback keep the rest).
@@ -60,10 +68,21 @@ def describe_error(error: BaseException) -> str:
     kind_name, kind_changed = _storable(f"{kind.__module__}.{kind.__qualname__}")
     message, message_changed = _storable(_message_of(error))
     trace, trace_changed = _storable(_traceback_of(error))
-    described = {"type": _fit(kind_name, _TYPE_ROOM), "message": message, "traceback": trace}
+    described = {"type": _fit_field(kind_name, _TYPE_ROOM), "message": message, "traceback": trace}
     if kind_changed or message_changed or trace_changed:
         described["note"] = SANITIZED_NOTE
     return _bounded(described)
+
+
+def bounded_text(text: str, limit: int = ERROR_TEXT_LIMIT) -> str:
+    """``text``, or its first and last parts around a line saying how many
+    characters were cut, so that it takes at most ``limit`` bytes of UTF-8 (a
+    lone surrogate counted as 3). A ``limit`` too small for that line (about
+    120 bytes) gets the line alone."""
+    # A character is at most 4 bytes: a short text is not encoded to measure it.
+    if len(text) * 4 <= limit:
+        return text
+    return _fit(text, limit, _text_size, f"error text is kept to {_amount(limit)}")
 
 
 def _bounded(described: dict[str, str]) -> str:
@@ -79,21 +98,27 @@ def _bounded(described: dict[str, str]) -> str:
     room = ERROR_TEXT_LIMIT - _size(emptied)
     message_size, trace_size = _field_size(message), _field_size(trace)
     message_room = min(message_size, max(room - trace_size, room // 2))
-    described["message"] = _fit(message, message_room)
-    described["traceback"] = _fit(trace, room - _field_size(described["message"]))
+    described["message"] = _fit_field(message, message_room)
+    described["traceback"] = _fit_field(trace, room - _field_size(described["message"]))
     return json.dumps(described, ensure_ascii=False)
 
 
-def _fit(text: str, room: int) -> str:
+def _fit_field(text: str, room: int) -> str:
+    """``text`` cut (see ``_fit``) to take at most ``room`` bytes inside JSON."""
+    return _fit(text, room, _field_size, _RECORD_RULE)
+
+
+def _fit(text: str, room: int, size_of: Callable[[str], int], rule: str) -> str:
     """``text``, or its first and last parts around a line saying how many
-    characters were cut, so that it takes at most ``room`` bytes inside JSON."""
-    size = _field_size(text)
+    characters were cut (and ``rule``, why), so that it takes at most ``room``
+    bytes as ``size_of`` measures them."""
+    size = size_of(text)
     if size <= room:
         return text
     keep = len(text) * room // size  # as many characters as fit, at the text's mean width
     while True:
-        shown = _cut(text, keep)
-        size = _field_size(shown)
+        shown = _cut(text, keep, rule)
+        size = size_of(shown)
         if size <= room or keep == 0:
             return shown
         # Over by the marker or by wider characters kept: shrink by the same
@@ -101,15 +126,17 @@ def _fit(text: str, room: int) -> str:
         keep = keep * room // size
 
 
-def _cut(text: str, keep: int) -> str:
+def _cut(text: str, keep: int, rule: str) -> str:
     """``text``'s first and last characters, ``keep`` in all, around a marker."""
     head, tail = (keep + 1) // 2, keep // 2
     cut = len(text) - head - tail
-    marker = (
-        f"\n[... cairn cut {cut:,} characters here: a recorded error is kept to "
-        f"{ERROR_TEXT_LIMIT // 1024} KiB, its first and last parts ...]\n"
-    )
+    marker = f"\n[... cairn cut {cut:,} characters here: {rule}, its first and last parts ...]\n"
     return text[:head] + marker + text[len(text) - tail :]
+
+
+def _amount(limit: int) -> str:
+    """``limit`` bytes as a marker says it: ``64 KiB``, or ``1,000 bytes``."""
+    return f"{limit // 1024} KiB" if limit % 1024 == 0 else f"{limit:,} bytes"
 
 
 def _field_size(text: str) -> int:
@@ -119,6 +146,14 @@ def _field_size(text: str) -> int:
 
 def _size(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8"))
+
+
+def _text_size(text: str) -> int:
+    """The bytes ``text`` takes in UTF-8. Unlike a recorded error, text given to
+    ``bounded_text`` may hold a lone surrogate (a traceback naming a file decoded
+    with ``surrogateescape``): it is counted as the 3 bytes of its code point,
+    since measuring must not raise inside a log formatter."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def _storable(text: str) -> tuple[str, bool]:

@@ -39,7 +39,8 @@ def item_names(name: str, items: Sequence[Any], key: ItemKey | None) -> list[str
             label = str(item)
         else:
             label = str(index)  # position in the list: keep the list's order stable
-        entry_name = bounded_key(f"{name}[{label}]")
+        # Refused as the item key the user gave, which is the text at fault.
+        entry_name = bounded_key(f"{name}[{label}]", kind=f"ctx.map({name!r}) item key")
         if entry_name in seen:
             raise ValueError(
                 f"ctx.map({name!r}): items {seen[entry_name]} and {index} have the same key "

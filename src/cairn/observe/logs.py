@@ -7,6 +7,11 @@ for a log shipper to parse; ``"text"`` writes ``2026-05-24T06:00:00Z INFO
 cairn: ...`` (UTC, to the second). Either way the HTTP clients' (httpx,
 httpcore, httpx2) per-request INFO lines are left out: a webhook post is cairn's to report.
 Call it from your own program before ``run_batch`` for the same output there.
+
+Either format writes a record's traceback cut to ``TRACEBACK_LIMIT`` (64 KiB,
+as a recorded error is): its first and last parts, the exception's type and
+message among the last, around a line saying how much was cut. A task whose
+exception holds a provider's 50 MB answer would otherwise write a 50 MB line.
 """
 
 from __future__ import annotations
@@ -15,12 +20,18 @@ import json
 import logging
 import sys
 import time
+from types import TracebackType
 from typing import Any, Literal, TextIO
 
+from cairn.engine.errortext import ERROR_TEXT_LIMIT, bounded_text
 from cairn.progress import LOGS_MARK
 
 LogFormat = Literal["text", "json"]
+# What logging hands formatException: sys.exc_info() of the record.
+ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None] | tuple[None, None, None]
 QUIET = ("httpx", "httpcore", "httpx2")
+TRACEBACK_LIMIT = ERROR_TEXT_LIMIT
+"""The most bytes (UTF-8) of one record's traceback that either format writes."""
 # The attributes every LogRecord has; the rest were passed as extra=.
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 
@@ -31,7 +42,14 @@ def _utc(record: logging.LogRecord) -> str:
     )
 
 
-class JsonFormatter(logging.Formatter):
+class _BoundedTracebacks(logging.Formatter):
+    """A formatter whose tracebacks are cut to ``TRACEBACK_LIMIT``."""
+
+    def formatException(self, ei: ExcInfo) -> str:  # noqa: N802 - logging's name
+        return bounded_text(super().formatException(ei), TRACEBACK_LIMIT)
+
+
+class JsonFormatter(_BoundedTracebacks):
     """One JSON object a record: ts (UTC, milliseconds), level, logger, message,
     the extra fields, and the traceback as ``error`` if there is one."""
 
@@ -52,12 +70,32 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(data, ensure_ascii=False)
 
 
+class TextFormatter(_BoundedTracebacks):
+    """``2026-05-24T06:00:00Z INFO cairn: ...`` (UTC, to the second), then the
+    traceback if there is one."""
+
+    converter = staticmethod(time.gmtime)
+
+    def __init__(self) -> None:
+        super().__init__(
+            "%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%Y-%m-%dT%H:%M:%SZ"
+        )
+
+    def format(self, record: logging.LogRecord) -> str:
+        cached = record.exc_text
+        if not cached:
+            return super().format(record)  # its traceback is made by formatException
+        # Another handler's formatter made the traceback first and logging kept
+        # it on the record, whole: this one writes it cut, and leaves it as it was.
+        record.exc_text = bounded_text(cached, TRACEBACK_LIMIT)
+        try:
+            return super().format(record)
+        finally:
+            record.exc_text = cached
+
+
 def text_formatter() -> logging.Formatter:
-    formatter = logging.Formatter(
-        "%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%Y-%m-%dT%H:%M:%SZ"
-    )
-    formatter.converter = time.gmtime
-    return formatter
+    return TextFormatter()
 
 
 def configure_logging(

@@ -140,6 +140,11 @@ INSIDE = {
         "map name", UNBOUNDED_NAME, lambda ctx, t, p: ctx.map(str.upper, ["a", "b"], name=t),
         expected=lambda text: ["A", "B"],
     ),
+    "map item key": Field(  # refused as the item key the user gave, not an operation key
+        "ctx.map('m') item key", UNBOUNDED_NAME,
+        lambda ctx, t, p: ctx.map(str.upper, ["a", "b"], name="m", key=lambda item: t + item),
+        _history_name(3), lambda text: bounded_key(f"m[{text}a]"),  # item "a", after the head
+    ),
     "operation key": Field(
         "operation key", UNBOUNDED_NAME, lambda ctx, t, p: ctx.once(t, p.counted("effect", 1)),
         _op_keys, lambda text: [bounded_key(text)],  # a long key is shortened by a hash
