@@ -26,6 +26,12 @@ while the batch runs, and does not stop it. An import writes the blobs first
 nothing does. A task that was running when it was exported comes in as
 pending (its owner is on the other machine), so the next ``run_batch`` or
 worker on this store resumes it from its recorded steps.
+
+An export does not hold the batch in memory: a batch of 100,000 tasks is a
+file of tens of megabytes, and its rows as Python dicts took ten times that.
+It writes each row as the store reads it (a page at a time, inside the one
+snapshot), and keeps the blobs the rows refer to, which may be as many as the
+rows, on disk (``cairn.store.scratch``) until it appends them.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from cairn.portable._refs import hashes_in
 from cairn.store import sqlmove, tables
 from cairn.store.admin import AdminStore, admin
 from cairn.store.protocol import Store
+from cairn.store.scratch import Scratch
 from cairn.store.tables import Table
 
 FORMAT = "cairn-export"
@@ -63,42 +70,92 @@ class TransferSummary:
     blobs: int
 
 
-def _exported(row: dict[str, Any]) -> dict[str, Any]:
-    """A row as the file holds it: as a record holds it, with a time as ISO text."""
-    return {k: to_iso(v) if isinstance(v, datetime) else v for k, v in row.items()}
-
-
+# -- export ---------------------------------------------------------------------------
 def export_batch(
     store: Store, blobs: BlobStore | None, batch: str, out: IO[str]
 ) -> TransferSummary:
-    """Write batch ``batch`` of ``store``, with the blobs it refers to, to ``out``."""
+    """Write batch ``batch`` of ``store``, with the blobs it refers to, to ``out``.
+
+    Each row is written as the store reads it, and each blob as it is fetched,
+    so memory does not grow with the batch. On an error ``out`` may hold the
+    start of an export, without its trailer: an import refuses that (``cairn
+    export`` writes to a ``.partial`` file, and deletes it). If the store loses
+    its snapshot part-way (a lost connection), a seekable ``out`` is rewound
+    and the batch written again from a new one; another ``out`` gets
+    ``StoreUnavailable``."""
     source = admin(store, "cairn export")
-    rows = [(table, _exported(row)) for table, row in source.export_rows(batch)]
-    if not rows or rows[0][0] != "batches":
-        raise TransferError(f"no batch named {batch!r} in {store.url}; see `cairn batches`")
-    wanted = hashes_in(value for _, row in rows for value in row.values())
-    if wanted and blobs is None:
-        raise TransferError(
-            f"batch {batch!r} refers to {len(wanted)} blob(s) but no blob store is configured; "
-            "pass --blobs URL (or set CAIRN_BLOBS)"
-        )
-    header = {
+    with Scratch() as wanted:  # the blobs the rows refer to: as many as the rows, or more
+        writer = _RowWriter(out, _header(store, batch), wanted)
+        again = writer.again if out.seekable() else None
+        source.export_rows(batch, writer.write, again=again)
+        if not writer.rows:
+            raise _no_batch(store.url, batch)
+        if len(wanted) and blobs is None:
+            raise TransferError(
+                f"batch {batch!r} refers to {len(wanted)} blob(s) but no blob store is "
+                "configured; pass --blobs URL (or set CAIRN_BLOBS)"
+            )
+        for digest in wanted.sorted():
+            assert blobs is not None
+            data = base64.b64encode(blobs.get(digest)).decode()
+            out.write(json.dumps({"blob": digest, "data": data}) + "\n")
+        count = len(wanted)
+    out.write(json.dumps({"end": True, "rows": writer.rows, "blobs": count}) + "\n")
+    return TransferSummary(batch, writer.tasks, writer.rows, count)
+
+
+def _header(store: Store, batch: str) -> dict[str, Any]:
+    """The file's first line: what it is, and what it was exported from, when."""
+    return {
         "format": FORMAT,
         "version": VERSION,
         "batch": batch,
         "exported_at": to_iso(SystemClock().now()),
         "source": store.url,
     }
-    out.write(json.dumps(header) + "\n")
-    for table, row in rows:
-        out.write(json.dumps({"table": table, "row": row}, ensure_ascii=False) + "\n")
-    for digest in sorted(wanted):
-        assert blobs is not None
-        data = blobs.get(digest)
-        out.write(json.dumps({"blob": digest, "data": base64.b64encode(data).decode()}) + "\n")
-    out.write(json.dumps({"end": True, "rows": len(rows), "blobs": len(wanted)}) + "\n")
-    tasks = sum(1 for table, _ in rows if table == "tasks")
-    return TransferSummary(batch, tasks, len(rows), len(wanted))
+
+
+def _no_batch(url: str, batch: str) -> TransferError:
+    return TransferError(f"no batch named {batch!r} in {url}; see `cairn batches`")
+
+
+def _exported(row: dict[str, Any]) -> dict[str, Any]:
+    """A row as the file holds it: as a record holds it, with a time as ISO text."""
+    return {k: to_iso(v) if isinstance(v, datetime) else v for k, v in row.items()}
+
+
+class _RowWriter:
+    """An export's rows, written as the store hands them over: the header goes
+    first, once the batch's own row shows the batch is there (a missing batch
+    writes nothing), and the blobs each row refers to are noted in ``wanted``."""
+
+    def __init__(self, out: IO[str], header: dict[str, Any], wanted: Scratch) -> None:
+        self._out = out
+        self._start = out.tell() if out.seekable() else 0
+        self._header = header
+        self._wanted = wanted
+        self.rows = 0
+        self.tasks = 0
+
+    def again(self) -> None:
+        """Undo every row written: the store reads the batch again, from a new
+        snapshot. Only for a seekable ``out``."""
+        self._out.seek(self._start)
+        self._out.truncate()
+        self._wanted.clear()
+        self.rows = self.tasks = 0
+
+    def write(self, table: str, row: dict[str, Any]) -> None:
+        if not self.rows:
+            if table != tables.BATCHES.name:  # rows of a batch with no batch row
+                raise _no_batch(self._header["source"], self._header["batch"])
+            self._out.write(json.dumps(self._header) + "\n")
+        exported = _exported(row)
+        for digest in hashes_in(exported.values()):
+            self._wanted.add(digest)
+        self._out.write(json.dumps({"table": table, "row": exported}, ensure_ascii=False) + "\n")
+        self.rows += 1
+        self.tasks += table == tables.TASKS.name
 
 
 @dataclass

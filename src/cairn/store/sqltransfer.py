@@ -9,10 +9,11 @@ converts values between their stored form and the form a record holds.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from cairn.clock import from_iso
+from cairn.errors import StoreUnavailable
 from cairn.store import sql, sqlmove
 from cairn.store.reports import StatusCount
 from cairn.store.sqlcore import SQLCore, Tx
@@ -24,29 +25,59 @@ _PLAIN = frozenset({"text", "integer", "time"})
 _INSERTS: dict[str, str] = {name: sqlmove.insert(table) for name, table in _TABLES.items()}
 
 
-def _record_value(column: Column, value: Any) -> Any:
-    """A stored value of ``column`` as a record holds it (``sql.value_reader``)."""
-    read = sql.value_reader(column)
-    return value if value is None or read is None else read(value)
+# What an export hands each row to as it reads it: (table, {column: value}).
+RowSink = Callable[[str, dict[str, Any]], None]
+
+
+def _row_reader(table: Table) -> Callable[[tuple[Any, ...]], dict[str, Any]]:
+    """What turns a stored row of ``table`` (its carried columns) into
+    {column: value as a record holds it}, each column's reader found once."""
+    readers = [(c.name, sql.value_reader(c)) for c in table.carried]
+
+    def read(row: tuple[Any, ...]) -> dict[str, Any]:
+        pairs = zip(readers, row, strict=True)
+        return {name: v if v is None or to is None else to(v) for (name, to), v in pairs}
+
+    return read
 
 
 class SQLTransfer(SQLCore):
     """Export, import, prune and blob references, over the primitives."""
 
-    def export_rows(self, batch: str) -> list[tuple[str, dict[str, Any]]]:
-        """Every row of ``batch`` as (table, {column: value}), tables in
-        ``sqlmove.BATCH_PARTS`` order, values as a record holds them; read from
-        one snapshot, so consistent while the batch runs (which it does not
-        stop). Empty if no such batch."""
+    def export_rows(
+        self, batch: str, sink: RowSink, *, again: Callable[[], None] | None = None
+    ) -> int:
+        """Hand every row of ``batch`` to ``sink`` as (table, {column: value}),
+        tables in ``sqlmove.BATCH_PARTS`` order, values as a record holds them;
+        return how many. The rows are read from one snapshot, so consistent
+        while the batch runs (which this does not stop), and a page at a time
+        (``Tx.stream``), so memory holds a page whatever the batch's size.
+        Nothing is handed over (0) if there is no such batch.
 
-        def read(tx: Tx) -> list[tuple[str, dict[str, Any]]]:
-            out: list[tuple[str, dict[str, Any]]] = []
+        Should the connection be lost part-way, the rest cannot be read from
+        the same snapshot: the backend reads the batch again from a new one,
+        and calls ``again`` first, which must undo what ``sink`` did with the
+        rows it had. Without ``again``, ``StoreUnavailable`` instead: ``sink``
+        never sees a row twice."""
+        handed = 0
+
+        def read(tx: Tx) -> int:
+            nonlocal handed
+            if handed:  # a backend's try again, on a new connection
+                if again is None:
+                    raise StoreUnavailable(
+                        f"the connection to the store was lost part-way through batch "
+                        f"{batch!r}, and the rest cannot be read from the same moment; "
+                        "export it again"
+                    )
+                again()
+                handed = 0
             for part in sqlmove.BATCH_PARTS:
-                columns = part.table.carried
-                for row in tx.exec(part.select, (batch,)).rows:
-                    pairs = zip(columns, row, strict=True)
-                    out.append((part.table.name, {c.name: _record_value(c, v) for c, v in pairs}))
-            return out
+                name, row_of = part.table.name, _row_reader(part.table)
+                for row in tx.stream(part.select, (batch,)):
+                    sink(name, row_of(row))
+                    handed += 1
+            return handed
 
         return self._snapshot(read)
 
