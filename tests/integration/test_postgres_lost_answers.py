@@ -635,6 +635,35 @@ def test_an_import_whose_answer_was_lost_is_not_refused(shared_db: str, tmp_path
     assert [(t.status, t.result) for t in moved if t] == [("completed", "2"), ("completed", "4")]
 
 
+def test_an_import_whose_connection_is_lost_part_way_reads_its_file_again(
+    shared_db: str, tmp_path: Path
+) -> None:
+    """An import inserts its rows as it reads them from the file, in one
+    transaction, and the connection is lost after the tasks were sent: nothing
+    was committed, so the store runs the transaction again on a new
+    connection, reading the file again from its start. Every row lands, once."""
+    source = Cairn(f"sqlite:///{tmp_path / 'source.db'}", clock=FakeClock())
+
+    @source.task
+    def triple(ctx: Context, n: int) -> int:
+        return int(ctx.step("triple", lambda: n * 3))
+
+    export = tmp_path / "again.cairn"
+    items = (1, 2, 3)
+    with source, export.open("w", encoding="utf-8") as out:
+        assert source.run_batch("again", triple, [{"n": n} for n in items], progress=False).ok
+        export_batch(source.store, None, "again", out)
+    lost = answer_lost(shared_db, b"INSERT INTO tasks", b"INSERT 0 1")
+    with lost as (proxy, url), closing(open_store(url)) as store:
+        with export.open(encoding="utf-8") as lines:
+            import_batch(store, None, lines, str(export))
+        moved = [store.get_task(f"again/n={n}") for n in items]
+        steps = [len(store.load_history(f"again/n={n}")) for n in items]
+    assert proxy.dropped == 1
+    assert [(t.status, t.result) for t in moved if t] == [("completed", str(3 * n)) for n in items]
+    assert steps == [1, 1, 1]
+
+
 class _Unseekable(io.StringIO):
     """An output that cannot go back, as a pipe cannot."""
 

@@ -9,7 +9,7 @@ may be a store of the user's own) gets its admin side with ``admin(store)``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
@@ -239,10 +239,11 @@ class AdminStore(Store, Protocol):
         ``StoreUnavailable``."""
         ...
 
-    def import_rows(self, rows: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
-        """Insert rows as ``export_rows`` gives them, all in one transaction; a key
-        the store assigns is given anew and the rows after it that refer to it
-        follow."""
+    def import_rows(self, rows: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
+        """Insert rows as ``export_rows`` gives them, all in one transaction, read
+        as they are inserted (``rows`` may be a stream, read again from the start
+        if the transaction is tried again); a key the store assigns is given
+        anew and the rows after it that refer to it follow."""
         ...
 
     def batch_names(self) -> list[str]:
