@@ -19,6 +19,7 @@ each keeping to task ids, batches, keys and limits of its own.
 from __future__ import annotations
 
 import io
+import json
 import os
 import socket
 import threading
@@ -41,6 +42,7 @@ from cairn.admin.actions import CANCEL, RETRY, Action, apply_to_task
 from cairn.cli import app as cli
 from cairn.clock import FakeClock
 from cairn.engine.once import OnDoubt
+from cairn.errors import StoreUnavailable
 from cairn.portable import export_batch, import_batch
 from cairn.store import Store, admin, open_store
 from cairn.store.records import NewTask, ScheduleRecord, TaskRecord
@@ -631,6 +633,86 @@ def test_an_import_whose_answer_was_lost_is_not_refused(shared_db: str, tmp_path
         moved = [store.get_task(f"moved/n={n}") for n in (1, 2)]
     assert proxy.dropped == 1
     assert [(t.status, t.result) for t in moved if t] == [("completed", "2"), ("completed", "4")]
+
+
+def test_an_import_whose_connection_is_lost_part_way_reads_its_file_again(
+    shared_db: str, tmp_path: Path
+) -> None:
+    """An import inserts its rows as it reads them from the file, in one
+    transaction, and the connection is lost after the tasks were sent: nothing
+    was committed, so the store runs the transaction again on a new
+    connection, reading the file again from its start. Every row lands, once."""
+    source = Cairn(f"sqlite:///{tmp_path / 'source.db'}", clock=FakeClock())
+
+    @source.task
+    def triple(ctx: Context, n: int) -> int:
+        return int(ctx.step("triple", lambda: n * 3))
+
+    export = tmp_path / "again.cairn"
+    items = (1, 2, 3)
+    with source, export.open("w", encoding="utf-8") as out:
+        assert source.run_batch("again", triple, [{"n": n} for n in items], progress=False).ok
+        export_batch(source.store, None, "again", out)
+    lost = answer_lost(shared_db, b"INSERT INTO tasks", b"INSERT 0 1")
+    with lost as (proxy, url), closing(open_store(url)) as store:
+        with export.open(encoding="utf-8") as lines:
+            import_batch(store, None, lines, str(export))
+        moved = [store.get_task(f"again/n={n}") for n in items]
+        steps = [len(store.load_history(f"again/n={n}")) for n in items]
+    assert proxy.dropped == 1
+    assert [(t.status, t.result) for t in moved if t] == [("completed", str(3 * n)) for n in items]
+    assert steps == [1, 1, 1]
+
+
+class _Unseekable(io.StringIO):
+    """An output that cannot go back, as a pipe cannot."""
+
+    def seekable(self) -> bool:
+        return False
+
+
+def _lost_mid_export(shared_db: str, batch: str, out: io.StringIO) -> AnswerDroppingProxy:
+    """Export ``batch`` (one task) to ``out`` through a connection that is lost
+    once the batch's row and its tasks are written, before its steps are read."""
+    task = NewTask(f"{batch}/n=1", "work", "{}", "json", batch, "n=1")
+    with closing(open_store(shared_db)) as store:
+        store.enqueue([task], FakeClock().now())
+    with (
+        answer_lost(shared_db, b"FROM steps", b"DECLARE CURSOR") as (proxy, url),
+        closing(open_store(url)) as store,
+    ):
+        export_batch(store, None, batch, out)
+    return proxy
+
+
+def test_an_export_whose_connection_is_lost_part_way_starts_the_file_again(
+    shared_db: str,
+) -> None:
+    """An export reads a batch table by table in one snapshot, writing each row
+    as it comes, and the connection is lost once the batch's row and its tasks
+    are written. The rest cannot be read from that snapshot: the export goes
+    back to the start of the file and writes the batch again from a new one.
+    The file is whole, each row once, as an export without the loss writes it."""
+    out = io.StringIO()
+    proxy = _lost_mid_export(shared_db, "rewound", out)
+    clean = io.StringIO()
+    with closing(open_store(shared_db)) as store:
+        export_batch(store, None, "rewound", clean)
+    assert proxy.dropped == 1
+    assert out.getvalue().splitlines()[1:] == clean.getvalue().splitlines()[1:]  # bar its time
+
+
+def test_an_export_whose_connection_is_lost_part_way_into_a_pipe_stops(shared_db: str) -> None:
+    """The same loss, with an output that cannot go back (a pipe): the rows
+    written so far cannot be taken back, and reading the batch again would
+    write them twice, from another moment. The export stops with
+    StoreUnavailable, saying to export again; what it wrote has no trailer, so
+    no import takes it."""
+    out = _Unseekable()
+    with pytest.raises(StoreUnavailable, match="export it again"):
+        _lost_mid_export(shared_db, "piped", out)
+    written = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [item.get("table") for item in written] == [None, "batches", "tasks"]
 
 
 def test_a_reclaim_run_again_after_its_task_was_taken_gets_nothing(shared_db: str) -> None:

@@ -90,6 +90,13 @@ def _without_stamp(line: str) -> dict[str, Any]:
     return row
 
 
+def _rows(store: SQLiteStore, batch: str) -> list[tuple[str, dict[str, Any]]]:
+    """Every row ``export_rows`` hands over for ``batch``, in order."""
+    rows: list[tuple[str, dict[str, Any]]] = []
+    store.export_rows(batch, lambda table, row: rows.append((table, row)))
+    return rows
+
+
 def _everything(store: SQLiteStore) -> dict[str, Any]:
     """What every reading API of the store returns, for comparison."""
     window = Window()
@@ -127,7 +134,7 @@ def _everything(store: SQLiteStore) -> dict[str, Any]:
         "running now": store.running_checkpoints(),
         "page": store.find_tasks(TaskQuery(include_internal=True), size=3),
         "open alerts": store.open_alerts("cairn.observe.alert", "stall/", "recovered/"),
-        "rows": store.export_rows("reviews"),
+        "rows": _rows(store, "reviews"),
         "batch names": store.batch_names(),
         "statuses": store.batch_statuses("reviews"),
         "blob refs": sorted(store.blob_refs()),

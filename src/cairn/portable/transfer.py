@@ -26,15 +26,28 @@ while the batch runs, and does not stop it. An import writes the blobs first
 nothing does. A task that was running when it was exported comes in as
 pending (its owner is on the other machine), so the next ``run_batch`` or
 worker on this store resumes it from its recorded steps.
+
+Neither holds the batch in memory: a batch of 100,000 tasks is a file of tens
+of megabytes, and its rows as Python dicts took ten times that. An export
+writes each row as the store reads it (a page at a time, inside the one
+snapshot). An import reads the file three times, a line at a time: once to
+check all of it (every line, the trailer, the ids the target already has)
+before it writes anything, once for the blobs, and once for the rows, which
+the store inserts as they come, in its one transaction. The keys that grow
+with a batch (the blobs an export appends, the conversation keys an import
+checks) are kept on disk (``cairn.store.scratch``).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
+import io
 import json
-from collections.abc import Iterable
-from dataclasses import dataclass
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, Any
 
@@ -45,12 +58,22 @@ from cairn.portable._refs import hashes_in
 from cairn.store import sqlmove, tables
 from cairn.store.admin import AdminStore, admin
 from cairn.store.protocol import Store
-from cairn.store.tables import Table
+from cairn.store.scratch import Scratch
+from cairn.store.tables import Column, Table
 
 FORMAT = "cairn-export"
 VERSION = 2
 _READS = (1, 2)  # the versions this cairn imports
 _TABLES: dict[str, Table] = {part.table.name: part.table for part in sqlmove.BATCH_PARTS}
+# Worked out once, not once per row of a file (a row is checked twice).
+_CARRIED: dict[str, tuple[Column, ...]] = {name: t.carried for name, t in _TABLES.items()}
+_NAMES: dict[str, frozenset[str]] = {name: frozenset(t.names()) for name, t in _TABLES.items()}
+_REFERRING: dict[str, tuple[Column, ...]] = {
+    name: tuple(c for c in t.written if c.refers_to is not None) for name, t in _TABLES.items()
+}
+_IDENTITY: dict[str, Column | None] = {name: t.identity for name, t in _TABLES.items()}
+# The conflicts an import names: five, and "..." if there are more.
+_SHOWN = 5
 
 
 @dataclass(frozen=True)
@@ -63,52 +86,146 @@ class TransferSummary:
     blobs: int
 
 
-def _exported(row: dict[str, Any]) -> dict[str, Any]:
-    """A row as the file holds it: as a record holds it, with a time as ISO text."""
-    return {k: to_iso(v) if isinstance(v, datetime) else v for k, v in row.items()}
-
-
+# -- export ---------------------------------------------------------------------------
 def export_batch(
     store: Store, blobs: BlobStore | None, batch: str, out: IO[str]
 ) -> TransferSummary:
-    """Write batch ``batch`` of ``store``, with the blobs it refers to, to ``out``."""
+    """Write batch ``batch`` of ``store``, with the blobs it refers to, to ``out``.
+
+    Each row is written as the store reads it, and each blob as it is fetched,
+    so memory does not grow with the batch. On an error ``out`` may hold the
+    start of an export, without its trailer: an import refuses that (``cairn
+    export`` writes to a ``.partial`` file, and deletes it). If the store loses
+    its snapshot part-way (a lost connection), a seekable ``out`` is rewound
+    and the batch written again from a new one; another ``out`` gets
+    ``StoreUnavailable``."""
     source = admin(store, "cairn export")
-    rows = [(table, _exported(row)) for table, row in source.export_rows(batch)]
-    if not rows or rows[0][0] != "batches":
-        raise TransferError(f"no batch named {batch!r} in {store.url}; see `cairn batches`")
-    wanted = hashes_in(value for _, row in rows for value in row.values())
-    if wanted and blobs is None:
-        raise TransferError(
-            f"batch {batch!r} refers to {len(wanted)} blob(s) but no blob store is configured; "
-            "pass --blobs URL (or set CAIRN_BLOBS)"
-        )
-    header = {
+    with Scratch() as wanted:  # the blobs the rows refer to: as many as the rows, or more
+        writer = _RowWriter(out, _header(store, batch), wanted)
+        again = writer.again if out.seekable() else None
+        source.export_rows(batch, writer.write, again=again)
+        if not writer.rows:
+            raise _no_batch(store.url, batch)
+        if len(wanted) and blobs is None:
+            raise TransferError(
+                f"batch {batch!r} refers to {len(wanted)} blob(s) but no blob store is "
+                "configured; pass --blobs URL (or set CAIRN_BLOBS)"
+            )
+        for digest in wanted.sorted():
+            assert blobs is not None
+            data = base64.b64encode(blobs.get(digest)).decode()
+            out.write(json.dumps({"blob": digest, "data": data}) + "\n")
+        count = len(wanted)
+    out.write(json.dumps({"end": True, "rows": writer.rows, "blobs": count}) + "\n")
+    return TransferSummary(batch, writer.tasks, writer.rows, count)
+
+
+def _header(store: Store, batch: str) -> dict[str, Any]:
+    """The file's first line: what it is, and what it was exported from, when."""
+    return {
         "format": FORMAT,
         "version": VERSION,
         "batch": batch,
         "exported_at": to_iso(SystemClock().now()),
         "source": store.url,
     }
-    out.write(json.dumps(header) + "\n")
-    for table, row in rows:
-        out.write(json.dumps({"table": table, "row": row}, ensure_ascii=False) + "\n")
-    for digest in sorted(wanted):
-        assert blobs is not None
-        data = blobs.get(digest)
-        out.write(json.dumps({"blob": digest, "data": base64.b64encode(data).decode()}) + "\n")
-    out.write(json.dumps({"end": True, "rows": len(rows), "blobs": len(wanted)}) + "\n")
-    tasks = sum(1 for table, _ in rows if table == "tasks")
-    return TransferSummary(batch, tasks, len(rows), len(wanted))
 
 
-@dataclass
-class _Export:
-    batch: str
-    rows: list[tuple[str, dict[str, Any]]]
-    blobs: dict[str, bytes]
+def _no_batch(url: str, batch: str) -> TransferError:
+    return TransferError(f"no batch named {batch!r} in {url}; see `cairn batches`")
 
 
-def _read(lines: Iterable[str], name: str) -> _Export:
+def _exported(row: dict[str, Any]) -> dict[str, Any]:
+    """A row as the file holds it: as a record holds it, with a time as ISO text."""
+    return {k: to_iso(v) if isinstance(v, datetime) else v for k, v in row.items()}
+
+
+class _RowWriter:
+    """An export's rows, written as the store hands them over: the header goes
+    first, once the batch's own row shows the batch is there (a missing batch
+    writes nothing), and the blobs each row refers to are noted in ``wanted``."""
+
+    def __init__(self, out: IO[str], header: dict[str, Any], wanted: Scratch) -> None:
+        self._out = out
+        self._start = out.tell() if out.seekable() else 0
+        self._header = header
+        self._wanted = wanted
+        self.rows = 0
+        self.tasks = 0
+
+    def again(self) -> None:
+        """Undo every row written: the store reads the batch again, from a new
+        snapshot. Only for a seekable ``out``."""
+        self._out.seek(self._start)
+        self._out.truncate()
+        self._wanted.clear()
+        self.rows = self.tasks = 0
+
+    def write(self, table: str, row: dict[str, Any]) -> None:
+        if not self.rows:
+            if table != tables.BATCHES.name:  # rows of a batch with no batch row
+                raise _no_batch(self._header["source"], self._header["batch"])
+            self._out.write(json.dumps(self._header) + "\n")
+        exported = _exported(row)
+        for digest in hashes_in(exported.values()):
+            self._wanted.add(digest)
+        self._out.write(json.dumps({"table": table, "row": exported}, ensure_ascii=False) + "\n")
+        self.rows += 1
+        self.tasks += table == tables.TASKS.name
+
+
+# -- reading a file -------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class _Line:
+    """Where in the file an entry is, named only if something is wrong with it."""
+
+    name: str
+    number: int
+
+    def __str__(self) -> str:
+        return f"{self.name}, line {self.number}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """A row line, checked as far as its table; ``complete`` checks its columns
+    (a read that skips rows does not)."""
+
+    table: str
+    given: Any
+    where: _Line
+
+    def complete(self) -> dict[str, Any]:
+        return _complete(_TABLES[self.table], self.given, self.where)
+
+
+@dataclass(frozen=True, slots=True)
+class _Blob:
+    """A blob line; ``data`` decodes it and checks its hash (a read that skips
+    blobs does neither)."""
+
+    digest: str
+    encoded: str
+    where: _Line
+
+    def data(self) -> bytes:
+        data = base64.b64decode(self.encoded)
+        if hashlib.sha256(data).hexdigest() != self.digest:
+            raise TransferError(f"{self.where}: blob {self.digest} is corrupt")
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class _End:
+    """The trailer: the counts the exporter wrote."""
+
+    rows: Any
+    blobs: Any
+
+
+def _read(lines: Iterable[str], name: str) -> tuple[str, Iterator[_Row | _Blob | _End]]:
+    """The batch an export file holds, its header checked, and its entries, each
+    line read and checked as the iterator reaches it, up to the trailer."""
     it = iter(lines)
     try:
         header = json.loads(next(it))
@@ -122,73 +239,45 @@ def _read(lines: Iterable[str], name: str) -> _Export:
             f"versions {', '.join(map(str, _READS))}. Import it with the cairn that wrote it, "
             "or upgrade cairn."
         )
-    rows: list[tuple[str, dict[str, Any]]] = []
-    blobs: dict[str, bytes] = {}
-    for number, line in enumerate(it, start=2):
+    return str(header["batch"]), _entries(it, name)
+
+
+def _entries(lines: Iterator[str], name: str) -> Iterator[_Row | _Blob | _End]:
+    """The lines after the header, each parsed and placed; a file that ends
+    before its trailer raises when the iterator reaches its end."""
+    for number, line in enumerate(lines, start=2):
+        where = _Line(name, number)
         try:
             item = json.loads(line)
         except ValueError:
-            raise TransferError(f"{name}, line {number}: not JSON; the file is damaged") from None
+            raise TransferError(f"{where}: not JSON; the file is damaged") from None
         if item.get("end"):
-            if item.get("rows") != len(rows) or item.get("blobs") != len(blobs):
-                raise TransferError(f"{name}: the trailer's counts do not match; damaged file")
-            return _Export(str(header["batch"]), rows, blobs)
+            yield _End(item.get("rows"), item.get("blobs"))
+            return
         if "blob" in item:
-            data = base64.b64decode(item["data"])
-            if hashlib.sha256(data).hexdigest() != item["blob"]:
-                raise TransferError(f"{name}, line {number}: blob {item['blob']} is corrupt")
-            blobs[item["blob"]] = data
+            yield _Blob(item["blob"], item["data"], where)
         elif item.get("table") in _TABLES:
-            table = _TABLES[item["table"]]
-            rows.append((table.name, _complete(table, item.get("row"), f"{name}, line {number}")))
+            yield _Row(item["table"], item.get("row"), where)
         else:
-            raise TransferError(f"{name}, line {number}: unknown entry {line[:80]!r}")
+            raise TransferError(f"{where}: unknown entry {line[:80]!r}")
     raise TransferError(f"{name} ends without its trailer: it was cut short; export it again")
 
 
-def _conflicts(store: AdminStore, export: _Export) -> list[str]:
-    found: list[str] = []
-    if store.batch_task_name(export.batch) is not None:
-        found.append(f"batch {export.batch!r}")
-    for table, row in export.rows:
-        if table == "tasks" and store.get_task(row["id"]) is not None:
-            found.append(f"task {row['id']!r}")
-        elif table == "operations" and store.get_operation(row["scope"], row["key"]) is not None:
-            found.append(f"operation {row['key']!r} (scope {row['scope']!r})")
-    return found
-
-
-def _check_references(export: _Export, name: str) -> None:
-    """Refuse a file whose row refers to a key (a conversation's) that no row
-    before it has: the store gives such keys anew, in file order."""
-    seen: dict[str, set[Any]] = {}
-    for table_name, row in export.rows:
-        table = _TABLES[table_name]
-        for column in table.written:
-            ref = column.refers_to
-            if ref is not None and row[column.name] not in seen.get(ref, set()):
-                raise TransferError(
-                    f"{name}: a {table_name} row refers to {ref} "
-                    f"{row[column.name]!r}, which comes before it nowhere in the file; "
-                    "damaged file"
-                )
-        if table.identity is not None:
-            seen.setdefault(table_name, set()).add(row[table.identity.name])
-
-
-def _complete(table: Table, row: Any, where: str) -> dict[str, Any]:
+def _complete(table: Table, row: Any, where: _Line) -> dict[str, Any]:
     """``row`` of ``table`` with every column this cairn carries: one the file
     lacks (its version had no such column yet) takes the column's default."""
     if not isinstance(row, dict):
         raise TransferError(f"{where}: a {table.name} row is not an object; the file is damaged")
-    unknown = sorted(set(row) - set(table.names()))
+    if row.keys() == _NAMES[table.name]:  # every column and no other, as this cairn writes
+        return row
+    unknown = sorted(set(row) - _NAMES[table.name])
     if unknown:
         raise TransferError(
             f"{where}: table {table.name} has no column {unknown[0]!r}; the file was "
             "written by a newer cairn, or is damaged"
         )
     complete: dict[str, Any] = {}
-    for column in table.carried:
+    for column in _CARRIED[table.name]:
         if column.name in row:
             complete[column.name] = row[column.name]
         elif column.required:
@@ -196,6 +285,175 @@ def _complete(table: Table, row: Any, where: str) -> dict[str, Any]:
         else:
             complete[column.name] = column.default
     return complete
+
+
+class _Rereadable:
+    """An export file's lines, read once per pass of an import (and again by a
+    try again of its transaction). A list is read again as it is; a seekable
+    text file from where it stood; anything else that reads only once (a
+    generator) is copied to a temporary file first, each line as a JSON
+    string, so that it comes back exactly as given."""
+
+    def __init__(self, lines: Iterable[str]) -> None:
+        self._lines = lines
+        self._start: int | None = None
+        self._spool: IO[str] | None = None
+        if iter(lines) is not lines:  # a collection: each iter() starts afresh
+            return
+        if isinstance(lines, io.TextIOBase) and lines.seekable():
+            with contextlib.suppress(OSError):  # no position while a for loop reads it
+                self._start = lines.tell()
+                return
+        self._spool = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115 - closed by close()
+        for line in lines:
+            self._spool.write(json.dumps(line) + "\n")
+
+    def lines(self) -> Iterable[str]:
+        if self._spool is not None:
+            self._spool.seek(0)
+            return (json.loads(line) for line in self._spool)
+        if self._start is not None:
+            assert isinstance(self._lines, io.TextIOBase)
+            self._lines.seek(self._start)
+        return self._lines
+
+    def close(self) -> None:
+        if self._spool is not None:
+            self._spool.close()
+
+    def __enter__(self) -> _Rereadable:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# -- import ---------------------------------------------------------------------------
+@dataclass
+class _Survey:
+    """What the first read of an import found, having written nothing."""
+
+    batch: str
+    rows: int = 0
+    tasks: int = 0
+    blobs: int = 0
+    # What the target already has (the first few): the import is refused.
+    conflicts: list[str] = field(default_factory=list)
+    # The first row that refers to a key no row before it gives: a damaged file.
+    dangling: str | None = None
+
+
+def import_batch(
+    store: Store, blobs: BlobStore | None, lines: Iterable[str], name: str = "the file"
+) -> TransferSummary:
+    """Add the batch exported in ``lines`` to ``store``: all of it, or nothing.
+
+    ``lines`` is read a line at a time, three times over (see the module's
+    docstring), so memory does not grow with the batch: a list of lines, a
+    text file, or any iterable of lines (copied to a temporary file first)."""
+    target = admin(store, "cairn import")
+    with _Rereadable(lines) as source:
+        survey = _survey(target, source.lines(), name)
+        _refuse(survey, store, blobs)
+        if blobs is not None and survey.blobs:  # blobs first: no record points at nothing
+            _put_blobs(source.lines(), name, blobs)
+        target.import_rows(_FileRows(source, name))
+    return TransferSummary(survey.batch, survey.tasks, survey.rows, survey.blobs)
+
+
+def _survey(target: AdminStore, lines: Iterable[str], name: str) -> _Survey:
+    """Read the whole file, writing nothing: each line checked (a damaged one
+    raises at once), the trailer's counts, the ids the target already has, and
+    whether each row refers only to keys given before it."""
+    batch, entries = _read(lines, name)
+    survey = _Survey(batch)
+    if target.batch_task_name(batch) is not None:
+        survey.conflicts.append(f"batch {batch!r}")
+    with Scratch() as digests, _References(name) as references:
+        for entry in entries:
+            if isinstance(entry, _Blob):
+                entry.data()
+                digests.add(entry.digest)
+            elif isinstance(entry, _Row):
+                row = entry.complete()
+                survey.rows += 1
+                survey.tasks += entry.table == tables.TASKS.name
+                _note_conflict(target, entry.table, row, survey.conflicts)
+                survey.dangling = survey.dangling or references.check(entry.table, row)
+            elif entry.rows != survey.rows or entry.blobs != len(digests):
+                raise TransferError(f"{name}: the trailer's counts do not match; damaged file")
+        survey.blobs = len(digests)
+    return survey
+
+
+def _note_conflict(target: AdminStore, table: str, row: dict[str, Any], found: list[str]) -> None:
+    """Add to ``found`` the row's id if the target has it already, until there
+    are more than the error shows (each look is a query)."""
+    if len(found) > _SHOWN:
+        return
+    if table == tables.TASKS.name and target.get_task(row["id"]) is not None:
+        found.append(f"task {row['id']!r}")
+    elif table == "operations" and target.get_operation(row["scope"], row["key"]) is not None:
+        found.append(f"operation {row['key']!r} (scope {row['scope']!r})")
+
+
+class _References:
+    """Finds a row that refers to a key (a conversation's) that no row before it
+    has: the store gives such keys anew, in file order. The keys seen are kept
+    on disk: a batch may have a conversation per task."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._seen = {n: Scratch() for n, t in _TABLES.items() if t.identity is not None}
+
+    def check(self, table_name: str, row: dict[str, Any]) -> str | None:
+        """What is wrong with ``row``'s references, if anything; notes its key."""
+        for column in _REFERRING[table_name]:
+            ref = column.refers_to
+            seen = self._seen.get(ref) if ref is not None else None
+            if seen is None or row[column.name] not in seen:
+                return (
+                    f"{self._name}: a {table_name} row refers to {ref} "
+                    f"{row[column.name]!r}, which comes before it nowhere in the file; "
+                    "damaged file"
+                )
+        identity = _IDENTITY[table_name]
+        if identity is not None:
+            self._seen[table_name].add(row[identity.name])
+        return None
+
+    def __enter__(self) -> _References:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for seen in self._seen.values():
+            seen.close()
+
+
+def _refuse(survey: _Survey, store: Store, blobs: BlobStore | None) -> None:
+    """Raise if the import must not go ahead, before it writes anything."""
+    if survey.conflicts:
+        shown = ", ".join(survey.conflicts[:_SHOWN])
+        more = ", ..." if len(survey.conflicts) > _SHOWN else ""
+        raise TransferError(
+            f"{store.url} already has {shown}{more}; nothing was imported. Import into "
+            "another store, or prune that batch there first."
+        )
+    if survey.blobs and blobs is None:
+        raise TransferError(
+            f"the export holds {survey.blobs} blob(s) but {store.url} has no blob store; "
+            "pass --blobs URL (or set CAIRN_BLOBS). Nothing was imported."
+        )
+    if survey.dangling is not None:
+        raise TransferError(survey.dangling)
+
+
+def _put_blobs(lines: Iterable[str], name: str, blobs: BlobStore) -> None:
+    """Store every blob of the file (each decoded and checked again, one at a time)."""
+    _, entries = _read(lines, name)
+    for entry in entries:
+        if isinstance(entry, _Blob):
+            blobs.put(entry.digest, entry.data())
 
 
 def _released(row: dict[str, Any]) -> dict[str, Any]:
@@ -211,31 +469,18 @@ def _released(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def import_batch(
-    store: Store, blobs: BlobStore | None, lines: Iterable[str], name: str = "the file"
-) -> TransferSummary:
-    """Add the batch exported in ``lines`` to ``store``: all of it, or nothing."""
-    target = admin(store, "cairn import")
-    export = _read(lines, name)
-    conflicts = _conflicts(target, export)
-    if conflicts:
-        shown = ", ".join(conflicts[:5]) + (", ..." if len(conflicts) > 5 else "")
-        raise TransferError(
-            f"{store.url} already has {shown}; nothing was imported. Import into another "
-            "store, or prune that batch there first."
-        )
-    if export.blobs and blobs is None:
-        raise TransferError(
-            f"the export holds {len(export.blobs)} blob(s) but {store.url} has no blob store; "
-            "pass --blobs URL (or set CAIRN_BLOBS). Nothing was imported."
-        )
-    for digest, data in export.blobs.items():  # blobs first: no record points at nothing
-        assert blobs is not None
-        blobs.put(digest, data)
+class _FileRows:
+    """The rows of an export file as the store inserts them (running tasks
+    released), read from the file afresh each time they are iterated: the
+    store's try again of its transaction reads them again."""
 
-    _check_references(export, name)
-    target.import_rows(
-        [(t, _released(row) if t == tables.TASKS.name else row) for t, row in export.rows]
-    )
-    tasks = sum(1 for table, _ in export.rows if table == "tasks")
-    return TransferSummary(export.batch, tasks, len(export.rows), len(export.blobs))
+    def __init__(self, source: _Rereadable, name: str) -> None:
+        self._source = source
+        self._name = name
+
+    def __iter__(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        _, entries = _read(self._source.lines(), self._name)
+        for entry in entries:
+            if isinstance(entry, _Row):
+                row = entry.complete()
+                yield entry.table, _released(row) if entry.table == tables.TASKS.name else row

@@ -9,7 +9,7 @@ may be a store of the user's own) gets its admin side with ``admin(store)``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
@@ -223,16 +223,27 @@ class AdminStore(Store, Protocol):
         ...
 
     # -- moving a batch, pruning, blob references --------------------------------------
-    def export_rows(self, batch: str) -> list[tuple[str, dict[str, Any]]]:
-        """Every row of ``batch`` as (table, {column: value}), parents before
-        children, values as a record holds them, read in one transaction. Empty
-        if there is no such batch."""
+    def export_rows(
+        self,
+        batch: str,
+        sink: Callable[[str, dict[str, Any]], None],
+        *,
+        again: Callable[[], None] | None = None,
+    ) -> int:
+        """Hand every row of ``batch`` to ``sink`` as (table, {column: value}),
+        parents before children, values as a record holds them, read from one
+        snapshot a page at a time (memory does not grow with the batch); return
+        how many (0: no such batch). If the snapshot is lost part-way (a lost
+        connection), call ``again``, which undoes what ``sink`` did, and read
+        the batch again from a new one; without ``again``, raise
+        ``StoreUnavailable``."""
         ...
 
-    def import_rows(self, rows: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
-        """Insert rows as ``export_rows`` gives them, all in one transaction; a key
-        the store assigns is given anew and the rows after it that refer to it
-        follow."""
+    def import_rows(self, rows: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
+        """Insert rows as ``export_rows`` gives them, all in one transaction, read
+        as they are inserted (``rows`` may be a stream, read again from the start
+        if the transaction is tried again); a key the store assigns is given
+        anew and the rows after it that refer to it follow."""
         ...
 
     def batch_names(self) -> list[str]:

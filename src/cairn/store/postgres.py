@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import nullcontext
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -53,7 +53,7 @@ from cairn.store.driver_errors import (
 )
 from cairn.store.migrate import latest_version, migrations
 from cairn.store.sqlbase import SQLStore
-from cairn.store.sqlcore import Own, Result, Tx
+from cairn.store.sqlcore import STREAM_PAGE, Own, Result, Tx
 
 if TYPE_CHECKING:
     import psycopg
@@ -170,6 +170,16 @@ class _PgTx:
         with self._conn.cursor() as cursor:
             cursor.executemany(_pg(statement), rows)
             return max(cursor.rowcount, 0)
+
+    def stream(self, statement: str, params: Sequence[Any] = ()) -> Iterator[tuple[Any, ...]]:
+        # A plain cursor brings the whole result over before the first row; a
+        # server-side cursor (DECLARE ... FETCH) brings a page at a time. It
+        # needs a transaction, which a Tx always is.
+        self.statement = statement
+        with self._conn.cursor(name="cairn_stream") as cursor:
+            cursor.execute(_pg(statement), params)
+            while page := cursor.fetchmany(STREAM_PAGE):
+                yield from page
 
 
 _PG_TEXT: dict[str, str] = {}

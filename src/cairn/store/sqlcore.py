@@ -19,13 +19,17 @@ from __future__ import annotations
 import contextlib
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar
 
 from cairn.store.capabilities import Capabilities
 
 T = TypeVar("T")
+
+# The rows a stream (``Tx.stream``) fetches at once: what it holds in memory,
+# however many rows the read finds.
+STREAM_PAGE = 256
 
 # A read statement and its parameters: what a write leaves, found (``_write_once``).
 Own = tuple[str, Sequence[Any]]
@@ -45,6 +49,12 @@ class Tx(Protocol):
 
     def exec_many(self, statement: str, rows: Iterable[Sequence[Any]]) -> int:
         """Run ``statement`` once per row; return the rows it changed."""
+        ...
+
+    def stream(self, statement: str, params: Sequence[Any] = ()) -> Iterator[tuple[Any, ...]]:
+        """The rows of the read ``statement``, fetched ``STREAM_PAGE`` at a time
+        (``exec`` holds them all at once). Read it to the end before the
+        transaction's next statement."""
         ...
 
 

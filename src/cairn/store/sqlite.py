@@ -44,7 +44,7 @@ from cairn.store.driver_errors import sqlite_busy, sqlite_error, unstorable_text
 from cairn.store.migrate import latest_version, migrations
 from cairn.store.records import StepRecord
 from cairn.store.sqlbase import SQLStore
-from cairn.store.sqlcore import Result, Tx
+from cairn.store.sqlcore import STREAM_PAGE, Result, Tx
 from cairn.store.sqlitefile import Access, access_of, connect, prepare_new
 
 Synchronous = Literal["NORMAL", "FULL"]
@@ -161,6 +161,15 @@ class _SQLiteTx:
         except UnicodeEncodeError as exc:
             raise unstorable_text(exc) from exc
         return self._conn.total_changes - before
+
+    def stream(self, statement: str, params: Sequence[Any] = ()) -> Iterator[tuple[Any, ...]]:
+        # SQLite steps through the result as it is fetched: only a page is held.
+        try:
+            cursor = self._conn.execute(statement, params)
+            while page := cursor.fetchmany(STREAM_PAGE):
+                yield from page
+        except sqlite3.Error as exc:
+            self._store._failed(exc)
 
 
 class SQLiteStore(SQLStore):

@@ -9,76 +9,132 @@ converts values between their stored form and the form a record holds.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from cairn.clock import from_iso
+from cairn.errors import StoreUnavailable
 from cairn.store import sql, sqlmove
 from cairn.store.reports import StatusCount
+from cairn.store.scratch import Scratch
 from cairn.store.sqlcore import SQLCore, Tx
 from cairn.store.tables import Column, Table
 
 _TABLES: dict[str, Table] = {part.table.name: part.table for part in sqlmove.BATCH_PARTS}
+# Worked out once, not per row: an import of 100,000 rows would otherwise spend
+# seconds rebuilding these tuples from the table descriptions.
+_IDENTITY: dict[str, Column | None] = {name: t.identity for name, t in _TABLES.items()}
 # The kinds of column whose value an equality finds as given.
 _PLAIN = frozenset({"text", "integer", "time"})
+# An import's columns of each table, each with whether its value is its
+# parameter as it is (text or an integer, no key to map): most are, and
+# ``_param`` costs a call each.
+_WRITTEN: dict[str, tuple[tuple[Column, bool], ...]] = {
+    name: tuple((c, c.kind in ("text", "integer") and c.refers_to is None) for c in t.written)
+    for name, t in _TABLES.items()
+}
 _INSERTS: dict[str, str] = {name: sqlmove.insert(table) for name, table in _TABLES.items()}
+# Rows of one table an import sends in one go (``Tx.exec_many``): few enough to
+# hold, many enough that PostgreSQL is not asked one round trip per row.
+IMPORT_CHUNK = 500
+
+# What an export hands each row to as it reads it: (table, {column: value}).
+RowSink = Callable[[str, dict[str, Any]], None]
+# For each table whose key the store assigns: the key a file gives -> this store's.
+Keys = Mapping[str, Scratch]
 
 
-def _record_value(column: Column, value: Any) -> Any:
-    """A stored value of ``column`` as a record holds it (``sql.value_reader``)."""
-    read = sql.value_reader(column)
-    return value if value is None or read is None else read(value)
+def _row_reader(table: Table) -> Callable[[tuple[Any, ...]], dict[str, Any]]:
+    """What turns a stored row of ``table`` (its carried columns) into
+    {column: value as a record holds it}, each column's reader found once."""
+    readers = [(c.name, sql.value_reader(c)) for c in table.carried]
+
+    def read(row: tuple[Any, ...]) -> dict[str, Any]:
+        pairs = zip(readers, row, strict=True)
+        return {name: v if v is None or to is None else to(v) for (name, to), v in pairs}
+
+    return read
 
 
 class SQLTransfer(SQLCore):
     """Export, import, prune and blob references, over the primitives."""
 
-    def export_rows(self, batch: str) -> list[tuple[str, dict[str, Any]]]:
-        """Every row of ``batch`` as (table, {column: value}), tables in
-        ``sqlmove.BATCH_PARTS`` order, values as a record holds them; read from
-        one snapshot, so consistent while the batch runs (which it does not
-        stop). Empty if no such batch."""
+    def export_rows(
+        self, batch: str, sink: RowSink, *, again: Callable[[], None] | None = None
+    ) -> int:
+        """Hand every row of ``batch`` to ``sink`` as (table, {column: value}),
+        tables in ``sqlmove.BATCH_PARTS`` order, values as a record holds them;
+        return how many. The rows are read from one snapshot, so consistent
+        while the batch runs (which this does not stop), and a page at a time
+        (``Tx.stream``), so memory holds a page whatever the batch's size.
+        Nothing is handed over (0) if there is no such batch.
 
-        def read(tx: Tx) -> list[tuple[str, dict[str, Any]]]:
-            out: list[tuple[str, dict[str, Any]]] = []
+        Should the connection be lost part-way, the rest cannot be read from
+        the same snapshot: the backend reads the batch again from a new one,
+        and calls ``again`` first, which must undo what ``sink`` did with the
+        rows it had. Without ``again``, ``StoreUnavailable`` instead: ``sink``
+        never sees a row twice."""
+        handed = 0
+
+        def read(tx: Tx) -> int:
+            nonlocal handed
+            if handed:  # a backend's try again, on a new connection
+                if again is None:
+                    raise StoreUnavailable(
+                        f"the connection to the store was lost part-way through batch "
+                        f"{batch!r}, and the rest cannot be read from the same moment; "
+                        "export it again"
+                    )
+                again()
+                handed = 0
             for part in sqlmove.BATCH_PARTS:
-                columns = part.table.carried
-                for row in tx.exec(part.select, (batch,)).rows:
-                    pairs = zip(columns, row, strict=True)
-                    out.append((part.table.name, {c.name: _record_value(c, v) for c, v in pairs}))
-            return out
+                name, row_of = part.table.name, _row_reader(part.table)
+                for row in tx.stream(part.select, (batch,)):
+                    sink(name, row_of(row))
+                    handed += 1
+            return handed
 
         return self._snapshot(read)
 
-    def import_rows(self, rows: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+    def import_rows(self, rows: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
         """Insert ``rows`` (as ``export_rows`` gives them) in one transaction: all
         of them, or none. A key the store assigns (a conversation's) is given
         anew, and the rows after it that refer to it get the new one. A value may
         also be in its text form (a time as ISO text) or, from an old export, in
-        its stored form (integer microseconds, 0 or 1)."""
+        its stored form (integer microseconds, 0 or 1).
 
-        def write(tx: Tx) -> bool:
-            # For each table whose key the store assigns: the given key -> this store's.
-            keys: dict[str, dict[Any, Any]] = {}
-            for table_name, row in rows:
-                table = _TABLES[table_name]
-                params = [self._param(column, row[column.name], keys) for column in table.written]
-                new = tx.exec(_INSERTS[table_name], params)
-                identity = table.identity
-                if identity is not None:
-                    keys.setdefault(table_name, {})[row[identity.name]] = new.rows[0][0]
-            return True
-
+        ``rows`` is read as it is inserted, a chunk at a time, so it may be a
+        stream that never fits in memory (``cairn.portable`` passes an export
+        file's reader). A backend that runs the transaction again after a lost
+        connection reads ``rows`` again from the start: each iteration must give
+        the same rows (a list does)."""
         with self._writing():
-            self._atomically_once(write, lambda tx: self._imported(rows, tx))
+            self._atomically_once(
+                lambda tx: self._insert_all(rows, tx), lambda tx: self._imported(rows, tx)
+            )
 
-    def _imported(self, rows: Sequence[tuple[str, Mapping[str, Any]]], tx: Tx) -> bool | None:
+    def _insert_all(self, rows: Iterable[tuple[str, Mapping[str, Any]]], tx: Tx) -> bool:
+        """Every row of ``rows`` inserted through ``tx``; the given keys this store
+        replaced are kept on disk (``Scratch``), for a batch may have very many."""
+        keys = {name: Scratch() for name, identity in _IDENTITY.items() if identity is not None}
+        try:
+            inserts = _Inserts(self, tx, keys)
+            for table_name, row in rows:
+                inserts.add(table_name, row)
+            inserts.flush()
+        finally:
+            for scratch in keys.values():
+                scratch.close()
+        return True
+
+    def _imported(self, rows: Iterable[tuple[str, Mapping[str, Any]]], tx: Tx) -> bool | None:
         """True if the first of ``rows`` is in the store as given: an import is
         all or none, so an import run again after its answer was lost finds it
         made (and would otherwise fail on its own rows as duplicates)."""
-        if not rows:
+        first = next(iter(rows), None)
+        if first is None:
             return None
-        table_name, row = rows[0]
+        table_name, row = first
         table = _TABLES[table_name]
         # Compared as given: the plain columns (not a key the store assigns, nor
         # a value whose stored form is not the given one's).
@@ -89,15 +145,16 @@ class SQLTransfer(SQLCore):
         found = tx.exec(look, [self._param(c, row[c.name], {}) for c in given]).rows
         return True if found else None
 
-    def _param(self, column: Column, value: Any, keys: dict[str, dict[Any, Any]]) -> Any:
+    def _param(self, column: Column, value: Any, keys: Keys) -> Any:
         """A value of ``column`` in a row to import, as a parameter."""
         if column.refers_to is not None:
-            known = keys.get(column.refers_to, {})
-            if value not in known:
+            known = keys.get(column.refers_to)
+            mapped = None if known is None else known.get(value)
+            if mapped is None:
                 raise ValueError(
                     f"a row refers to {column.refers_to} {value!r}, which no row before it has"
                 )
-            value = known[value]
+            value = mapped[0]
         if value is None:
             return None
         if column.kind == "time":
@@ -135,3 +192,36 @@ class SQLTransfer(SQLCore):
         """Every blob reference (``!blob:`` text) any record of the store holds."""
         for query, params in sqlmove.BLOB_REFERENCES:
             yield from sqlmove.ref_texts(row[0] for row in self._exec(query, params).rows)
+
+
+class _Inserts:
+    """An import's inserts, in file order: the rows of a table whose key the
+    store assigns one by one (each new key is noted before a row refers to
+    it), the others gathered into chunks of one table, each sent at once."""
+
+    def __init__(self, store: SQLTransfer, tx: Tx, keys: Keys) -> None:
+        self._store = store
+        self._tx = tx
+        self._keys = keys
+        self._table = ""  # the table of the rows in ``_chunk``
+        self._chunk: list[list[Any]] = []
+
+    def add(self, table: str, row: Mapping[str, Any]) -> None:
+        if self._chunk and (table != self._table or len(self._chunk) >= IMPORT_CHUNK):
+            self.flush()
+        param, keys = self._store._param, self._keys
+        params = [
+            row[c.name] if as_is else param(c, row[c.name], keys) for c, as_is in _WRITTEN[table]
+        ]
+        identity = _IDENTITY[table]
+        if identity is None:
+            self._table = table
+            self._chunk.append(params)
+            return
+        new = self._tx.exec(_INSERTS[table], params)
+        self._keys[table].put(row[identity.name], new.rows[0][0])
+
+    def flush(self) -> None:
+        if self._chunk:
+            self._tx.exec_many(_INSERTS[self._table], self._chunk)
+            self._chunk = []
