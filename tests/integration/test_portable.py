@@ -255,3 +255,98 @@ def test_prune_keeps_unfinished_batches_and_gc_frees_only_old_unreferenced_blobs
     clock.advance(PAST_LEASE)
     with second_process(url, clock, blobs=str(blobs_dir), inline_limit=LIMIT) as other:
         assert other.run_batch("daily", report_task(other, Counter()), progress=False).ok
+
+
+# A sound export file (version 1, ten rows, no blobs) that each case below damages.
+V1_LINES = (Path(__file__).parent / "export_v1.cairn").read_text(encoding="utf-8").splitlines()
+
+
+def _changed(number: int, **values: Any) -> list[str]:
+    """The sound file's lines with line ``number`` (1-based, a row) given ``values``."""
+    lines = list(V1_LINES)
+    item = json.loads(lines[number - 1])
+    lines[number - 1] = json.dumps({**item, "row": {**item["row"], **values}})
+    return lines
+
+
+def _header(**values: Any) -> list[str]:
+    """The sound file with its header changed (a value of None: the key left out)."""
+    header = {**json.loads(V1_LINES[0]), **values}
+    return [json.dumps({k: v for k, v in header.items() if v is not None}), *V1_LINES[1:]]
+
+
+def _inserted(line: str) -> list[str]:
+    """The sound file with ``line`` just before its trailer (line 12)."""
+    return [*V1_LINES[:-1], line, V1_LINES[-1]]
+
+
+HOSTILE: dict[str, tuple[list[str] | bytes, str]] = {
+    "header without batch": (_header(batch=None), "line 1: the header names no batch"),
+    "header batch a number": (_header(batch=5), "line 1: the header names no batch"),
+    "header version true": (_header(version=True), "version True"),
+    "header a list": (["[1, 2]", *V1_LINES[1:]], "is not a cairn export file"),
+    "header a string": (['"x"', *V1_LINES[1:]], "is not a cairn export file"),
+    "entry a list": (_inserted("[1, 2]"), "line 12: not a JSON object"),
+    "entry a string": (_inserted('"x"'), "line 12: not a JSON object"),
+    "entry null": (_inserted("null"), "line 12: not a JSON object"),
+    "table a number": (_inserted('{"table": 5, "row": {}}'), "line 12: unknown entry"),
+    "table a list": (_inserted('{"table": ["tasks"], "row": {}}'), "line 12: unknown entry"),
+    "blob without data": (_inserted('{"blob": "ab"}'), "line 12: a blob without its sha256"),
+    "blob digest a number": (_inserted('{"blob": 5, "data": ""}'), "line 12: a blob without"),
+    "blob data a number": (_inserted('{"blob": "ab", "data": 5}'), "line 12: a blob without"),
+    "blob data not base64": (_inserted('{"blob": "ab", "data": "a"}'), "line 12: blob 'ab' is not"),
+    "file not UTF-8": (
+        "\n".join(V1_LINES[:3]).encode() + b"\n\xff\xfe\n" + "\n".join(V1_LINES[3:]).encode(),
+        "is not UTF-8 text: not a cairn export file",
+    ),
+    "line not UTF-8": (  # after more than a block: the header decodes
+        "\n".join(_changed(3, args="x" * 20_000)).encode() + b"\n\xff\xfe\n",
+        "is not UTF-8 text after line",
+    ),
+    "time a number": (_changed(2, created_at=5), "line 2: a batches row's created_at is 5"),
+    "time not a time": (_changed(3, created_at="soon"), "line 3: a tasks row's created_at"),
+    "time without offset": (
+        _changed(3, created_at="2026-05-24T04:30:00"),
+        "not an ISO 8601 time with an offset",
+    ),
+    "id a list": (_changed(3, id=[1]), "line 3: a tasks row's id is [1], not text"),
+    "name null": (_changed(3, name=None), "line 3: a tasks row's name is None"),
+    "fence text": (_changed(3, fence="x", status="running"), "tasks row's fence is 'x'"),
+    "attempts true": (_changed(3, attempts=True), "tasks row's attempts is True"),
+    "attempts too big": (_changed(3, attempts=2**64), "not an integer"),
+    "deferred text": (_changed(4, deferred="x"), "line 4: a steps row's deferred"),
+    "deferred NaN": (_changed(4, deferred=float("nan")), "not a finite number"),
+    "flag 2": (_changed(6, permanent=2), "operations row's permanent is 2"),
+    "conv_id text": (_changed(9, conv_id="1"), "line 9: a messages row's conv_id is '1'"),
+    "content a number": (_changed(10, content=5), "line 10: a messages row's content is 5"),
+    "micros a list": (_changed(10, created_at=[1]), "messages row's created_at is [1]"),
+    "another batch's row": (_changed(2, name="other"), "a row of batch 'other'"),
+}
+
+
+@pytest.mark.parametrize(("lines", "message"), HOSTILE.values(), ids=HOSTILE.keys())
+def test_a_malformed_export_file_is_refused_in_one_line(
+    tmp_path: Path, lines: list[str] | bytes, message: str
+) -> None:
+    """`cairn import` of a file that is JSON of the wrong shape (a header or an
+    entry that is not an object or lacks what it must have, a value of the
+    wrong type in a row or a blob) exits 2 with one line that names the file
+    (and the line), never a traceback, and writes nothing: no task, no blob."""
+    bad = tmp_path / "bad.cairn"
+    if isinstance(lines, bytes):
+        bad.write_bytes(lines)
+    else:
+        bad.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    target = f"sqlite:///{tmp_path / 'b.db'}"
+    blobs = tmp_path / "blobs"
+
+    result = cli("import", str(bad), "--store", target, "--blobs", str(blobs))
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit)  # fail(), not an escaped exception
+    assert "Traceback" not in result.output
+    assert message in result.output
+    assert f"error: {bad}" in result.output.replace("\n", " ")
+    assert cli("batches", "--store", target, "--json").output.strip() == "[]"
+    with Cairn(target) as app:
+        assert app.store.get_task("v1/n=1") is None
+    assert not blobs.exists() or not any(blobs.rglob("*.*"))

@@ -41,18 +41,20 @@ checks) are kept on disk (``cairn.store.scratch``).
 from __future__ import annotations
 
 import base64
+import binascii
 import contextlib
 import hashlib
 import io
 import json
+import math
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, Any
 
 from cairn.blobs.protocol import BlobStore
-from cairn.clock import SystemClock, to_iso
+from cairn.clock import SystemClock, from_iso, to_iso
 from cairn.errors import TransferError
 from cairn.portable._refs import hashes_in
 from cairn.store import sqlmove, tables
@@ -209,7 +211,12 @@ class _Blob:
     where: _Line
 
     def data(self) -> bytes:
-        data = base64.b64decode(self.encoded)
+        try:
+            data = base64.b64decode(self.encoded, validate=True)
+        except (binascii.Error, ValueError):  # ValueError: text that is not ASCII
+            raise TransferError(
+                f"{self.where}: blob {self.digest!r:.80} is not base64; damaged file"
+            ) from None
         if hashlib.sha256(data).hexdigest() != self.digest:
             raise TransferError(f"{self.where}: blob {self.digest} is corrupt")
         return data
@@ -229,38 +236,72 @@ def _read(lines: Iterable[str], name: str) -> tuple[str, Iterator[_Row | _Blob |
     it = iter(lines)
     try:
         header = json.loads(next(it))
+    except UnicodeDecodeError:  # a text file decodes a block at a time: not just line 1
+        raise TransferError(f"{name} is not UTF-8 text: not a cairn export file") from None
     except (StopIteration, ValueError):
         raise TransferError(f"{name} is not a cairn export file (no header line)") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise TransferError(f"{name} is not a cairn export file (format {header!r:.80})")
-    if header.get("version") not in _READS:
+    version = header.get("version")
+    if type(version) is not int or version not in _READS:  # not true, which equals 1
         raise TransferError(
-            f"{name} is a cairn export of version {header.get('version')!r}; this cairn reads "
+            f"{name} is a cairn export of version {version!r}; this cairn reads "
             f"versions {', '.join(map(str, _READS))}. Import it with the cairn that wrote it, "
             "or upgrade cairn."
         )
-    return str(header["batch"]), _entries(it, name)
+    batch = header.get("batch")
+    if not isinstance(batch, str) or not batch:
+        raise TransferError(
+            f"{name}, line 1: the header names no batch (its batch is {batch!r:.80}); "
+            "the file is damaged, export it again"
+        )
+    return batch, _entries(it, name)
 
 
 def _entries(lines: Iterator[str], name: str) -> Iterator[_Row | _Blob | _End]:
     """The lines after the header, each parsed and placed; a file that ends
     before its trailer raises when the iterator reaches its end."""
-    for number, line in enumerate(lines, start=2):
+    for number, line in _numbered(lines, name):
         where = _Line(name, number)
         try:
             item = json.loads(line)
         except ValueError:
             raise TransferError(f"{where}: not JSON; the file is damaged") from None
+        if not isinstance(item, dict):
+            raise TransferError(f"{where}: not a JSON object {line[:80]!r}; the file is damaged")
         if item.get("end"):
             yield _End(item.get("rows"), item.get("blobs"))
             return
         if "blob" in item:
-            yield _Blob(item["blob"], item["data"], where)
-        elif item.get("table") in _TABLES:
-            yield _Row(item["table"], item.get("row"), where)
+            digest, data = item["blob"], item.get("data")
+            if not isinstance(digest, str) or not isinstance(data, str):
+                raise TransferError(
+                    f"{where}: a blob without its sha256 and base64 text {line[:80]!r}; "
+                    "the file is damaged"
+                )
+            yield _Blob(digest, data, where)
+        elif isinstance(table := item.get("table"), str) and table in _TABLES:
+            yield _Row(table, item.get("row"), where)
         else:
             raise TransferError(f"{where}: unknown entry {line[:80]!r}")
     raise TransferError(f"{name} ends without its trailer: it was cut short; export it again")
+
+
+def _numbered(lines: Iterator[str], name: str) -> Iterator[tuple[int, str]]:
+    """The lines after the header, each with its number; bytes that are not
+    UTF-8 raise (a text file's reader decodes them as the loop reaches them)."""
+    number = 1
+    while True:
+        number += 1
+        try:
+            line = next(lines)
+        except StopIteration:
+            return
+        except UnicodeDecodeError:
+            raise TransferError(  # somewhere in the block read after the line before
+                f"{name} is not UTF-8 text after line {number - 1}; the file is damaged"
+            ) from None
+        yield number, line
 
 
 def _complete(table: Table, row: Any, where: _Line) -> dict[str, Any]:
@@ -269,6 +310,7 @@ def _complete(table: Table, row: Any, where: _Line) -> dict[str, Any]:
     if not isinstance(row, dict):
         raise TransferError(f"{where}: a {table.name} row is not an object; the file is damaged")
     if row.keys() == _NAMES[table.name]:  # every column and no other, as this cairn writes
+        _check_values(table, row, where)
         return row
     unknown = sorted(set(row) - _NAMES[table.name])
     if unknown:
@@ -284,7 +326,60 @@ def _complete(table: Table, row: Any, where: _Line) -> dict[str, Any]:
             raise TransferError(f"{where}: a {table.name} row without {column.name}; damaged file")
         else:
             complete[column.name] = column.default
+    _check_values(table, complete, where)
     return complete
+
+
+def _is_time(value: Any) -> bool:
+    """ISO 8601 text with an offset, as ``to_iso`` writes a time."""
+    if not isinstance(value, str):
+        return False
+    try:
+        return from_iso(value).tzinfo is not None
+    except ValueError:
+        return False
+
+
+def _is_integer(value: Any) -> bool:
+    """An integer (not true or false) that a 64-bit column holds."""
+    return type(value) is int and -(2**63) <= value < 2**63
+
+
+# What a value of each kind of column is in an export file (``cairn.store.tables``),
+# and how an error says it: a version 1 file holds a ``micros`` time as its stored
+# integer and a flag as 0 or 1.
+_KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "text": (lambda v: isinstance(v, str), "text"),
+    "integer": (_is_integer, "an integer"),
+    "real": (
+        lambda v: _is_integer(v) or (type(v) is float and math.isfinite(v)),
+        "a finite number",
+    ),
+    "bool": (lambda v: type(v) is bool or (type(v) is int and v in (0, 1)), "true or false"),
+    "time": (_is_time, "an ISO 8601 time with an offset"),
+    "micros": (lambda v: _is_integer(v) or _is_time(v), "an ISO 8601 time with an offset"),
+    "packed": (lambda v: isinstance(v, str), "JSON text"),
+}
+# Each table's columns with the check of their kind, worked out once.
+_CHECKS: dict[str, tuple[tuple[str, bool, Callable[[Any], bool], str], ...]] = {
+    name: tuple((c.name, c.nullable, *_KINDS[c.kind]) for c in columns)
+    for name, columns in _CARRIED.items()
+}
+
+
+def _check_values(table: Table, row: dict[str, Any], where: _Line) -> None:
+    """Raise unless each value of ``row`` is of its column's kind (or null where
+    the column may be): the store would fail on it part-way through writing."""
+    for column, nullable, ok, expected in _CHECKS[table.name]:
+        value = row[column]
+        if value is None:
+            if nullable:
+                continue
+        elif ok(value):
+            continue
+        raise TransferError(
+            f"{where}: a {table.name} row's {column} is {value!r:.80}, not {expected}; damaged file"
+        )
 
 
 class _Rereadable:
@@ -376,6 +471,11 @@ def _survey(target: AdminStore, lines: Iterable[str], name: str) -> _Survey:
                 digests.add(entry.digest)
             elif isinstance(entry, _Row):
                 row = entry.complete()
+                if entry.table == tables.BATCHES.name and row["name"] != batch:
+                    raise TransferError(
+                        f"{entry.where}: a row of batch {row['name']!r}, in the export of "
+                        f"batch {batch!r}; damaged file"
+                    )
                 survey.rows += 1
                 survey.tasks += entry.table == tables.TASKS.name
                 _note_conflict(target, entry.table, row, survey.conflicts)
