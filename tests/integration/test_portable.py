@@ -3,6 +3,8 @@ their blobs, through the real CLI (in-process) on real SQLite files and PostgreS
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import shutil
@@ -280,6 +282,24 @@ def _inserted(line: str) -> list[str]:
     return [*V1_LINES[:-1], line, V1_LINES[-1]]
 
 
+_BLOB_DATA = (b"a blob the file holds", b"a blob it does not")
+_DIGEST = tuple(hashlib.sha256(data).hexdigest() for data in _BLOB_DATA)
+
+
+def _ref(digest: str) -> str:
+    return "!blob:" + json.dumps({"sha256": digest, "size": 1, "uri": "x"}, separators=(",", ":"))
+
+
+def _blobbed(content: str) -> list[str]:
+    """The sound file with a blob that its task's result refers to (so an
+    import that gets as far as the blobs writes one), and ``content`` as the
+    first message's content (line 10)."""
+    lines = _changed(3, result=_ref(_DIGEST[0]))
+    lines[9] = _changed(10, content=content)[9]
+    blob = {"blob": _DIGEST[0], "data": base64.b64encode(_BLOB_DATA[0]).decode()}
+    return [*lines[:-1], json.dumps(blob), '{"end": true, "rows": 10, "blobs": 1}']
+
+
 HOSTILE: dict[str, tuple[list[str] | bytes, str]] = {
     "header without batch": (_header(batch=None), "line 1: the header names no batch"),
     "header batch a number": (_header(batch=5), "line 1: the header names no batch"),
@@ -320,7 +340,20 @@ HOSTILE: dict[str, tuple[list[str] | bytes, str]] = {
     "conv_id text": (_changed(9, conv_id="1"), "line 9: a messages row's conv_id is '1'"),
     "content a number": (_changed(10, content=5), "line 10: a messages row's content is 5"),
     "micros a list": (_changed(10, created_at=[1]), "messages row's created_at is [1]"),
-    "another batch's row": (_changed(2, name="other"), "a row of batch 'other'"),
+    "another batch's row": (_changed(2, name="other"), "batches row of batch 'other'"),
+    "another batch's task": (_changed(3, batch="other"), "line 3: a tasks row of batch 'other'"),
+    "a task of no batch": (_changed(3, batch=None), "line 3: a tasks row of batch None"),
+    "NUL in text": (_changed(3, args='"a\x00b"'), "line 3: a tasks row's args holds a NUL"),
+    "NUL in a name": (_changed(3, name="re\x00port"), "which PostgreSQL cannot store"),
+    "lone surrogate": (_changed(3, item_key="n\udcff"), "item_key holds a lone surrogate"),
+    "surrogate in content": (_changed(10, content='"\ud800"'), "content holds a lone surrogate"),
+    "attempts past 32 bits": (_changed(3, attempts=2**31), "not an integer that fits in 32"),
+    "tokens past 32 bits": (_changed(10, tokens=-(2**31) - 1), "messages row's tokens is"),
+    "blob not in the file": (
+        _blobbed(_ref(_DIGEST[1])),
+        f"line 10: the row refers to blob {_DIGEST[1]}, which the file does not hold",
+    ),
+    "damaged blob reference": (_blobbed("!blob:{"), "line 10: the record holds a damaged blob"),
 }
 
 
@@ -350,3 +383,65 @@ def test_a_malformed_export_file_is_refused_in_one_line(
     with Cairn(target) as app:
         assert app.store.get_task("v1/n=1") is None
     assert not blobs.exists() or not any(blobs.rglob("*.*"))
+
+
+def _with_row(lines: list[str], number: int, **values: Any) -> list[str]:
+    """``lines`` with line ``number`` (1-based, a row) given ``values``."""
+    item = json.loads(lines[number - 1])
+    changed = json.dumps({**item, "row": {**item["row"], **values}})
+    return [*lines[: number - 1], changed, *lines[number:]]
+
+
+# Damage a store takes differently: PostgreSQL refuses it on insert, after the
+# blobs were written; SQLite keeps it. Each file holds a blob.
+STORE_DAMAGE: dict[str, tuple[list[str], str]] = {
+    "NUL in text": (_with_row(_blobbed(_ref(_DIGEST[0])), 4, name="f\x00"), "holds a NUL"),
+    "past 32 bits": (_with_row(_blobbed(_ref(_DIGEST[0])), 4, seq=2**31), "fits in 32 bits"),
+    "another batch's task": (_with_row(_blobbed(_ref(_DIGEST[0])), 3, batch="w"), "batch 'w'"),
+}
+
+
+@pytest.mark.parametrize(("lines", "message"), STORE_DAMAGE.values(), ids=STORE_DAMAGE.keys())
+def test_damage_one_store_would_take_is_refused_on_both_before_any_blob(
+    tmp_path: Path, store_url: str, lines: list[str], message: str
+) -> None:
+    """A file with text PostgreSQL cannot hold, an integer too big for its
+    column there, or a task of another batch is refused on either store, in
+    one line, before anything is written: no task, and not the blob the file
+    holds (PostgreSQL used to refuse the rows only after the blobs were in)."""
+    bad = tmp_path / "bad.cairn"
+    bad.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    blobs = tmp_path / "blobs"
+
+    result = cli("import", str(bad), "--store", store_url, "--blobs", str(blobs))
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output
+    assert message in result.output
+    assert f"error: {bad}" in result.output.replace("\n", " ")
+    assert result.output.count("error:") == 1, result.output
+    assert cli("batches", "--store", store_url, "--json").output.strip() == "[]"
+    with Cairn(store_url) as app:
+        assert app.store.get_task("v1/n=1") is None
+    assert not blobs.exists() or not any(blobs.rglob("*.*"))
+
+
+def test_a_file_that_holds_the_blobs_its_rows_refer_to_imports(tmp_path: Path) -> None:
+    """The sound file given a blob its rows refer to imports, blob and all, and a
+    column PostgreSQL keeps in a bigint (a task's fence) takes a value past 32
+    bits: the checks that refuse damage refuse only damage."""
+    lines = _blobbed(_ref(_DIGEST[0]))
+    task_row = {**json.loads(lines[2])["row"], "fence": 2**40}
+    lines[2] = json.dumps({"table": "tasks", "row": task_row})
+    good = tmp_path / "good.cairn"
+    good.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    target = f"sqlite:///{tmp_path / 'b.db'}"
+    blobs = tmp_path / "blobs"
+
+    result = cli("import", str(good), "--store", target, "--blobs", str(blobs))
+    assert result.exit_code == 0, result.output
+    with Cairn(target) as app:
+        task = app.store.get_task("v1/n=1")
+        assert task is not None
+        assert task.fence == 2**40
+    assert FileBlobStore(blobs).get(_DIGEST[0]) == _BLOB_DATA[0]

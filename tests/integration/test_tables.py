@@ -85,10 +85,12 @@ def _real_columns(url: str) -> dict[str, list[Found]]:
 
 def _type_of(column: Column, backend: str, real: str | None) -> str:
     """The type ``column`` is stored as on ``backend``: on PostgreSQL an integer
-    may be either width, so the real type stands if it is one of those."""
+    is a bigint if the column is described as wide, else an integer."""
     sqlite_type, postgres_types = tables.STORED_AS[column.kind]
     if backend == "sqlite":
         return sqlite_type
+    if column.kind == "integer":
+        return "bigint" if column.wide else "integer"
     return real if real in postgres_types else " or ".join(sorted(postgres_types))
 
 

@@ -31,9 +31,10 @@ Neither holds the batch in memory: a batch of 100,000 tasks is a file of tens
 of megabytes, and its rows as Python dicts took ten times that. An export
 writes each row as the store reads it (a page at a time, inside the one
 snapshot). An import reads the file three times, a line at a time: once to
-check all of it (every line, the trailer, the ids the target already has)
-before it writes anything, once for the blobs, and once for the rows, which
-the store inserts as they come, in its one transaction. The keys that grow
+check all of it (every line and value, the trailer, the blobs the rows refer
+to, the ids the target already has) before it writes anything, once for the
+blobs, and once for the rows, which the store inserts as they come, in its one
+transaction. The keys that grow
 with a batch (the blobs an export appends, the conversation keys an import
 checks) are kept on disk (``cairn.store.scratch``).
 """
@@ -55,7 +56,7 @@ from typing import IO, Any
 
 from cairn.blobs.protocol import BlobStore
 from cairn.clock import SystemClock, from_iso, to_iso
-from cairn.errors import TransferError
+from cairn.errors import BlobCorrupt, TransferError
 from cairn.portable._refs import hashes_in
 from cairn.store import sqlmove, tables
 from cairn.store.admin import AdminStore, admin
@@ -345,6 +346,33 @@ def _is_integer(value: Any) -> bool:
     return type(value) is int and -(2**63) <= value < 2**63
 
 
+def _is_narrow(value: Any) -> bool:
+    """An integer (not true or false) that a 32-bit column holds (PostgreSQL's
+    ``integer``: a column not described as wide)."""
+    return type(value) is int and -(2**31) <= value < 2**31
+
+
+def _unstorable(value: str) -> str | None:
+    """What in ``value`` no store can hold, if anything: a NUL character
+    (PostgreSQL text refuses it) or a lone surrogate (not UTF-8 at all). A
+    cairn export never holds either, as cairn refuses them when it writes."""
+    if "\x00" in value:
+        return (
+            f"holds a NUL character ('\\x00' at position {value.index(chr(0))}), "
+            "which PostgreSQL cannot store"
+        )
+    if value.isascii():
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (
+            f"holds a lone surrogate ({value[exc.start]!r} at position {exc.start}), "
+            "which no store can hold"
+        )
+    return None
+
+
 # What a value of each kind of column is in an export file (``cairn.store.tables``),
 # and how an error says it: a version 1 file holds a ``micros`` time as its stored
 # integer and a flag as 0 or 1.
@@ -360,22 +388,39 @@ _KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "micros": (lambda v: _is_integer(v) or _is_time(v), "an ISO 8601 time with an offset"),
     "packed": (lambda v: isinstance(v, str), "JSON text"),
 }
+_NARROW = (_is_narrow, "an integer that fits in 32 bits")
+
+
+def _check_of(column: Column) -> tuple[str, bool, Callable[[Any], bool], str, bool]:
+    """How ``_check_values`` checks ``column``: its name, whether it may be null,
+    the check of its kind and what the error calls that, and whether its text
+    must be text a store can hold."""
+    ok, expected = _NARROW if column.kind == "integer" and not column.wide else _KINDS[column.kind]
+    return column.name, column.nullable, ok, expected, column.kind in ("text", "packed")
+
+
 # Each table's columns with the check of their kind, worked out once.
-_CHECKS: dict[str, tuple[tuple[str, bool, Callable[[Any], bool], str], ...]] = {
-    name: tuple((c.name, c.nullable, *_KINDS[c.kind]) for c in columns)
-    for name, columns in _CARRIED.items()
+_CHECKS: dict[str, tuple[tuple[str, bool, Callable[[Any], bool], str, bool], ...]] = {
+    name: tuple(_check_of(c) for c in columns) for name, columns in _CARRIED.items()
+}
+# The columns that may refer to a blob, for each table.
+_BLOB_COLUMNS: dict[str, tuple[str, ...]] = {
+    name: tuple(c.name for c in columns if c.blob_refs) for name, columns in _CARRIED.items()
 }
 
 
 def _check_values(table: Table, row: dict[str, Any], where: _Line) -> None:
     """Raise unless each value of ``row`` is of its column's kind (or null where
-    the column may be): the store would fail on it part-way through writing."""
-    for column, nullable, ok, expected in _CHECKS[table.name]:
+    the column may be), and text a store can hold: the store would fail on it
+    part-way through writing (or SQLite would keep what PostgreSQL cannot)."""
+    for column, nullable, ok, expected, text in _CHECKS[table.name]:
         value = row[column]
         if value is None:
             if nullable:
                 continue
         elif ok(value):
+            if text and (wrong := _unstorable(value)) is not None:
+                raise TransferError(f"{where}: a {table.name} row's {column} {wrong}; damaged file")
             continue
         raise TransferError(
             f"{where}: a {table.name} row's {column} is {value!r:.80}, not {expected}; damaged file"
@@ -458,32 +503,64 @@ def import_batch(
 
 def _survey(target: AdminStore, lines: Iterable[str], name: str) -> _Survey:
     """Read the whole file, writing nothing: each line checked (a damaged one
-    raises at once), the trailer's counts, the ids the target already has, and
-    whether each row refers only to keys given before it."""
+    raises at once), the trailer's counts, the ids the target already has,
+    whether each row refers only to keys given before it, and whether the file
+    holds every blob its rows refer to."""
     batch, entries = _read(lines, name)
     survey = _Survey(batch)
     if target.batch_task_name(batch) is not None:
         survey.conflicts.append(f"batch {batch!r}")
-    with Scratch() as digests, _References(name) as references:
+    with Scratch() as digests, Scratch() as wanted, _References(name) as references:
         for entry in entries:
             if isinstance(entry, _Blob):
                 entry.data()
                 digests.add(entry.digest)
             elif isinstance(entry, _Row):
                 row = entry.complete()
-                if entry.table == tables.BATCHES.name and row["name"] != batch:
-                    raise TransferError(
-                        f"{entry.where}: a row of batch {row['name']!r}, in the export of "
-                        f"batch {batch!r}; damaged file"
-                    )
+                _check_batch(entry, row, batch)
+                for digest in _refers_to(entry, row):
+                    if digest not in wanted:  # the first row to refer to it
+                        wanted.put(digest, str(entry.where))
                 survey.rows += 1
                 survey.tasks += entry.table == tables.TASKS.name
                 _note_conflict(target, entry.table, row, survey.conflicts)
                 survey.dangling = survey.dangling or references.check(entry.table, row)
             elif entry.rows != survey.rows or entry.blobs != len(digests):
                 raise TransferError(f"{name}: the trailer's counts do not match; damaged file")
+        for digest in wanted.sorted():
+            if digest not in digests:
+                where = wanted.get(digest)
+                assert where is not None
+                raise TransferError(
+                    f"{where[0]}: the row refers to blob {digest}, which the file does not "
+                    "hold; damaged file"
+                )
         survey.blobs = len(digests)
     return survey
+
+
+def _refers_to(entry: _Row, row: dict[str, Any]) -> set[str]:
+    """The blobs ``row`` refers to; a damaged reference raises."""
+    try:
+        return hashes_in(row[c] for c in _BLOB_COLUMNS[entry.table])
+    except BlobCorrupt as err:
+        raise TransferError(f"{entry.where}: {err}; damaged file") from None
+
+
+def _check_batch(entry: _Row, row: dict[str, Any], batch: str) -> None:
+    """Raise if ``row`` (the batch's own, or a task) is of a batch other than the
+    file's: an export holds one batch."""
+    if entry.table == tables.BATCHES.name:
+        of = row["name"]
+    elif entry.table == tables.TASKS.name:
+        of = row["batch"]
+    else:
+        return
+    if of != batch:
+        raise TransferError(
+            f"{entry.where}: a {entry.table} row of batch {of!r:.80}, in the export of "
+            f"batch {batch!r}; damaged file"
+        )
 
 
 def _note_conflict(target: AdminStore, table: str, row: dict[str, Any], found: list[str]) -> None:

@@ -14,7 +14,7 @@ file) holds it:
 kind     SQLite                     PostgreSQL             record; export file
 =======  =========================  =====================  ==========================
 text     TEXT                       text                   str
-integer  INTEGER                    integer or bigint      int
+integer  INTEGER                    integer; bigint: wide  int
 real     REAL                       double precision       float
 bool     INTEGER 0 or 1             integer 0 or 1         bool
 time     TEXT, ISO 8601 in UTC      timestamptz            datetime; ISO text
@@ -72,6 +72,9 @@ class Column:
     # The references are inside its JSON text rather than the whole value (a
     # message's meta naming a handoff's archive: cairn.agent.handoff).
     refs_inside: bool = False
+    # An integer PostgreSQL keeps in a bigint (64 bits), not an integer (32):
+    # an import refuses a value too big for the column.
+    wide: bool = False
 
     @property
     def required(self) -> bool:
@@ -132,7 +135,7 @@ BATCHES = Table("batches", (_text("name"), _text("task_name"), _time("created_at
 TASKS = Table(
     "tasks",
     (
-        Column("pos", "integer", assigned=True, internal=True),
+        Column("pos", "integer", assigned=True, internal=True, wide=True),
         _text("id"),
         _text("batch", nullable=True),
         _text("item_key", nullable=True),
@@ -142,7 +145,7 @@ TASKS = Table(
         _text("status"),
         _int("attempts", default=0),
         _int("retry_base", default=0),
-        _int("fence", default=0),
+        Column("fence", "integer", default=0, wide=True),
         _text("owner", nullable=True),
         _time("lease_expires_at", nullable=True),
         _text("result", nullable=True, blob_refs=True),
@@ -192,7 +195,7 @@ OPERATIONS = Table(
         Column("permanent", "bool", default=0),
         _text("task_id"),
         _int("step_seq"),
-        _int("claim_fence"),
+        Column("claim_fence", "integer", wide=True),
         _text("result", nullable=True, blob_refs=True),
         _text("error", nullable=True),
         _time("first_claimed_at"),
@@ -212,13 +215,13 @@ SIGNALS = Table(
 
 CONVERSATIONS = Table(
     "conversations",
-    (Column("conv_id", "integer", assigned=True), _text("task_id"), _text("name")),
+    (Column("conv_id", "integer", assigned=True, wide=True), _text("task_id"), _text("name")),
 )
 
 MESSAGES = Table(
     "messages",
     (
-        Column("conv_id", "integer", refers_to="conversations"),
+        Column("conv_id", "integer", refers_to="conversations", wide=True),
         _int("idx"),
         _text("role"),
         Column("content", "packed", blob_refs=True),
