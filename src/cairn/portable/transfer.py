@@ -62,6 +62,7 @@ from cairn.store import sqlmove, tables
 from cairn.store.admin import AdminStore, admin
 from cairn.store.protocol import Store
 from cairn.store.scratch import Scratch
+from cairn.store.sqltransfer import TASKS_PER_LOOK
 from cairn.store.tables import Column, Table
 
 FORMAT = "cairn-export"
@@ -510,6 +511,7 @@ def _survey(target: AdminStore, lines: Iterable[str], name: str) -> _Survey:
     survey = _Survey(batch)
     if target.batch_task_name(batch) is not None:
         survey.conflicts.append(f"batch {batch!r}")
+    conflicts = _Conflicts(target, survey.conflicts)
     with Scratch() as digests, Scratch() as wanted, _References(name) as references:
         for entry in entries:
             if isinstance(entry, _Blob):
@@ -523,10 +525,11 @@ def _survey(target: AdminStore, lines: Iterable[str], name: str) -> _Survey:
                         wanted.put(digest, str(entry.where))
                 survey.rows += 1
                 survey.tasks += entry.table == tables.TASKS.name
-                _note_conflict(target, entry.table, row, survey.conflicts)
+                conflicts.note(entry.table, row)
                 survey.dangling = survey.dangling or references.check(entry.table, row)
             elif entry.rows != survey.rows or entry.blobs != len(digests):
                 raise TransferError(f"{name}: the trailer's counts do not match; damaged file")
+        conflicts.flush()
         for digest in wanted.sorted():
             if digest not in digests:
                 where = wanted.get(digest)
@@ -563,15 +566,43 @@ def _check_batch(entry: _Row, row: dict[str, Any], batch: str) -> None:
         )
 
 
-def _note_conflict(target: AdminStore, table: str, row: dict[str, Any], found: list[str]) -> None:
-    """Add to ``found`` the row's id if the target has it already, until there
-    are more than the error shows (each look is a query)."""
-    if len(found) > _SHOWN:
-        return
-    if table == tables.TASKS.name and target.get_task(row["id"]) is not None:
-        found.append(f"task {row['id']!r}")
-    elif table == "operations" and target.get_operation(row["scope"], row["key"]) is not None:
-        found.append(f"operation {row['key']!r} (scope {row['scope']!r})")
+class _Conflicts:
+    """Notes in ``found``, in file order, each row whose id the target has
+    already, until there are more than the error shows. Task ids are looked up
+    a page at a time (``TASKS_PER_LOOK`` in one query: a batch may have 100,000
+    tasks); an operation, one query each (a file's tasks all come before its
+    operations, so the order is the file's)."""
+
+    def __init__(self, target: AdminStore, found: list[str]) -> None:
+        self._target = target
+        self._found = found
+        self._tasks: list[str] = []  # ids not looked up yet
+
+    def note(self, table: str, row: dict[str, Any]) -> None:
+        if table == tables.TASKS.name:
+            self._tasks.append(row["id"])
+            if len(self._tasks) >= TASKS_PER_LOOK:
+                self.flush()
+            return
+        self.flush()
+        if len(self._found) > _SHOWN:
+            return
+        if table != "operations":
+            return
+        if self._target.get_operation(row["scope"], row["key"]) is not None:
+            self._found.append(f"operation {row['key']!r} (scope {row['scope']!r})")
+
+    def flush(self) -> None:
+        """Look up the task ids noted since the last look."""
+        ids, self._tasks = self._tasks, []
+        if not ids or len(self._found) > _SHOWN:
+            return
+        present = self._target.tasks_present(ids)
+        for task_id in ids:
+            if task_id in present:
+                self._found.append(f"task {task_id!r}")
+                if len(self._found) > _SHOWN:
+                    return
 
 
 class _References:

@@ -9,7 +9,7 @@ may be a store of the user's own) gets its admin side with ``admin(store)``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
@@ -244,6 +244,11 @@ class AdminStore(Store, Protocol):
         as they are inserted (``rows`` may be a stream, read again from the start
         if the transaction is tried again); a key the store assigns is given
         anew and the rows after it that refer to it follow."""
+        ...
+
+    def tasks_present(self, ids: Sequence[str]) -> set[str]:
+        """Those of ``ids`` (up to 500 at once) that are ids of tasks in the
+        store, in one look: an import's survey asks a page at a time."""
         ...
 
     def batch_names(self) -> list[str]:

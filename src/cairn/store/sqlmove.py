@@ -56,6 +56,11 @@ def find_row(table: Table, given: Iterable[str], null: Iterable[str]) -> str:
     return f"SELECT 1 FROM {table.name} WHERE {' AND '.join(where) or '1 = 1'}"
 
 
+def tasks_among(count: int) -> str:
+    """A look for which of ``count`` task ids (the parameters) the store has."""
+    return f"SELECT id FROM tasks WHERE id IN ({', '.join('?' * count)})"
+
+
 _OF_BATCH = "task_id IN (SELECT id FROM tasks WHERE batch = ?)"
 # A batch's rows, parents before children: the order of an export file, in
 # which an import can insert them (a conversation before the messages that

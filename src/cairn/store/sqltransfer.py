@@ -9,7 +9,7 @@ converts values between their stored form and the form a record holds.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from cairn.clock import from_iso
@@ -37,6 +37,9 @@ _INSERTS: dict[str, str] = {name: sqlmove.insert(table) for name, table in _TABL
 # Rows of one table an import sends in one go (``Tx.exec_many``): few enough to
 # hold, many enough that PostgreSQL is not asked one round trip per row.
 IMPORT_CHUNK = 500
+# Task ids ``tasks_present`` is asked about at once: one query for a page of an
+# import's survey, not one per task (well under SQLite's 32,766 parameters).
+TASKS_PER_LOOK = 500
 
 # What an export hands each row to as it reads it: (table, {column: value}).
 RowSink = Callable[[str, dict[str, Any]], None]
@@ -168,6 +171,13 @@ class SQLTransfer(SQLCore):
         if column.kind == "real":
             return float(value)
         return value
+
+    def tasks_present(self, ids: Sequence[str]) -> set[str]:
+        """Those of ``ids`` (a page of them: up to ``TASKS_PER_LOOK``) that are
+        ids of tasks in the store, in one query."""
+        if not ids:
+            return set()
+        return {str(row[0]) for row in self._exec(sqlmove.tasks_among(len(ids)), ids).rows}
 
     def batch_names(self) -> list[str]:
         """Every batch's name, oldest first."""

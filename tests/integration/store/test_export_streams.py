@@ -13,7 +13,7 @@ import base64
 import hashlib
 import io
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -80,6 +80,39 @@ def test_an_import_of_ids_the_store_has_names_five_of_them(store: SQLStore) -> N
     shown = ", ".join(["batch 'b'", *(f"task 'b/n={n}'" for n in range(4))])
     assert f"already has {shown}, ...; nothing was imported" in str(refused.value)
     assert dict(store.batch_counts("b")) == {"pending": 8}
+
+
+def test_the_ids_a_store_has_are_looked_up_a_page_at_a_time(
+    store: SQLStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The survey asks which of a file's task ids the store has a page at a
+    time (three queries for 1,200 tasks, none per task), and names those it
+    has in file order, across pages, as one look per task did."""
+    many = [NewTask(f"b/n={n}", "work", "{}", "json", "b", f"n={n}") for n in range(1200)]
+    store.enqueue(many, datetime.now(UTC))
+    out = io.StringIO()
+    export_batch(store, None, "b", out)
+    store.delete_batch("b")
+    kept = [NewTask(f"b/n={n}", "work", "{}", "json", "c", f"n={n}") for n in (1100, 3, 700)]
+    store.enqueue(kept, datetime.now(UTC))
+    looks: list[int] = []
+    present = store.tasks_present
+
+    def counted(ids: Sequence[str]) -> set[str]:
+        looks.append(len(ids))
+        return present(ids)
+
+    monkeypatch.setattr(store, "tasks_present", counted)
+    monkeypatch.setattr(store, "get_task", lambda task_id: pytest.fail("a look per task"))
+
+    with pytest.raises(TransferError) as refused:
+        import_batch(store, None, out.getvalue().splitlines())
+    shown = "task 'b/n=3', task 'b/n=700', task 'b/n=1100'"
+    assert f"already has {shown}; nothing was imported" in str(refused.value)
+    assert looks == [500, 500, 200]
+    assert store.batch_task_name("b") is None
+    assert store.tasks_present(["b/n=3", "b/n=4", "nope"]) == {"b/n=3"}
+    assert store.tasks_present([]) == set()
 
 
 def _with_blob(lines: list[str], data: bytes) -> list[str]:
