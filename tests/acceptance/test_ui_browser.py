@@ -35,7 +35,7 @@ from tests.acceptance.dashboard_data import BATCH, IDS, build
 from tests.agent_server import DocReader, model_server
 from tests.cost_run import COST_BATCH, READER, cairn, cairn_cost, cost_run
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
 EVIL = "evil.example"
 CHROMIUM_FLAGS = (
