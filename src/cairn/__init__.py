@@ -54,6 +54,7 @@ from cairn.keys import op_key
 from cairn.limits import Concurrency, Rate
 from cairn.operations import operation
 from cairn.outside_errors import is_transient
+from cairn.redaction import register_secret
 from cairn.retry import Retry
 from cairn.task import TaskDef, step
 
@@ -117,5 +118,6 @@ __all__ = [
     "is_transient",
     "op_key",
     "operation",
+    "register_secret",
     "step",
 ]

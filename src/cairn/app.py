@@ -47,6 +47,7 @@ from cairn.errors import (
 from cairn.limits import Limit, LimitBook, checked_limits
 from cairn.names import check_name
 from cairn.progress import choose_progress
+from cairn.redaction import read_environment, register_secret
 from cairn.retry import NO_RETRY, Retry
 from cairn.schedule import Catchup, Schedule, check_spec, fire_due, make_schedule
 from cairn.signals import send_signal
@@ -74,6 +75,13 @@ class Cairn:
     default (``None``) turns it on where a commit waits for the disk (SQLite
     with ``synchronous="FULL"``, PostgreSQL) and off on SQLite ``NORMAL``, where
     a commit is cheap and sharing it cost more than it saved.
+
+    ``secrets``: values never to be stored or emitted (API keys, tokens,
+    passwords of your own). cairn already keeps out the keys of the model
+    clients it wraps and the values of credential-named environment variables
+    (``OPENAI_API_KEY``...); each value given here is replaced by
+    ``[redacted]`` in every error, log line, span, alert and export, and in
+    recorded values, in this process (``cairn.redaction``; docs/values.md).
     """
 
     def __init__(
@@ -94,7 +102,10 @@ class Cairn:
         rerun_models: bool = False,
         version: str | None = None,
         group_commit: bool | None = None,
+        secrets: Iterable[str] = (),
     ) -> None:
+        register_secret(*secrets)
+        read_environment(now=True)
         if isinstance(store, str):
             check_store_url(store)  # a malformed URL is refused here, not at first use
         self._store_arg = store

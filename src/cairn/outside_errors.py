@@ -112,8 +112,12 @@ def status_name_of(error: BaseException) -> str | None:
 def _transport_error(error: BaseException) -> bool:
     if isinstance(error, ConnectionError | TimeoutError):
         return True
-    httpx = sys.modules.get("httpx")
-    return httpx is not None and isinstance(error, httpx.TransportError)
+    # httpx, and httpx2 under the newer model SDKs: whichever the program loaded.
+    for name in ("httpx", "httpx2"):
+        library = sys.modules.get(name)
+        if library is not None and isinstance(error, library.TransportError):
+            return True
+    return False
 
 
 def _own_class(error: BaseException) -> ErrorClass:

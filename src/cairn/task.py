@@ -16,6 +16,7 @@ from cairn.engine.config import CHANGE_POLICIES, ChangePolicy
 from cairn.engine.steps import fingerprint_of
 from cairn.errors import CodecError, ConfigurationError, TaskArgumentsError
 from cairn.names import check_name
+from cairn.redaction import holds_secret
 from cairn.retry import Retry
 
 P = ParamSpec("P")
@@ -70,15 +71,30 @@ class TaskDef(Generic[P, R]):
             ) from exc
 
     def encode_arguments(self, codec: Codec, kwargs: Mapping[str, Any]) -> str:
-        """The recorded form of ``kwargs``, checked against the function first."""
+        """The recorded form of ``kwargs``, checked against the function first.
+        Arguments holding a known secret (``cairn.redaction``) are refused: they
+        would be stored, and a redacted copy would run the task wrongly."""
         self.check_arguments(kwargs)
         try:
             # Sorted, so the same arguments given in another order are the same task.
-            return codec.encode({name: kwargs[name] for name in sorted(kwargs)})
+            text = codec.encode({name: kwargs[name] for name in sorted(kwargs)})
         except CodecError as exc:
             raise TaskArgumentsError(
                 f"task {self.name!r}: its arguments cannot be recorded: {exc}"
             ) from exc
+        if holds_secret(text):
+            raise self._secret_argument(codec, kwargs)
+        return text
+
+    def _secret_argument(self, codec: Codec, kwargs: Mapping[str, Any]) -> TaskArgumentsError:
+        named = [name for name in sorted(kwargs) if holds_secret(codec.encode(kwargs[name]))]
+        which = ", ".join(repr(name) for name in named) or "one of its arguments"
+        return TaskArgumentsError(
+            f"task {self.name!r}: argument {which} holds a secret cairn keeps out of the "
+            "store (a model client's key, a credential environment variable's value, or "
+            "a secret registered with Cairn(secrets=...)). Arguments are stored: pass the "
+            "secret's name instead, and read its value inside the task. Nothing was recorded."
+        )
 
 
 def checked_policy(value: str | None, where: str) -> ChangePolicy | None:

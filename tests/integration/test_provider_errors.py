@@ -167,11 +167,12 @@ def test_a_megabyte_provider_error_is_stored_redacted_and_cut(
 
 
 def test_redact_removes_key_shapes_and_configured_secrets() -> None:
-    """redact() cuts OpenAI and Anthropic key shapes, Bearer tokens and given
-    secrets, and leaves ordinary text (and too-short secrets) alone."""
+    """redact() cuts OpenAI and Anthropic key shapes, a Bearer token (the scheme
+    stays) and given secrets, and leaves ordinary text (and too-short secrets)
+    alone."""
     text = "sk-proj-AbC123xyz9 and sk-ant-api03-Zz_9 and Bearer abc.def and MYSECRET-42 ok"
     out = redact(text, ["MYSECRET-42", "ok"])
-    assert out == f"{REDACTED} and {REDACTED} and {REDACTED} and {REDACTED} ok"
+    assert out == f"{REDACTED} and {REDACTED} and Bearer {REDACTED} and {REDACTED} ok"
 
 
 def _raised(client: Any) -> BaseException:

@@ -79,6 +79,7 @@ from cairn.codec import refuse_surrogates
 from cairn.engine.run import adrive, drive
 from cairn.errors import NonDeterminismError, StoreError
 from cairn.names import check_name
+from cairn.redaction import redact_value
 from cairn.store.records import MessageRecord
 
 if TYPE_CHECKING:
@@ -404,7 +405,8 @@ class Conversation:
 
     def record(self, row: Row) -> MessageRecord:
         meta = None if row.meta is None else json.dumps(row.meta, separators=(",", ":"))
-        content = dumps(row.message)
+        # No known secret is stored (cairn.redaction), not even one a model echoed.
+        content = redact_value(dumps(row.message))
         # Refused here, named, before anything is written (the driver would
         # raise UnicodeEncodeError from inside the write).
         refuse_surrogates(

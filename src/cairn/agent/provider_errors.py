@@ -22,71 +22,58 @@ what they were given and raise ``MalformedAnswer`` (``malformed_answer``), a
 like the rest.
 
 The error is what gets stored (its message and traceback go into the task's
-history), so its text is redacted first: ``sk-...`` and ``sk-ant-...`` keys,
-``Bearer`` tokens and the client's own configured key become ``[redacted]``. It
-is raised ``from None``: the SDK's error, whose text may echo the key, is not
-chained, so no traceback carries it into the store. The SDK's error stays on
-the new one as ``provider_error`` for code that catches it in this process.
+history), so its text is redacted first (``cairn.redaction``: every known
+secret, the client's own key and the failing request's credential headers
+among them, and anything shaped like a credential). Recording redacts it
+again, so an error that never passes here is kept out too. It is raised
+``from None``: the SDK's error, whose text may echo the key, is not chained,
+so no traceback carries it into the store. The SDK's error stays on the new
+one as ``provider_error`` for code that catches it in this process.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable
 from typing import Any
 
 from cairn.errors import MalformedAnswer, Permanent, RetryAfter, Transient
 from cairn.outside_errors import DEFAULT_RETRY_AFTER, http_status_of, retry_after_seconds
+from cairn.redaction import REDACTED, header_secrets, redact, secrets_of
 
-REDACTED = "[redacted]"
-# Provider keys (OpenAI sk-..., sk-proj-..., Anthropic sk-ant-...) and bearer tokens.
-_KEYS = re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}|\bBearer\s+[A-Za-z0-9._~+/=\-]+", re.IGNORECASE)
+__all__ = [
+    "REDACTED",
+    "behind_framework",
+    "client_secrets",
+    "excerpt",
+    "is_sdk_error",
+    "malformed_answer",
+    "provider_error",
+    "redact",
+    "request_secrets",
+]
+
 _SDKS = ("openai", "anthropic")
 # Statuses worth calling again for: a timeout, a conflict, a throttle, the server's fault.
 _TRANSIENT = frozenset({408, 409, 429})
 _THROTTLED = 429
-# A secret shorter than this is not redacted by value: it would blank common words.
-_MIN_SECRET = 8
 # How much of a malformed answer its error quotes.
 _EXCERPT = 200
 
 
-def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
-    """``text`` without anything that looks like a key, nor any of ``secrets``."""
-    for secret in secrets:
-        if secret and len(secret) >= _MIN_SECRET:
-            text = text.replace(secret, REDACTED)
-    return _KEYS.sub(REDACTED, text)
-
-
 def client_secrets(client: Any) -> tuple[str, ...]:
-    """The credentials an SDK client was configured with (never stored: only used
-    to cut them out of error text)."""
-    found = (getattr(client, name, None) for name in ("api_key", "auth_token"))
-    return tuple(value for value in found if isinstance(value, str) and value)
-
-
-# Request headers whose values are credentials: Authorization, api-key (Azure),
-# x-api-key (Anthropic), and any other key-, token- or secret-named header.
-_SECRET_HEADER = re.compile(r"auth|key|token|secret|password|cookie", re.IGNORECASE)
+    """The credentials an SDK client was configured with: its key and its
+    credential headers (never stored: only used to cut them out of text)."""
+    return secrets_of(client)
 
 
 def request_secrets(error: BaseException) -> tuple[str, ...]:
-    """The credentials the failed request carried: the values of its
-    credential headers (and a ``Bearer`` value's token alone). The SDKs' errors
-    hold their ``httpx`` request; anything else has none."""
+    """The credentials the failed request still carries, where the SDK's error
+    keeps its request: the values of its credential headers (and a ``Bearer``
+    value's token alone). Newer SDKs strip them from the error's copy, so this
+    is a complement to the client's own, never the only source."""
     headers = getattr(getattr(error, "request", None), "headers", None)
-    items = getattr(headers, "items", None)
-    if not callable(items):
-        return ()
-    found: list[str] = []
-    for name, value in items():
-        if isinstance(name, str) and isinstance(value, str) and _SECRET_HEADER.search(name):
-            found.append(value)
-            _, _, token = value.partition(" ")
-            found.append(token.strip())
-    return tuple(found)
+    return tuple(header_secrets(headers))
 
 
 def is_sdk_error(error: BaseException) -> bool:

@@ -43,6 +43,7 @@ from cairn.agent.provider_errors import (
 )
 from cairn.agent.tokens import count_message, count_messages, counter_for
 from cairn.errors import ConfigurationError, RetryAfter, Transient
+from cairn.redaction import register_from
 
 ANTHROPIC_DEFAULT_MAX_TOKENS = 4096
 
@@ -220,6 +221,10 @@ def _anthropic_problem(response: Any) -> str | None:
     return None
 
 
+# The HTTP libraries under the SDKs (httpx2 and httpcore2 under their newer releases).
+_HTTP_LIBRARIES = ("httpx", "httpcore", "httpx2", "httpcore2")
+
+
 def _stream_error(provider: str, client: Any, error: Exception) -> Exception | None:
     """cairn's error for ``error``, raised while a stream was being read, or None
     if it is not the SDK's nor its HTTP library's (then it goes up as it is). A
@@ -233,7 +238,7 @@ def _stream_error(provider: str, client: Any, error: Exception) -> Exception | N
         transient = Transient(f"{mapped} (while the reply was streamed)")
         vars(transient)["provider_error"] = error
         return transient
-    if library in ("httpx", "httpcore"):
+    if library in _HTTP_LIBRARIES:
         text = redact(f"{provider} {type(error).__name__} while the reply was streamed: {error}")
         return Transient(text)
     return None
@@ -848,7 +853,10 @@ class _AnthropicStream:
 
 # -- choosing a provider --------------------------------------------------------------------
 def provider_for(client: Any) -> Provider:
-    """The provider for ``client``: an openai or anthropic SDK client, or a ``Provider``."""
+    """The provider for ``client``: an openai or anthropic SDK client, or a
+    ``Provider``. Its credentials are registered as secrets first
+    (``cairn.redaction``): nothing cairn stores or emits will hold them."""
+    register_from(client)
     if isinstance(client, Provider):
         return client
     module = type(client).__module__.split(".", 1)[0]

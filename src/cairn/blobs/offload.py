@@ -20,6 +20,7 @@ from cairn.blobs.protocol import BlobStore
 from cairn.blobs.ref import PREFIX, BlobRef, parse_ref
 from cairn.codec import Codec
 from cairn.errors import BlobCorrupt, BlobMissing
+from cairn.redaction import redact_value
 
 log = logging.getLogger("cairn")
 
@@ -91,7 +92,7 @@ class BlobCodec:
         self._limit = offloader.inline_limit
 
     def encode(self, value: Any) -> str:
-        text = self.inner.encode(value)
+        text = redact_value(self.inner.encode(value))  # no known secret goes to the blobs
         # len() counts characters; UTF-8 is at least as long, so this never keeps
         # inline a value above the limit in bytes by more than its non-ASCII excess.
         if len(text) > self._limit:

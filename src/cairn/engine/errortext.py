@@ -30,9 +30,10 @@ error holds, so a failure is always recorded (a task is never left
 log formatters (``cairn.observe.logs``) bound the tracebacks they write with
 it, so that the exception of a megabyte is not a megabyte log line either.
 
-A model provider's error is redacted before it is raised
-(``cairn.agent.provider_errors``), so its record, bounded or not, never holds
-the key it redacted.
+Message and traceback pass through ``cairn.redaction.redact`` first: no
+known secret (a model client's key, a credential-named environment
+variable's value, a secret the program registered), nor anything shaped like
+a credential, reaches the record, whatever the error's layout.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import traceback
 from collections.abc import Callable
 
 from cairn.codec import storable_text
+from cairn.redaction import redact
 
 __all__ = ["ERROR_TEXT_LIMIT", "SANITIZED_NOTE", "bounded_text", "describe_error"]
 
@@ -62,12 +64,12 @@ SANITIZED_NOTE = (
 
 
 def describe_error(error: BaseException) -> str:
-    """The recorded form of ``error``: type, message and traceback as JSON, at
-    most ``ERROR_TEXT_LIMIT`` bytes (see the module doc)."""
+    """The recorded form of ``error``: type, message and traceback as JSON,
+    redacted, at most ``ERROR_TEXT_LIMIT`` bytes (see the module doc)."""
     kind = type(error)
     kind_name, kind_changed = _storable(f"{kind.__module__}.{kind.__qualname__}")
-    message, message_changed = _storable(_message_of(error))
-    trace, trace_changed = _storable(_traceback_of(error))
+    message, message_changed = _storable(redact(_message_of(error)))
+    trace, trace_changed = _storable(redact(_traceback_of(error)))
     described = {"type": _fit_field(kind_name, _TYPE_ROOM), "message": message, "traceback": trace}
     if kind_changed or message_changed or trace_changed:
         described["note"] = SANITIZED_NOTE

@@ -53,6 +53,7 @@ from cairn.errors import (
 )
 from cairn.limits import NO_LIMITS, LimitBook
 from cairn.names import check_name
+from cairn.redaction import redact_value
 from cairn.store.groupcommit import Coalescer
 from cairn.store.protocol import Store
 from cairn.store.records import (
@@ -371,7 +372,9 @@ class TaskRun:
             if value is None:
                 return "null"
         try:
-            text = self.codec.encode(value)
+            # No known secret is recorded (cairn.redaction); offloaded values
+            # were redacted before they went to the blob store.
+            text = redact_value(self.codec.encode(value))
         except CodecError as exc:
             raise CodecError(f"{what}: {exc}") from exc
         # A reference to the blob store (cairn.blobs.ref) or a huge inline value.

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import traceback
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,7 @@ from cairn.errors import ConfigurationError
 from cairn.observe.metrics import family_of
 from cairn.observe.otel import provider_for
 from cairn.observe.templates import step_template
+from cairn.redaction import redact
 from cairn.store.sqlmetrics import INTERNAL_PREFIX
 
 try:
@@ -235,8 +237,22 @@ class LiveSpans:
         if span is not None:
             span.set_attribute("cairn.status", event.status or "failed")
             if event.error is not None:
-                span.record_exception(event.error)
-        self._end(key, event, f"{type(event.error).__name__}: {event.error}")
+                # Its text as cairn records it: redacted (the exporter redacts
+                # again, for spans of other libraries).
+                span.add_event("exception", exception_attributes(event.error))
+        self._end(key, event, redact(f"{type(event.error).__name__}: {event.error}"))
+
+
+def exception_attributes(error: BaseException) -> dict[str, str]:
+    """The attributes of an ``exception`` span event for ``error`` (the
+    semantic conventions' names, as ``Span.record_exception`` writes them),
+    redacted."""
+    kind = type(error)
+    return {
+        "exception.type": f"{kind.__module__}.{kind.__qualname__}",
+        "exception.message": redact(str(error)),
+        "exception.stacktrace": redact("".join(traceback.format_exception(error))),
+    }
 
 
 def _gen_ai(span: Any, reply: dict[str, Any]) -> None:

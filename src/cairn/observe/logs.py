@@ -8,6 +8,10 @@ cairn: ...`` (UTC, to the second). Either way the HTTP clients' (httpx,
 httpcore, httpx2) per-request INFO lines are left out: a webhook post is cairn's to report.
 Call it from your own program before ``run_batch`` for the same output there.
 
+Either format writes every line through ``cairn.redaction.redact``: no known
+secret and nothing shaped like a credential reaches the log, whoever logged
+it (an SDK's own logger quoting a request included).
+
 Either format writes a record's traceback cut to ``TRACEBACK_LIMIT`` (64 KiB,
 as a recorded error is): its first and last parts, the exception's type and
 message among the last, around a line saying how much was cut. A task whose
@@ -25,6 +29,7 @@ from typing import Any, Literal, TextIO
 
 from cairn.engine.errortext import ERROR_TEXT_LIMIT, bounded_text
 from cairn.progress import LOGS_MARK
+from cairn.redaction import redact
 
 LogFormat = Literal["text", "json"]
 # What logging hands formatException: sys.exc_info() of the record.
@@ -58,15 +63,14 @@ class JsonFormatter(_BoundedTracebacks):
             "ts": _utc(record),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": redact(record.getMessage()),
         }
         for key, value in vars(record).items():
             if key not in _STANDARD and not key.startswith("_"):
-                data[key] = (
-                    value if isinstance(value, str | int | float | bool | None) else str(value)
-                )
+                plain = value if isinstance(value, int | float | bool | None) else str(value)
+                data[key] = redact(plain) if isinstance(plain, str) else plain
         if record.exc_info:
-            data["error"] = self.formatException(record.exc_info)
+            data["error"] = redact(self.formatException(record.exc_info))
         return json.dumps(data, ensure_ascii=False)
 
 
@@ -84,12 +88,12 @@ class TextFormatter(_BoundedTracebacks):
     def format(self, record: logging.LogRecord) -> str:
         cached = record.exc_text
         if not cached:
-            return super().format(record)  # its traceback is made by formatException
+            return redact(super().format(record))  # its traceback: formatException
         # Another handler's formatter made the traceback first and logging kept
         # it on the record, whole: this one writes it cut, and leaves it as it was.
         record.exc_text = bounded_text(cached, TRACEBACK_LIMIT)
         try:
-            return super().format(record)
+            return redact(super().format(record))
         finally:
             record.exc_text = cached
 

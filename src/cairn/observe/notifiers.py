@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from cairn.context import Context
 from cairn.observe.slack import payload
+from cairn.redaction import redact
 from cairn.webhook import post_once
 
 log = logging.getLogger("cairn.observe")
@@ -28,6 +29,13 @@ class Message:
     text: str
     fields: dict[str, Any]
     title: str = "cairn"
+
+    def __post_init__(self) -> None:
+        # Redacted as it is made, so that no notifier can send a secret
+        # (cairn.redaction): an alert quotes errors and names.
+        object.__setattr__(self, "text", redact(self.text))
+        object.__setattr__(self, "title", redact(self.title))
+        object.__setattr__(self, "fields", _redacted(self.fields))
 
     @property
     def link(self) -> str | None:
@@ -83,6 +91,17 @@ class LogNotifier:
             log.warning("%s", message.text)
 
         ctx.once(key, write, scope="notify")
+
+
+def _redacted(value: Any) -> Any:
+    """``value`` with every text in it redacted (through lists and dicts)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {key: _redacted(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redacted(item) for item in value]
+    return value
 
 
 def notifiers_for(

@@ -48,18 +48,21 @@ def _trace() -> Any:
 
 def provider_for(exporter: Any, service: str | None = None) -> Any:
     """A tracer provider with derived ids, ``service.name`` (default
-    ``OTEL_SERVICE_NAME`` or ``cairn``) and a batch span processor on ``exporter``."""
+    ``OTEL_SERVICE_NAME`` or ``cairn``) and a batch span processor on
+    ``exporter``, which is handed every span redacted
+    (``cairn.observe.span_redaction``)."""
     _trace()
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+    from cairn.observe.span_redaction import RedactingExporter
     from cairn.observe.spanids import DerivedIds
 
     name = service or os.environ.get("OTEL_SERVICE_NAME") or "cairn"
     resource = Resource.create({"service.name": name})
     provider = TracerProvider(resource=resource, id_generator=DerivedIds())
-    provider.add_span_processor(BatchSpanProcessor(exporter))
+    provider.add_span_processor(BatchSpanProcessor(RedactingExporter(exporter)))
     return provider
 
 

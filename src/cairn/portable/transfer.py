@@ -58,6 +58,7 @@ from cairn.blobs.protocol import BlobStore
 from cairn.clock import SystemClock, from_iso, to_iso
 from cairn.errors import BlobCorrupt, TransferError
 from cairn.portable._refs import hashes_in
+from cairn.redaction import redact
 from cairn.store import sqlmove, tables
 from cairn.store.admin import AdminStore, admin
 from cairn.store.protocol import Store
@@ -140,8 +141,14 @@ def _no_batch(url: str, batch: str) -> TransferError:
 
 
 def _exported(row: dict[str, Any]) -> dict[str, Any]:
-    """A row as the file holds it: as a record holds it, with a time as ISO text."""
-    return {k: to_iso(v) if isinstance(v, datetime) else v for k, v in row.items()}
+    """A row as the file holds it: as a record holds it, with a time as ISO text,
+    and its recorded error redacted (a store written before cairn redacted
+    every error may hold a key there: the file does not carry it on)."""
+    exported = {k: to_iso(v) if isinstance(v, datetime) else v for k, v in row.items()}
+    error = exported.get("error")
+    if isinstance(error, str):
+        exported["error"] = redact(error)
+    return exported
 
 
 class _RowWriter:

@@ -22,6 +22,7 @@ from cairn.agent.provider_errors import behind_framework
 from cairn.engine.run import adrive
 from cairn.engine.steps import step_machine
 from cairn.errors import CairnError, ConfigurationError
+from cairn.redaction import register_from
 
 if TYPE_CHECKING:
     from cairn.integrations.openai_agents._state import RunState
@@ -87,6 +88,7 @@ class RecordedModel(Model):
     """A model whose every ``get_response`` is a recorded entry of the task."""
 
     def __init__(self, inner: Model, state: RunState) -> None:
+        register_from(inner)  # its client's key: never stored (cairn.redaction)
         self.inner = inner
         self.model = model_name(inner)
         self._state = state

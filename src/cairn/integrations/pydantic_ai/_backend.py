@@ -47,6 +47,7 @@ from cairn.engine.run import adrive
 from cairn.engine.steps import EntryLabel, record_completed, step_machine
 from cairn.errors import ConfigurationError
 from cairn.keys import bounded_key
+from cairn.redaction import register_from
 from cairn.retry import NO_RETRY, Retry
 
 ParamsT = TypeVar("ParamsT")
@@ -191,6 +192,8 @@ class _Unit(Generic[ParamsT, WireT, ResultT]):
         self.params = params
         self.recording = recording
         self.run_context = run_context_of(params)
+        # The model's client's key: never stored (cairn.redaction).
+        register_from(getattr(self.run_context, "model", None))
         self.ran = False  # the body ran (live), rather than its record being returned
 
     async def body(self, *key: str) -> dict[str, Any]:
