@@ -64,6 +64,8 @@ class OtlpReceiver:
     """``with OtlpReceiver() as otlp:`` then export to ``otlp.url``."""
 
     requests: list[list[Received]] = field(default_factory=list)
+    # Each request's body as it arrived (a search for a text in every span).
+    bodies: list[bytes] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _arrived: threading.Condition = field(init=False)
     _server: ThreadingHTTPServer | None = None
@@ -91,6 +93,7 @@ class OtlpReceiver:
     def _record(self, body: bytes) -> None:
         spans = decode(body)
         with self._arrived:
+            self.bodies.append(body)
             self.requests.append(spans)
             self._arrived.notify_all()
 

@@ -16,8 +16,8 @@ this module on its way out:
   escaped inside JSON or a repr, percent-encoded, and masked), then whatever
   has the shape of a credential: ``sk-…`` keys, ``Bearer``/``Basic`` values,
   the value of any field or header named like a credential (``api_key``,
-  ``x-api-key``, ``Authorization``, ``token``, ``secret``, ``password``…), and
-  the password of a URL.
+  ``x-api-key``, ``Authorization``, ``token``, ``secret``, ``password``…), a
+  masked credential (``key-ab****cdef``), and the password of a URL.
 * ``redact_value(text)``: the encoded values cairn records (step and
   operation results, model calls, messages, signals). Only known secrets are
   replaced there: a value is the program's data, and a shape alone (a field
@@ -32,11 +32,12 @@ The known secrets are:
   on the object and on the clients it holds, whatever the SDK calls them;
 * the credentials of a failing request, where the SDK's error still holds it;
 * the values of credential-named environment variables, which is where the
-  SDKs read theirs: a name ending in ``TOKEN``, ``SECRET``, ``PASSWORD`` or a
-  key of a credential kind (``OPENAI_API_KEY``, ``OPENAI_ADMIN_KEY``,
-  ``ANTHROPIC_AUTH_TOKEN``, ``AWS_SECRET_ACCESS_KEY``, ``HF_TOKEN``; not any
-  ``_KEY``: ``SORT_KEY`` is no secret). ``credential_env_name`` is the rule;
-  a test checks it covers every such variable the installed SDKs read;
+  SDKs read theirs: a name with a part ``TOKEN``, ``SECRET``, ``PASSWORD`` or
+  a key of a credential kind (``OPENAI_API_KEY``, ``OPENAI_ADMIN_KEY``,
+  ``ANTHROPIC_AUTH_TOKEN``, ``AWS_SECRET_ACCESS_KEY``,
+  ``AWS_BEARER_TOKEN_BEDROCK``, ``HF_TOKEN``; not any ``KEY``: ``SORT_KEY`` is
+  no secret). ``credential_env_name`` is the rule; a test checks it covers
+  every such variable the installed SDKs read;
 * the secrets the program registers: ``Cairn(secrets=[...])`` or
   ``cairn.register_secret(value)``.
 
@@ -77,13 +78,14 @@ REDACTED = "[redacted]"
 MIN_SECRET = 8
 """The shortest text redacted by value."""
 
-# An environment variable whose name ends so holds a credential: a token, a
-# secret, a password, or a key of a credential kind (an API, admin, access,
-# signing key...; not any "_KEY": SORT_KEY=created_at is no secret).
+# An environment variable holds a credential when a part of its name (between
+# underscores) says so: a token, a secret, a password, or a key of a credential
+# kind (API, admin, access, signing...: not any "KEY": SORT_KEY=created_at is
+# no secret). AWS_BEARER_TOKEN_BEDROCK is one; MAX_TOKENS is not.
 _CREDENTIAL_ENV = re.compile(
     r"(?:^|_)(?:TOKEN|SECRET|PASSWORD|PASSWD|APIKEY|"
     r"(?:API|ADMIN|ACCESS|SECRET|PRIVATE|SIGNING|ENCRYPTION|INFERENCE|ENVIRONMENT|AUTH|"
-    r"MASTER|LICENSE|SERVICE|CLIENT|SUBSCRIPTION)_?KEY)$"
+    r"MASTER|LICENSE|SERVICE|CLIENT|SUBSCRIPTION)_?KEY)(?:_|$)"
 )
 # How often the environment is read again (it rarely changes while a program runs).
 _ENV_REFRESH_SECONDS = 1.0
@@ -112,10 +114,19 @@ _SHAPES: tuple[tuple[re.Pattern[str], str], ...] = (
     (
         re.compile(
             rf"(?P<name>\\?[\"']?{_CREDENTIAL_NAME}\\?[\"']?\s*[:=]\s*\\?[\"']?)"
-            rf"(?!{re.escape(REDACTED)})(?![0-9.]+\b)(?P<value>[^\s\"'\\,;}}\])]{{{MIN_SECRET},}})",
+            rf"(?!{re.escape(REDACTED)})(?![0-9.]+\b)(?P<value>[^\s\"'\\,;&}}\])]{{{MIN_SECRET},}})",
             re.IGNORECASE,
         ),
         rf"\g<name>{REDACTED}",
+    ),
+    # A masked credential whose secret is not known here: a few visible
+    # characters, a run of mask characters, maybe a few more (key-ab****cdef).
+    (
+        re.compile(
+            r"(?<![A-Za-z0-9_\-])[A-Za-z0-9_\-]{2,24}(?:(?<!\*)\*{4,256}+|(?<!•)•{4,256}+)"
+            r"[A-Za-z0-9_\-]{0,24}"
+        ),
+        REDACTED,
     ),
     # scheme://user:password@host
     (
