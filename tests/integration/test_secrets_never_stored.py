@@ -32,22 +32,14 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-import httpx2
 import openai
 import psycopg
 import pytest
-from agents import Agent as SdkAgent
-from agents import OpenAIChatCompletionsModel
-from pydantic_ai import Agent as PydanticAgent
-from pydantic_ai.models.openai import OpenAIChatModel
-from pydantic_ai.providers.openai import OpenAIProvider
 
 from cairn import Cairn, Context, Retry, TaskDef
 from cairn.agent.messages import user
 from cairn.agent.simulate import SimulatedModelServer
 from cairn.clock import FakeClock
-from cairn.integrations.openai_agents import run as run_agent
-from cairn.integrations.pydantic_ai import CairnDurability
 from cairn.observe.live import trace_live
 from cairn.observe.logs import JsonFormatter
 from cairn.observe.notifiers import Message, WebhookNotifier
@@ -56,7 +48,6 @@ from cairn.redaction import REDACTED
 from cairn.store.sql import unpack_content
 from cairn.testing.servers import WebhookServer
 from tests.agent_server import Scripted
-from tests.agents_sdk import MODEL
 from tests.otlp_receiver import OtlpReceiver
 
 KEY = "local-proxy-key-7f3a9c0d21"  # the client's key: no known key shape
@@ -67,6 +58,7 @@ REGISTERED = "registered-secret-77e1a0b2c3"  # given to Cairn(secrets=...)
 SECRETS = (KEY, HEADER_SECRET, ENV_SECRET, REGISTERED)
 STATUSES = (401, 403, 500)
 BATCH = "secrets"
+MODEL = "gpt-4o-mini"
 
 
 def masked(secret: str) -> str:
@@ -110,7 +102,10 @@ def _openai(server: SimulatedModelServer) -> openai.OpenAI:
 
 
 def _async_openai(server: SimulatedModelServer) -> openai.AsyncOpenAI:
-    # No kept-alive connections: they would outlive each task's event loop.
+    # The frameworks need openai 3, on httpx2 (the lowest-versions pass of the
+    # plain SDKs has openai 1, and no framework). No kept-alive connections:
+    # they would outlive each task's event loop.
+    httpx2 = pytest.importorskip("httpx2")
     http = openai.DefaultAsyncHttpxClient(limits=httpx2.Limits(max_keepalive_connections=0))
     return openai.AsyncOpenAI(
         base_url=server.base_url,
@@ -150,21 +145,31 @@ def anthropic_task(app: Cairn, servers: Servers) -> TaskDef[..., Any]:
 
 
 def agents_sdk_task(app: Cairn, servers: Servers) -> TaskDef[..., Any]:
+    agents = pytest.importorskip("agents")
+    from cairn.integrations.openai_agents import run as run_agent
+
     @app.task(name="ask", retry=None)
     async def ask(ctx: Context, case: str) -> str:
-        model = OpenAIChatCompletionsModel(model=MODEL, openai_client=_async_openai(servers[case]))
-        agent = SdkAgent(name="asker", instructions="Answer.", model=model)
+        client = _async_openai(servers[case])
+        model = agents.OpenAIChatCompletionsModel(model=MODEL, openai_client=client)
+        agent = agents.Agent(name="asker", instructions="Answer.", model=model)
         return str((await run_agent(ctx, agent, "Say done.")).final_output)
 
     return ask
 
 
 def pydantic_ai_task(app: Cairn, servers: Servers) -> TaskDef[..., Any]:
+    pydantic_ai = pytest.importorskip("pydantic_ai")
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    from cairn.integrations.pydantic_ai import CairnDurability
+
     @app.task(name="ask", retry=None)
     async def ask(ctx: Context, case: str) -> str:
         provider = OpenAIProvider(openai_client=_async_openai(servers[case]))
         model = OpenAIChatModel(MODEL, provider=provider)
-        agent = PydanticAgent(model, name="asker", capabilities=[CairnDurability()])
+        agent = pydantic_ai.Agent(model, name="asker", capabilities=[CairnDurability()])
         return str((await agent.run("Say done.")).output)
 
     return ask

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import Status
@@ -31,10 +32,15 @@ def _value(value: Any) -> Any:
     return value
 
 
-def _attributes(attributes: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def _attributes(attributes: Mapping[str, Any] | None) -> BoundedAttributes | None:
+    """``attributes`` redacted, as the SDK holds them (its exporters read how
+    many were dropped, and older SDKs take an event's attributes as given)."""
     if attributes is None:
         return None
-    return {key: _value(value) for key, value in attributes.items()}
+    redacted = {key: _value(value) for key, value in attributes.items()}
+    bounded = BoundedAttributes(attributes=redacted, immutable=True)
+    bounded.dropped = getattr(attributes, "dropped", 0)
+    return bounded
 
 
 def redacted_span(span: ReadableSpan) -> ReadableSpan:
