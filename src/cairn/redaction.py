@@ -67,6 +67,7 @@ __all__ = [
     "read_environment",
     "redact",
     "redact_value",
+    "redacted_error",
     "register_from",
     "register_secret",
     "secrets_of",
@@ -203,6 +204,20 @@ def holds_secret(text: str) -> bool:
     read_environment()
     pattern = _pattern
     return pattern is not None and pattern.search(text) is not None
+
+
+def redacted_error(error: BaseException) -> BaseException:
+    """An exception of ``error``'s type whose arguments are redacted and which
+    carries none of its attributes (an SDK error's request and response): what
+    an integration stores where a framework hands it the error itself (a
+    LangGraph node's error, kept as a pending write)."""
+    args = tuple(redact(a) if isinstance(a, str) else a for a in error.args)
+    try:
+        bare = BaseException.__new__(type(error))  # no __init__: nothing of it comes along
+        bare.args = args
+    except Exception:  # noqa: BLE001 - a type that cannot be made bare
+        return RuntimeError(redact(f"{type(error).__qualname__}: {error}"))
+    return bare
 
 
 def redact_value(text: str) -> str:

@@ -8,11 +8,13 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
 from langchain_core.messages import HumanMessage, RemoveMessage
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.types import Command, interrupt
 
 from cairn.integrations.langgraph import CairnSaver
+from cairn.redaction import REDACTED, register_secret
 from cairn.store.sqlite import SQLiteStore
 from tests.integration.langgraph.graphs import echo_graph, say, texts, thread
 from tests.integration.langgraph.stored import stored_messages
@@ -151,3 +153,38 @@ def test_a_long_thread_on_sqlite_keeps_one_connection(tmp_path: Path) -> None:
         assert len(store._all) == 1
     finally:
         store.close()
+
+
+def test_a_node_error_is_kept_without_the_secret_it_quotes(store_url: str) -> None:
+    """A node fails with an error quoting the model client's key and a credential
+    field: LangGraph keeps the error as a pending write, and what the saver
+    stored (read back through the saver, past any compression) is the error's
+    type with the secrets redacted."""
+    key = "lg-node-secret-7f3a9c0d21"
+    register_secret(key)
+
+    def boom(state: MessagesState) -> dict[str, Any]:
+        raise PermissionError(f"Error code: 401 - key {key}, {{'api_key': 'zz-unknown-99887766'}}")
+
+    def fine(state: MessagesState) -> dict[str, Any]:
+        return {"messages": []}
+
+    saver = CairnSaver(store_url)
+    builder = StateGraph(MessagesState)
+    builder.add_node("boom", boom)
+    builder.add_node("fine", fine)
+    builder.add_edge(START, "boom")
+    builder.add_edge(START, "fine")
+    graph = builder.compile(checkpointer=saver)
+    with pytest.raises(PermissionError):
+        graph.invoke({"messages": [HumanMessage("hi")]}, thread("t"))
+    stored = saver.get_tuple(thread("t"))
+    saver.close()
+    assert stored is not None
+    errors = [value for _, channel, value in stored.pending_writes if channel == "__error__"]
+    assert len(errors) == 1
+    text = str(errors[0])
+    assert "PermissionError" in text
+    assert key not in text
+    assert "zz-unknown-99887766" not in text
+    assert REDACTED in text

@@ -69,6 +69,7 @@ from cairn.integrations.langgraph._writing import (
     remember,
     settle,
 )
+from cairn.redaction import redacted_error
 from cairn.store import open_store
 from cairn.store.postgres import PostgresStore
 from cairn.store.sqlbase import SQLStore
@@ -449,6 +450,10 @@ class CairnSaver(AsyncMethods, BaseCheckpointSaver[str]):
             raise unknown_tag(typed[0]) from exc
 
     def _dump(self, value: Any) -> tuple[str, bytes]:
+        if isinstance(value, BaseException):
+            # A node's error, kept as a pending write: no secret it quotes is
+            # stored (cairn.redaction), whatever the serde makes of it.
+            value = redacted_error(value)
         kind, data = self.serde.dumps_typed(value)
         return kind, bytes(data)
 
