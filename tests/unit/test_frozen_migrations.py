@@ -28,6 +28,12 @@ RELEASED = {
     "postgres/0004_tasks_by_name_and_parent.sql": (
         "9eb03668ba558b4560e1c5de3aee726740f4da60cc2ebab57df736725b0e17fb"
     ),
+    "postgres/0005_reserved.sql": (
+        "b0eb194a369e3130837d58d6649874d15f9985f163d26bc37868c6e59f6e5118"
+    ),
+    "postgres/0006_reruns_and_audit.sql": (
+        "96a5212eea61c88518566a5f0ed3fcbd4df653b9dbf976001c8be32ac521fa3d"
+    ),
     "sqlite/0001_initial.sql": ("349d82616b1eb61253e11592a348213d2e256fe6e5d4e5626d4c7a3b9fe8a862"),
     "sqlite/0002_claims_and_late_outcomes.sql": (
         "47640a9a877925cb04764c7c792a3d808a19c7d827ca7904bb47b04c645fe54e"
@@ -37,6 +43,12 @@ RELEASED = {
     ),
     "sqlite/0004_tasks_by_name_and_parent.sql": (
         "08fc13b2bc4c2cf1111ffeedaec9f620f890d0444436afc8b499e3903534f0ed"
+    ),
+    "sqlite/0005_reserved.sql": (
+        "b0eb194a369e3130837d58d6649874d15f9985f163d26bc37868c6e59f6e5118"
+    ),
+    "sqlite/0006_reruns_and_audit.sql": (
+        "deee3892fd49661ba0911bdb5158d4b801b008653b00e2aa7714f04411ede4b3"
     ),
 }
 
