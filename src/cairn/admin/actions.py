@@ -180,3 +180,19 @@ def apply_to_batch(
         applied = BatchApplied(batch, action, changed)
         entry.done(applied.count, applied.summary())
     return applied
+
+
+def unfinished_below(store: AdminStore, task_id: str) -> list[str]:
+    """The unfinished tasks a cancel of ``task_id`` would reach with it: the
+    tasks it spawned, theirs, and so on (for a confirmation; the cancel
+    itself decides in its own transaction)."""
+    found: list[str] = []
+    parents = [task_id]
+    while parents:
+        children = [child for parent in parents for child in store.child_ids(parent)]
+        for child in children:
+            record = store.get_task(child)
+            if record is not None and record.status in CANCEL.sources:
+                found.append(child)
+        parents = children
+    return found

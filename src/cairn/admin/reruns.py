@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from cairn.admin.audit import Actor, api_actor, audit
@@ -185,19 +185,7 @@ def rerun_candidates(store: AdminStore, query: TaskQuery) -> Iterable[TaskRecord
         yield from store.list_tasks(query=query)
         return
     for status in DEFAULT_STATUSES:
-        yield from store.list_tasks(query=_with_status(query, status))
-
-
-def _with_status(query: TaskQuery, status: str) -> TaskQuery:
-    return TaskQuery(
-        status=status,
-        batch=query.batch,
-        name=query.name,
-        since=query.since,
-        until=query.until,
-        search=query.search,
-        include_internal=query.include_internal,
-    )
+        yield from store.list_tasks(query=replace(query, status=status))
 
 
 def plan_rerun(store: AdminStore, tasks: Iterable[TaskRecord], point: ForkPoint) -> RerunPlan:

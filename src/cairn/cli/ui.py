@@ -25,6 +25,16 @@ def ui_command(
             help="Required on every request; needed to bind beyond 127.0.0.1.",
         ),
     ] = None,
+    token_name: Annotated[
+        str | None,
+        typer.Option(
+            "--token-name",
+            envvar="CAIRN_UI_TOKEN_NAME",
+            metavar="NAME",
+            help="Who the dashboard's actions are written to the audit trail as "
+            "(ui:NAME); default: the user running it.",
+        ),
+    ] = None,
     allow_host: Annotated[
         list[str] | None,
         typer.Option(
@@ -42,7 +52,8 @@ def ui_command(
     """Serve a dashboard: batches with progress, rate and ETA; tasks with search,
     filters and paging; a task's steps, errors and timeline; conversations,
     operations, stalls and metrics; live updates. Buttons: retry, cancel, signal,
-    resolve an operation in doubt."""
+    resolve an operation in doubt, rerun from a step; bulk retry, cancel and
+    rerun on a filter, each confirmed first; every action in the audit trail."""
     try:
         # The dashboard's libraries are an extra: import them only when asked for.
         from cairn.ui.server import DashboardServer, UIConfig
@@ -62,6 +73,7 @@ def ui_command(
             token=token,
             stall_after=threshold,
             allow_hosts=tuple(allow_host or ()),
+            actor_name=token_name or "",
         )
         try:
             server = DashboardServer((host, port), config)
