@@ -7,7 +7,7 @@ before each fork are shared by the runs on either side, and each superseded
 run's own entries from its fork point on are kept apart (``AdminStore
 .superseded_entries``). ``task_diff`` compares the current run with the one it
 forked from, entry by entry from the fork point (matched by kind and name, in
-order), and their outcomes; ``batch_diff`` does so for every rerun task of a
+order; a key of ``ctx.run_key`` by its parts, not its run), and their outcomes; ``batch_diff`` does so for every rerun task of a
 batch, with the totals: tasks whose result changed, the cost of the rerun.
 """
 
@@ -22,6 +22,7 @@ from typing import Literal
 from cairn.admin.reruns import calls_cost
 from cairn.admin.views import ErrorView, ValueView, error_view, value_view
 from cairn.agent.costs import CostLine
+from cairn.keys import RUN_MARK
 from cairn.store import AdminStore
 from cairn.store.records import FINISHED_STATUSES, StepRecord, TaskRecord, TaskRunRecord
 
@@ -152,12 +153,26 @@ class TaskDiff:
         return self.result_changed or bool(self.changes)
 
 
-def _keyed(entries: list[StepRecord]) -> Iterator[tuple[tuple[str, str, int], StepRecord]]:
+def _matched_name(task_id: str, name: str) -> str:
+    """``name``, with the run number of a key ``ctx.run_key`` built left out:
+    ``T#run1/report`` of the old run and ``T#run2/report`` of the new one are
+    the same entry of the task's code."""
+    mark = f"{task_id}{RUN_MARK}"
+    if not name.startswith(mark):
+        return name
+    _, _, rest = name[len(mark) :].partition("/")
+    return f"{mark}*/{rest}"
+
+
+def _keyed(
+    task_id: str, entries: list[StepRecord]
+) -> Iterator[tuple[tuple[str, str, int], StepRecord]]:
     """Each entry keyed by kind, name and which of that kind and name it is."""
     seen: dict[tuple[str, str], int] = defaultdict(int)
     for entry in entries:
-        seen[(entry.kind, entry.name)] += 1
-        yield (entry.kind, entry.name, seen[(entry.kind, entry.name)]), entry
+        name = _matched_name(task_id, entry.name)
+        seen[(entry.kind, name)] += 1
+        yield (entry.kind, name, seen[(entry.kind, name)]), entry
 
 
 def _differs(before: StepRecord, after: StepRecord) -> bool:
@@ -178,10 +193,11 @@ def _change(codec: str, before: StepRecord | None, after: StepRecord | None) -> 
 
 
 def _compare(
-    codec: str, old: list[StepRecord], new: list[StepRecord]
+    task: TaskRecord, old: list[StepRecord], new: list[StepRecord]
 ) -> tuple[list[EntryChange], int]:
-    olds = dict(_keyed(old))
-    news = dict(_keyed(new))
+    codec = task.codec
+    olds = dict(_keyed(task.id, old))
+    news = dict(_keyed(task.id, new))
     changes: list[EntryChange] = []
     unchanged = 0
     for key, after in news.items():
@@ -204,7 +220,7 @@ def task_diff(store: AdminStore, task: TaskRecord) -> TaskDiff | None:
     old = [e for run, e in store.superseded_entries(task.id, previous) if run == previous]
     history = store.load_history(task.id)
     new = [history[seq] for seq in sorted(history) if seq >= row.fork_seq]
-    changes, unchanged = _compare(task.codec, old, new)
+    changes, unchanged = _compare(task, old, new)
     kept = [e.name for e in new if e.kind == "op" and e.attempts == 0]
     return TaskDiff(
         task=task,

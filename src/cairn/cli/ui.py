@@ -14,36 +14,41 @@ from ._consoles import fail
 from ._store_option import DEFAULT_URL, StoreOption, opened_store
 
 
+_Token = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        envvar="CAIRN_UI_TOKEN",
+        help="Required on every request; needed to bind beyond 127.0.0.1.",
+    ),
+]
+_TokenName = Annotated[
+    str | None,
+    typer.Option(
+        "--token-name",
+        envvar="CAIRN_UI_TOKEN_NAME",
+        metavar="NAME",
+        help="Who the dashboard's actions are written to the audit trail as "
+        "(ui:NAME); default: the user running it.",
+    ),
+]
+_AllowHost = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow-host",
+        metavar="NAME",
+        help="Also answer requests for this Host name (NAME or NAME:PORT); repeatable. "
+        "Others get 421, against DNS rebinding.",
+    ),
+]
+
+
 def ui_command(
     host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port (0: any).")] = 8484,
-    token: Annotated[
-        str | None,
-        typer.Option(
-            "--token",
-            envvar="CAIRN_UI_TOKEN",
-            help="Required on every request; needed to bind beyond 127.0.0.1.",
-        ),
-    ] = None,
-    token_name: Annotated[
-        str | None,
-        typer.Option(
-            "--token-name",
-            envvar="CAIRN_UI_TOKEN_NAME",
-            metavar="NAME",
-            help="Who the dashboard's actions are written to the audit trail as "
-            "(ui:NAME); default: the user running it.",
-        ),
-    ] = None,
-    allow_host: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--allow-host",
-            metavar="NAME",
-            help="Also answer requests for this Host name (NAME or NAME:PORT); repeatable. "
-            "Others get 421, against DNS rebinding.",
-        ),
-    ] = None,
+    token: _Token = None,
+    token_name: _TokenName = None,
+    allow_host: _AllowHost = None,
     stall_after: Annotated[
         str, typer.Option("--stall-after", metavar="DURATION", help="Stall threshold.")
     ] = "15m",
