@@ -14,7 +14,10 @@ from cairn.ui.render import Page
 
 def diff(config: UIConfig, query: Query) -> Page:
     """``/diff?task=T`` or ``/diff?batch=B``: each entry a rerun changed, per
-    task, and the totals (live: a rerun's tasks finish while it is open)."""
+    task, and the totals (live: a rerun's tasks finish while it is open; the
+    server answers 204 while nothing changed, but reads every rerun task's two
+    runs for each poll, so a rerun of many thousands is better read with
+    ``cairn diff``)."""
     task_id, batch = query.get("task", ""), query.get("batch", "")
     if task_id:
         record = config.store.get_task(task_id)

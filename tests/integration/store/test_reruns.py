@@ -14,6 +14,7 @@ import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from cairn.admin.audit import Actor, audit_page
 from cairn.admin.lineage import batch_diff, lineage, run_history, task_diff
 from cairn.admin.reruns import ForkPoint, apply_rerun, plan_rerun, rerun_candidates
 from cairn.clock import FakeClock
+from cairn.portable._refs import referenced_blobs
 from cairn.store import AdminStore, admin
 from cairn.store.reports import TaskQuery
 from cairn.testing.servers import ApiServer
@@ -273,3 +275,27 @@ def test_code_that_asks_for_another_entry_after_the_fork_point_is_not_held_to_th
         asked["op"] = False
         assert app.run(job, task_id="j") == "step"
         assert [e.kind for _, e in sorted(app.store.load_history("j").items())] == ["step", "step"]
+
+
+def test_a_blob_only_a_superseded_entry_refers_to_is_still_referenced(
+    store_url: str, clock: FakeClock, tmp_path: Path
+) -> None:
+    """A step's large output went to the blob store; a rerun from that step
+    supersedes its entry: backup, export and gc still find the blob among the
+    store's references (the old run stays readable, its values too)."""
+    with Cairn(store_url, clock=clock, blobs=str(tmp_path / "blobs"), inline_limit=1000) as app:
+
+        @app.task
+        def big(ctx: Context) -> int:
+            return len(ctx.step("page", lambda: "x" * 5000))
+
+        app.run(big, task_id="big")
+        store = admin(app.store)
+        (entry,) = store.load_history("big").values()
+        assert (entry.output or "").startswith("!blob:")
+        before = referenced_blobs(store)
+        task = store.get_task("big")
+        assert task is not None
+        apply_rerun(store, plan_rerun(store, [task], ForkPoint(seq=1)), clock.now(), target="t")
+        assert store.load_history("big") == {}
+        assert referenced_blobs(store) == before != set()
