@@ -5,7 +5,6 @@ running real tasks."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,7 @@ def _app(path: Path, fixed: bool) -> Cairn:
 
 
 @pytest.fixture
-def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A store whose batch of three reviews completed with the bug in analyze."""
     for name in ("CAIRN_STORE", "COLUMNS", "FORCE_COLOR"):
         monkeypatch.delenv(name, raising=False)

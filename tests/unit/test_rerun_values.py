@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,7 @@ from cairn.store.reports import TaskQuery
 NOW = datetime(2026, 5, 24, 4, 30, tzinfo=UTC)
 
 
-def _entry(**changes: object) -> StepRecord:
+def _entry(**changes: Any) -> StepRecord:
     base = StepRecord(
         "t/1", 3, "step", "analyze", "completed", '{"a": 1}', 2, 1, 2, None, None, NOW, NOW
     )
@@ -69,7 +70,7 @@ def test_a_fork_point_is_a_name_or_a_position() -> None:
     assert ForkPoint(step="nonesuch").find(history) is None
     for bad in ({}, {"step": "a", "seq": 1}, {"seq": 0}):
         with pytest.raises(ValueError, match=r"position|step"):
-            ForkPoint(**bad)  # type: ignore[arg-type]
+            ForkPoint(**bad)
 
 
 def test_a_filter_in_words() -> None:

@@ -7,8 +7,9 @@ before each fork are shared by the runs on either side, and each superseded
 run's own entries from its fork point on are kept apart (``AdminStore
 .superseded_entries``). ``task_diff`` compares the current run with the one it
 forked from, entry by entry from the fork point (matched by kind and name, in
-order; a key of ``ctx.run_key`` by its parts, not its run), and their outcomes; ``batch_diff`` does so for every rerun task of a
-batch, with the totals: tasks whose result changed, the cost of the rerun.
+order; a key of ``ctx.run_key`` by its parts, not its run), and their
+outcomes; ``batch_diff`` does so for every rerun task of a batch, with the
+totals: tasks whose result changed, the cost of the rerun.
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ from cairn.observe._time import parse_duration
 from ._consoles import fail
 from ._store_option import DEFAULT_URL, StoreOption, opened_store
 
-
 _Token = Annotated[
     str | None,
     typer.Option(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import pytest
@@ -121,8 +122,8 @@ def test_a_child_claimed_while_its_parent_is_cancelled_is_cancelled_and_writes_n
         parent, child = f"p{round_}", f"p{round_}/c"
         store.enqueue([_task(parent), _task(child, parent)], clock.now())
         claim, _ = _race(
-            lambda child=child: _claim(store, child, clock),
-            lambda parent=parent: store.cancel_family(parent, clock.now()),
+            partial(_claim, store, child, clock),
+            partial(store.cancel_family, parent, clock.now()),
         )
         after = store.get_task(child)
         assert after is not None, round_
@@ -150,13 +151,14 @@ def test_a_child_made_while_its_parent_is_cancelled_is_cancelled_or_never_made(
             f"{parent}/c", "job", "{}", "json", parent_id=parent, parent_fence=running.fence
         )
         made, cancelled = _race(
-            lambda child=child: store.create_task(child, clock.now()),
-            lambda parent=parent: store.cancel_family(parent, clock.now()),
+            partial(store.create_task, child, clock.now()),
+            partial(store.cancel_family, parent, clock.now()),
         )
         found = store.get_task(child.id)
         assert cancelled[:1] == [parent]
         assert (found is None) == (not made), round_
         assert found is None or found.status == "cancelled", round_
+    assert running is not None
     late = NewTask("p0/late", "job", "{}", "json", parent_id=parent, parent_fence=running.fence)
     assert not store.create_task(late, clock.now())
     assert store.get_task("p0/late") is None  # under the last, cancelled parent

@@ -9,6 +9,7 @@ Every test runs on SQLite and on PostgreSQL (``store_url``).
 
 from __future__ import annotations
 
+import io
 import json
 import urllib.request
 from collections import Counter
@@ -24,6 +25,7 @@ from cairn.admin.audit import Actor, audit_page
 from cairn.admin.lineage import batch_diff, lineage, run_history, task_diff
 from cairn.admin.reruns import ForkPoint, apply_rerun, plan_rerun, rerun_candidates
 from cairn.clock import FakeClock
+from cairn.portable import export_batch, import_batch
 from cairn.portable._refs import referenced_blobs
 from cairn.store import AdminStore, admin
 from cairn.store.reports import TaskQuery
@@ -153,9 +155,10 @@ def test_the_old_run_stays_readable_lineage_history_and_diff(
     review.fixed[0] = True
     _rerun_batch(store, ForkPoint(step="analyze"), clock)
     _run(review, "a1")
-    task = store.get_task(task.id)
-    assert task is not None
-    assert task.run == 2
+    after = store.get_task(task.id)
+    assert after is not None
+    assert after.run == 2
+    task = after
     runs = lineage(store, task)
     assert [(r.run, r.current, r.fork_seq, r.fork_name) for r in runs] == [
         (1, False, 3, "analyze"),
@@ -190,9 +193,10 @@ def test_a_second_rerun_keeps_both_earlier_runs_readable(review: Review, clock: 
     histories.append(dict(store.load_history(task.id)))
     _rerun_batch(store, ForkPoint(seq=1), clock)
     _run(review, "a1")
-    task = store.get_task(task.id)
-    assert task is not None
-    assert task.run == 3
+    third = store.get_task(task.id)
+    assert third is not None
+    assert third.run == 3
+    task = third
     for run, recorded in enumerate(histories, start=1):
         assert run_history(store, task, run) == recorded
     assert review.calls()["/fetch/a1"] == 2  # run 3 forked before fetch
@@ -299,3 +303,30 @@ def test_a_blob_only_a_superseded_entry_refers_to_is_still_referenced(
         apply_rerun(store, plan_rerun(store, [task], ForkPoint(seq=1)), clock.now(), target="t")
         assert store.load_history("big") == {}
         assert referenced_blobs(store) == before != set()
+
+
+def test_an_exported_batch_carries_its_runs_and_a_prune_deletes_them(
+    review: Review, clock: FakeClock, tmp_path: Path
+) -> None:
+    """A batch rerun from analyze, exported and imported into a new SQLite
+    store, reads the same lineage and old history there; pruned, none of its
+    runs or superseded entries is left behind."""
+    _run(review, "a1")
+    store = admin(review.app.store)
+    review.fixed[0] = True
+    _rerun_batch(store, ForkPoint(step="analyze"), clock)
+    _run(review, "a1")
+    (task,) = store.list_tasks()
+    out = io.StringIO()
+    export_batch(store, None, BATCH, out)
+    with Cairn(f"sqlite:///{tmp_path / 'copy.db'}", clock=clock) as copy:
+        import_batch(copy.store, None, out.getvalue().splitlines(keepends=True))
+        there = admin(copy.store)
+        moved = there.get_task(task.id)
+        assert moved is not None
+        assert moved.run == 2
+        assert lineage(there, moved) == lineage(store, task)
+        assert run_history(there, moved, 1) == run_history(store, task, 1)
+    store.delete_batch(BATCH)
+    assert store.task_runs(task.id) == []
+    assert store.superseded_entries(task.id) == []
