@@ -20,6 +20,7 @@ from cairn.blobs import (
     default_blobs_url,
     open_blobs,
 )
+from cairn.callsite import CallSite, outside_caller
 from cairn.clock import Clock, SystemClock
 from cairn.codec import Codec, codec_for
 from cairn.context import Context
@@ -111,6 +112,7 @@ class Cairn:
         self._store_arg = store
         self._synchronous = synchronous
         self._store: Store | None = None
+        self._opened_at: CallSite | None = None
         self._store_lock = threading.Lock()
         self.codec = codec_for(codec, trust_pickle=True) if isinstance(codec, str) else codec
         self.task_retry = task_retry or Retry()
@@ -154,9 +156,7 @@ class Cairn:
         --store``); after the store is open this is an error."""
         with self._store_lock:
             if self._store is not None:
-                raise ConfigurationError(
-                    "the app's store is already open; call use_store() before running"
-                )
+                raise ConfigurationError(_already_open(self._opened_at))
             check_store_url(url)
             self._store_arg = url
             self._offloader = None  # the default blob store sits beside the store
@@ -170,6 +170,8 @@ class Cairn:
     def store(self) -> Store:
         with self._store_lock:
             if self._store is None:
+                # Kept to name the cause if use_store() comes too late.
+                self._opened_at = outside_caller()
                 if self._store_arg is None or isinstance(self._store_arg, str):
                     self._store = open_store(self.store_url, synchronous=self._synchronous)
                     defaulted = self._store_arg is None and not os.environ.get("CAIRN_STORE")
@@ -732,6 +734,27 @@ def _waiting(task_id: str, awaited: str | None) -> TaskWaiting:
         "app.signal), then run the task again or let a worker take it up.",
         task_id=task_id,
         waiting_for=awaited,
+    )
+
+
+def _already_open(opened_at: CallSite | None) -> str:
+    """Why use_store() came too late: what opened the store, and what to do."""
+    if opened_at is None:
+        return (
+            "the app's store is already open; call use_store() before the app first "
+            "runs, enqueues or reads anything"
+        )
+    if opened_at.importing is None:
+        return (
+            f"the app's store is already open: {opened_at} opened it. Call use_store() "
+            "before that line."
+        )
+    return (
+        f"the app's store is already open: module {opened_at.importing!r} opened it while "
+        f"it was being imported ({opened_at.where}, at the module's top level), so "
+        "importing the module runs its tasks. Put that run under "
+        'if __name__ == "__main__": so that importing the module (as cairn worker, cairn '
+        "check and cairn enqueue do) runs nothing and --store can choose the store."
     )
 
 
