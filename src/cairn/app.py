@@ -12,6 +12,7 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Any, Concatenate, ParamSpec, TypeVar, overload
+from urllib.parse import urlsplit, urlunsplit
 
 from cairn.blobs import (
     DEFAULT_INLINE_LIMIT,
@@ -598,7 +599,8 @@ class Cairn:
             return self.codec_named(record.codec).decode(record.result or "null")
         if record.status == "cancelled":
             raise TaskCancelled(f"task {record.id!r} was cancelled", task_id=record.id)
-        raise _failed(record.id, record.error, record.attempts - record.retry_base)
+        attempts, hint = record.attempts - record.retry_base, _how_to_run_anew(record.id, self)
+        raise _failed(record.id, record.error, attempts, hint)
 
     # -- signals ------------------------------------------------------------------------
     def signal(self, task_id: str, name: str, payload: Any = None) -> bool:
@@ -758,12 +760,35 @@ def _already_open(opened_at: CallSite | None) -> str:
     )
 
 
-def _failed(task_id: str, error_json: str | None, attempts: int) -> TaskFailed:
+def _how_to_run_anew(task_id: str, app: Cairn) -> str:
+    """What to do about a failure a run found recorded: it is not run again by
+    itself, so say how to move it back to pending (the CLI line, and the call)."""
+    store = shlex.quote(_shown_url(app.store_url))
+    command = f"cairn retry {shlex.quote(task_id)} --store {store}"
+    return (
+        "That failure is recorded: running the task again returns it and runs nothing. "
+        f"To run the task anew (after a fix), move it back to pending with `{command}` (in "
+        f"Python: app.store.retry_task({task_id!r}, app.clock.now())) and run it again; "
+        "its completed steps are not run again."
+    )
+
+
+def _shown_url(url: str) -> str:
+    """``url`` with its password, if any, replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _failed(task_id: str, error_json: str | None, attempts: int, hint: str = "") -> TaskFailed:
     error: dict[str, Any] = json.loads(error_json) if error_json else {}
     note = f" ({error['note']})" if error.get("note") else ""
-    return TaskFailed(
+    message = (
         f"task {task_id!r} failed after {attempts} attempt(s): "
-        f"{error.get('type', '?')}: {error.get('message', '')}{note}",
-        task_id=task_id,
-        error=error,
+        f"{error.get('type', '?')}: {error.get('message', '')}{note}"
     )
+    if hint:
+        message = f"{message.rstrip().rstrip('.')}. {hint}"
+    return TaskFailed(message, task_id=task_id, error=error)
