@@ -12,7 +12,6 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Any, Concatenate, ParamSpec, TypeVar, overload
-from urllib.parse import urlsplit, urlunsplit
 
 from cairn.blobs import (
     DEFAULT_INLINE_LIMIT,
@@ -49,7 +48,7 @@ from cairn.errors import (
 from cairn.limits import Limit, LimitBook, checked_limits
 from cairn.names import check_name
 from cairn.progress import choose_progress
-from cairn.redaction import read_environment, register_secret
+from cairn.redaction import read_environment, register_secret, shown_url
 from cairn.retry import NO_RETRY, Retry
 from cairn.schedule import Catchup, Schedule, check_spec, fire_due, make_schedule
 from cairn.signals import send_signal
@@ -574,7 +573,7 @@ class Cairn:
         record = self.store.get_task(task_id)
         if record is None:
             raise UnknownTask(
-                f"no task {task_id!r} in the store at {self.store_url}", task_id=task_id
+                f"no task {task_id!r} in the store at {shown_url(self.store_url)}", task_id=task_id
             )
         if record.status in ("completed", "failed", "cancelled"):
             return record
@@ -763,7 +762,7 @@ def _already_open(opened_at: CallSite | None) -> str:
 def _how_to_run_anew(task_id: str, app: Cairn) -> str:
     """What to do about a failure a run found recorded: it is not run again by
     itself, so say how to move it back to pending (the CLI line, and the call)."""
-    store = shlex.quote(_shown_url(app.store_url))
+    store = shlex.quote(shown_url(app.store_url))
     command = f"cairn retry {shlex.quote(task_id)} --store {store}"
     return (
         "That failure is recorded: running the task again returns it and runs nothing. "
@@ -771,15 +770,6 @@ def _how_to_run_anew(task_id: str, app: Cairn) -> str:
         f"Python: app.store.retry_task({task_id!r}, app.clock.now())) and run it again; "
         "its completed steps are not run again."
     )
-
-
-def _shown_url(url: str) -> str:
-    """``url`` with its password, if any, replaced by ``***``."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _failed(task_id: str, error_json: str | None, attempts: int, hint: str = "") -> TaskFailed:

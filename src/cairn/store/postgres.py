@@ -43,6 +43,7 @@ from cairn.errors import (
     SchemaTooNew,
     StoreError,
 )
+from cairn.redaction import shown_url
 from cairn.store.capabilities import Capabilities
 from cairn.store.driver_errors import (
     one_line,
@@ -145,11 +146,7 @@ def _own_number(own: dict[str, str], name: str, default: str, kind: Callable[[st
 
 
 def _redacted(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return shown_url(url)
 
 
 class _PgTx:
