@@ -179,6 +179,10 @@ class Cairn:
                         print(line, file=sys.stderr)  # which store: the first thing to check
                 else:
                     self._store = self._store_arg
+                # A round trip silent past a third of the lease (the heartbeat's
+                # cadence) is abandoned and retried on a new connection, so the
+                # heartbeat learns of a dead connection before its lease lapses.
+                self._store.bound_round_trips(self._lease.total_seconds() / 3)
             return self._store
 
     def limit_book(self) -> LimitBook:

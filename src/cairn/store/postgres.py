@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     import psycopg
 
     from cairn.store.pgpool import ConnectionPool
+    from cairn.store.pgwatch import Watchdog
 
 log = logging.getLogger("cairn")
 T = TypeVar("T")
@@ -204,7 +205,8 @@ class PostgresStore(SQLStore):
         schema: str | None = None,
         pool_size: int | None = None,
         reconnect_timeout: float | None = None,
-        connect_timeout: float = 10.0,
+        connect_timeout: float | None = None,
+        round_trip: float | None = None,
         create: bool = True,
     ) -> None:
         driver, pgpool = _driver()
@@ -223,6 +225,10 @@ class PostgresStore(SQLStore):
         self._conninfo = conninfo
         self.identity = f"{_redacted(conninfo)}#schema={self.schema}"
         self._driver_error: type[Exception] = driver.Error
+        # Bounds every wait on every connection of the store (cairn.store.pgwatch).
+        self._watchdog: Watchdog = pgpool.Watchdog(
+            round_trip, _redacted(conninfo), self._look_connection
+        )
         settings = self._pool_settings(connect_timeout)
         self._pool: ConnectionPool = pgpool.ConnectionPool(
             conninfo, size=self.pool_size, **settings
@@ -245,11 +251,10 @@ class PostgresStore(SQLStore):
         try:
             self._migrate(create=create)
         except BaseException:
-            self._pool.close()
-            self._lease_pool.close()
+            self.close()
             raise
 
-    def _pool_settings(self, connect_timeout: float) -> dict[str, Any]:
+    def _pool_settings(self, connect_timeout: float | None) -> dict[str, Any]:
         """What every connection of the store's pools is opened with."""
         # Added to any options= the user's URL gives, not instead of them.
         options = [own_options(self._conninfo), f"-c search_path={self.schema}", "-c timezone=UTC"]
@@ -258,7 +263,19 @@ class PostgresStore(SQLStore):
             "where": _redacted(self._conninfo),
             "reconnect_timeout": self.reconnect_timeout,
             "connect_timeout": connect_timeout,
+            "watchdog": self._watchdog,
         }
+
+    def _look_connection(self, **settings: Any) -> psycopg.Connection[Any]:
+        """A connection on which the watchdog asks the server what a silent
+        connection's process is doing (itself unwatched: the watchdog bounds it)."""
+        return self._pool.connect(watched=False, application_name="cairn watchdog", **settings)
+
+    def bound_round_trips(self, seconds: float) -> None:
+        """Abandon a wait on a connection that stays silent ``seconds`` while the
+        server is not working on its statement (cairn.store.pgwatch); the app
+        passes a third of its lease. Two apps on one store: the shorter wins."""
+        self._watchdog.bound(seconds)
 
     # -- schema --------------------------------------------------------------------
     def _version(self, conn: psycopg.Connection[Any]) -> int:
@@ -453,6 +470,9 @@ class PostgresStore(SQLStore):
                 conn.close()
             self._drop_listener(exc)
             return False
+        # Waiting for a notification is silent by design: only the LISTEN above
+        # is bounded. (A dead listener only delays wake-ups: idle threads poll.)
+        self._watchdog.unwatch(conn)
         self._listener = conn
         return True
 
@@ -474,3 +494,4 @@ class PostgresStore(SQLStore):
                 self._listener = None
         self._pool.close()
         self._lease_pool.close()
+        self._watchdog.close()
