@@ -5,7 +5,7 @@ connection looks open. TCP keepalives and ``tcp_user_timeout`` end a
 connection whose peer stopped acknowledging (cairn sets both by default,
 ``connection_settings``), but they cannot see a path where something still
 acknowledges every byte and forwards nothing: a stuck proxy or pooler, a
-middlebox that lost its state, a half-open connection (issue 34). So cairn
+middlebox that lost its state, a half-open connection. So cairn
 counts the silence itself:
 
 * Every wait psycopg makes on a pooled connection (a statement's answer, a
