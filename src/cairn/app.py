@@ -20,6 +20,7 @@ from cairn.blobs import (
     default_blobs_url,
     open_blobs,
 )
+from cairn.callsite import CallSite, outside_caller
 from cairn.clock import Clock, SystemClock
 from cairn.codec import Codec, codec_for
 from cairn.context import Context
@@ -47,7 +48,7 @@ from cairn.errors import (
 from cairn.limits import Limit, LimitBook, checked_limits
 from cairn.names import check_name
 from cairn.progress import choose_progress
-from cairn.redaction import read_environment, register_secret
+from cairn.redaction import read_environment, register_secret, shown_url
 from cairn.retry import NO_RETRY, Retry
 from cairn.schedule import Catchup, Schedule, check_spec, fire_due, make_schedule
 from cairn.signals import send_signal
@@ -111,6 +112,7 @@ class Cairn:
         self._store_arg = store
         self._synchronous = synchronous
         self._store: Store | None = None
+        self._opened_at: CallSite | None = None
         self._store_lock = threading.Lock()
         self.codec = codec_for(codec, trust_pickle=True) if isinstance(codec, str) else codec
         self.task_retry = task_retry or Retry()
@@ -154,9 +156,7 @@ class Cairn:
         --store``); after the store is open this is an error."""
         with self._store_lock:
             if self._store is not None:
-                raise ConfigurationError(
-                    "the app's store is already open; call use_store() before running"
-                )
+                raise ConfigurationError(_already_open(self._opened_at))
             check_store_url(url)
             self._store_arg = url
             self._offloader = None  # the default blob store sits beside the store
@@ -170,6 +170,8 @@ class Cairn:
     def store(self) -> Store:
         with self._store_lock:
             if self._store is None:
+                # Kept to name the cause if use_store() comes too late.
+                self._opened_at = outside_caller()
                 if self._store_arg is None or isinstance(self._store_arg, str):
                     self._store = open_store(self.store_url, synchronous=self._synchronous)
                     defaulted = self._store_arg is None and not os.environ.get("CAIRN_STORE")
@@ -177,6 +179,10 @@ class Cairn:
                         print(line, file=sys.stderr)  # which store: the first thing to check
                 else:
                     self._store = self._store_arg
+                # A round trip silent past a third of the lease (the heartbeat's
+                # cadence) is abandoned and retried on a new connection, so the
+                # heartbeat learns of a dead connection before its lease lapses.
+                self._store.bound_round_trips(self._lease.total_seconds() / 3)
             return self._store
 
     def limit_book(self) -> LimitBook:
@@ -571,7 +577,7 @@ class Cairn:
         record = self.store.get_task(task_id)
         if record is None:
             raise UnknownTask(
-                f"no task {task_id!r} in the store at {self.store_url}", task_id=task_id
+                f"no task {task_id!r} in the store at {shown_url(self.store_url)}", task_id=task_id
             )
         if record.status in ("completed", "failed", "cancelled"):
             return record
@@ -596,7 +602,8 @@ class Cairn:
             return self.codec_named(record.codec).decode(record.result or "null")
         if record.status == "cancelled":
             raise TaskCancelled(f"task {record.id!r} was cancelled", task_id=record.id)
-        raise _failed(record.id, record.error, record.attempts - record.retry_base)
+        attempts, hint = record.attempts - record.retry_base, _how_to_run_anew(record.id, self)
+        raise _failed(record.id, record.error, attempts, hint)
 
     # -- signals ------------------------------------------------------------------------
     def signal(self, task_id: str, name: str, payload: Any = None) -> bool:
@@ -735,12 +742,47 @@ def _waiting(task_id: str, awaited: str | None) -> TaskWaiting:
     )
 
 
-def _failed(task_id: str, error_json: str | None, attempts: int) -> TaskFailed:
+def _already_open(opened_at: CallSite | None) -> str:
+    """Why use_store() came too late: what opened the store, and what to do."""
+    if opened_at is None:
+        return (
+            "the app's store is already open; call use_store() before the app first "
+            "runs, enqueues or reads anything"
+        )
+    if opened_at.importing is None:
+        return (
+            f"the app's store is already open: {opened_at} opened it. Call use_store() "
+            "before that line."
+        )
+    return (
+        f"the app's store is already open: module {opened_at.importing!r} opened it while "
+        f"it was being imported ({opened_at.where}, at the module's top level), so "
+        "importing the module runs its tasks. Put that run under "
+        'if __name__ == "__main__": so that importing the module (as cairn worker, cairn '
+        "check and cairn enqueue do) runs nothing and --store can choose the store."
+    )
+
+
+def _how_to_run_anew(task_id: str, app: Cairn) -> str:
+    """What to do about a failure a run found recorded: it is not run again by
+    itself, so say how to move it back to pending (the CLI line, and the call)."""
+    store = shlex.quote(shown_url(app.store_url))
+    command = f"cairn retry {shlex.quote(task_id)} --store {store}"
+    return (
+        "That failure is recorded: running the task again returns it and runs nothing. "
+        f"To run the task anew (after a fix), move it back to pending with `{command}` (in "
+        f"Python: app.store.retry_task({task_id!r}, app.clock.now())) and run it again; "
+        "its completed steps are not run again."
+    )
+
+
+def _failed(task_id: str, error_json: str | None, attempts: int, hint: str = "") -> TaskFailed:
     error: dict[str, Any] = json.loads(error_json) if error_json else {}
     note = f" ({error['note']})" if error.get("note") else ""
-    return TaskFailed(
+    message = (
         f"task {task_id!r} failed after {attempts} attempt(s): "
-        f"{error.get('type', '?')}: {error.get('message', '')}{note}",
-        task_id=task_id,
-        error=error,
+        f"{error.get('type', '?')}: {error.get('message', '')}{note}"
     )
+    if hint:
+        message = f"{message.rstrip().rstrip('.')}. {hint}"
+    return TaskFailed(message, task_id=task_id, error=error)

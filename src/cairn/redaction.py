@@ -55,7 +55,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeGuard
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
 __all__ = [
     "MIN_SECRET",
@@ -71,6 +71,7 @@ __all__ = [
     "register_from",
     "register_secret",
     "secrets_of",
+    "shown_url",
 ]
 
 REDACTED = "[redacted]"
@@ -204,6 +205,20 @@ def holds_secret(text: str) -> bool:
     read_environment()
     pattern = _pattern
     return pattern is not None and pattern.search(text) is not None
+
+
+def shown_url(url: str) -> str:
+    """``url`` with its password, if any, replaced by ``***``: how cairn names a
+    store or endpoint in a message (the one rule for every such message)."""
+    parts = urlsplit(url)
+    try:
+        password = parts.password
+    except ValueError:
+        return url
+    if password is None:
+        return url
+    netloc = parts.netloc.replace(f":{password}@", ":***@")
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def redacted_error(error: BaseException) -> BaseException:

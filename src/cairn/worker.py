@@ -31,6 +31,7 @@ import json
 import logging
 import signal
 import threading
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import FrameType
@@ -188,8 +189,11 @@ class Worker:
         claims = json.dumps(list(self.versions) if self.versions is not None else ["*"])
         try:
             self.app.store.note_worker(self.app.owner, claims, self.app.clock.now())
-        except StoreError:
-            log.warning("cairn worker: could not note its versions in the store", exc_info=True)
+        except StoreError as exc:  # it says what is wrong: no traceback
+            log.warning(
+                "cairn worker: could not note its versions in the store (%s)",
+                " ".join(str(exc).split()),
+            )
 
     def _forget_versions(self) -> None:
         with contextlib.suppress(StoreError):
@@ -234,7 +238,10 @@ class Worker:
             # A worker that cannot reach its store stops as a whole, loudly: the
             # process exits non-zero instead of idling on with fewer threads.
             with self._lock:
+                first = not self._errors
                 self._errors.append(exc)
+            if first:
+                _log_stopping(exc)
             self.stop()
         finally:
             self.app.store.close_thread()
@@ -290,3 +297,13 @@ class Worker:
             elif outcome.status == "waiting":
                 self.report.suspended += 1
         log.info("cairn worker: task %s %s", outcome.task_id, outcome.status)
+
+
+def _log_stopping(error: BaseException) -> None:
+    """Log the traceback of the error that stops the worker, once: the same
+    event (a full disk, a lost server) usually stops every thread, and the
+    command prints the error's message as its last line. A store's error says
+    what the driver said, so the driver's own traceback is left out."""
+    chain = not isinstance(error, StoreError)
+    text = "".join(traceback.format_exception(error, chain=chain)).rstrip()
+    log.error("cairn worker: stopping on this error:\n%s", text)

@@ -192,6 +192,30 @@ def test_cairn_refuses_a_url_without_slashes_when_constructed() -> None:
         app.use_store("postgres:db")
 
 
+def test_use_store_after_a_run_names_the_line_that_opened_the_store(app: Cairn) -> None:
+    """use_store() once the store is open is refused, naming the file, line and
+    function whose call opened it (here: this test's app.run), and saying to
+    call use_store() before that line; the app keeps its store."""
+
+    @app.task
+    def hello(ctx: Context) -> str:
+        return ctx.step("greet", lambda: "hello")
+
+    opened_line = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
+    app.run(hello)
+    with pytest.raises(ConfigurationError) as refused:
+        app.use_store("sqlite:///elsewhere.db")
+    message = str(refused.value)
+    here = Path(__file__).resolve()
+    shown = here.relative_to(Path.cwd()) if here.is_relative_to(Path.cwd()) else here
+    assert message == (
+        f"the app's store is already open: {shown}:{opened_line}, in "
+        "test_use_store_after_a_run_names_the_line_that_opened_the_store() opened it. "
+        "Call use_store() before that line."
+    )
+    assert app.run(hello) == "hello"
+
+
 @pytest.mark.parametrize(
     "url", ["sqlite:/x.db", "sqlite:x.db", "postgres:/db", "   ", "sqlite://x.db", "mysql://h/db"]
 )

@@ -40,6 +40,7 @@ from cairn.engine.claim import WAIT, Claimer
 from cairn.errors import SchemaTooNew, StoreError, StoreReadOnly, StoreUnavailable
 from cairn.store import Capabilities, open_store, pgpool
 from cairn.store.migrate import latest_version
+from cairn.store.pgwatch import WatchedConnection
 from cairn.store.postgres import PostgresStore
 from cairn.store.records import NewTask
 from tests.conftest import postgres_admin_url, with_database
@@ -598,9 +599,9 @@ class OpenSpy:
         self.failed: Counter[int] = Counter()
         store._pool.connect = self  # type: ignore[method-assign]
 
-    def __call__(self, **overrides: Any) -> psycopg.Connection[Any]:
+    def __call__(self, *, watched: bool = True, **overrides: Any) -> WatchedConnection:
         try:
-            return self._connect(**overrides)
+            return self._connect(watched=watched, **overrides)
         except psycopg.OperationalError:
             with self._lock:
                 self.failed[threading.get_ident()] += 1

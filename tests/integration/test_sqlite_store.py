@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import subprocess
 import sys
@@ -13,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from cairn import Cairn
+from cairn import Cairn, Context
+from cairn.store import groupcommit
 from cairn.store.migrate import latest_version
 from cairn.store.records import NewTask, StepRecord
 from cairn.store.sqlite import SQLiteStore
+from tests.servers import wait_until
 
 NOW = datetime(2026, 5, 24, tzinfo=UTC)
 LEASE_UNTIL = NOW + timedelta(seconds=30)
@@ -239,6 +242,76 @@ def test_processes_opening_a_new_file_at_once_both_succeed(db_path: Path, tmp_pa
 
 
 # -- writing ------------------------------------------------------------------------------
+
+
+def open_on(path: Path) -> int:
+    """How many file descriptors this process holds open on the write-ahead log
+    of the store at ``path``: one per open connection. (Not the store file
+    itself: SQLite keeps a closed connection's descriptor on it open, for reuse,
+    while another connection of the process holds a lock on it.)"""
+    target = str(path.resolve()) + "-wal"
+    count = 0
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):  # an fd closed while we look
+            count += str(fd.readlink()) == target
+    return count
+
+
+def test_a_thread_s_connection_is_closed_when_the_thread_ends(
+    store: SQLiteStore, db_path: Path
+) -> None:
+    """Forty short-lived threads each read the store (each with a connection of
+    its own) and end without calling close_thread: once they have ended, their
+    connections are closed, none left open on the file, and the store works on."""
+    if not Path("/proc/self/fd").is_dir():
+        pytest.skip("needs /proc to count open files")
+    store.get_task("warm")
+    before = open_on(db_path)
+    reading = threading.Barrier(40)
+
+    def read() -> None:
+        store.get_task("x")
+        reading.wait(30)  # all forty hold a connection at once
+
+    threads = [threading.Thread(target=read) for _ in range(40)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert open_on(db_path) == before
+    assert store.get_task("x") is None
+
+
+def test_the_group_commit_thread_leaves_no_connection_when_it_ends(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit thread that serves async tasks' grouped writes ends when idle
+    (here after 0.05 s) and a new one starts with the next write: each one's
+    connection is closed as it ends."""
+    monkeypatch.setattr(groupcommit, "_IDLE_SECONDS", 0.05)
+    app = Cairn(f"sqlite:///{db_path}", synchronous="FULL")
+
+    async def double(n: int) -> int:
+        return n * 2
+
+    @app.task
+    async def job(ctx: Context, n: int) -> int:
+        return await ctx.step("double", double, n)
+
+    try:
+        app.run(job, n=0)
+        assert wait_until(lambda: not _commit_threads(), 30)
+        before = open_on(db_path)
+        for n in range(1, 6):
+            assert app.run(job, n=n) == 2 * n
+            assert wait_until(lambda: not _commit_threads(), 30)
+        assert open_on(db_path) == before
+    finally:
+        app.close()
+
+
+def _commit_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "cairn-group-commit"]
 
 
 def test_record_step_with_a_stale_fence_writes_nothing(store: SQLiteStore) -> None:

@@ -15,8 +15,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = (ROOT / ".ci" / "lowest-providers.txt", ROOT / ".ci" / "lowest-frameworks.txt")
-# The extras whose floors are tested: the model SDKs and what redaction runs through.
-SDK_EXTRAS = ("openai", "anthropic", "openai-agents", "pydantic-ai", "notify", "otel")
+# The extras whose floors are tested: the model SDKs, what redaction runs
+# through, and the PostgreSQL driver.
+SDK_EXTRAS = ("openai", "anthropic", "openai-agents", "pydantic-ai", "notify", "otel", "postgres")
 _REQUIREMENT = re.compile(r"^([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?\s*(==|>=)\s*([0-9][^\s;#]*)")
 
 

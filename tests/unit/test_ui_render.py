@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from cairn.admin.views import StepView
 from cairn.ui.gantt import CHART_WIDTH, LABEL_WIDTH, MAX_ROWS, MIN_BAR, gantt
-from cairn.ui.render import Page, live_region, seconds, size
+from cairn.ui.render import Page, counted, live_region, plural, seconds, size
 
 START = datetime(2026, 5, 24, tzinfo=UTC)
 
@@ -66,3 +66,21 @@ def test_a_live_region_carries_the_digest_of_its_content() -> None:
     assert "&lt;b&gt;hi&lt;/b&gt;" in region
     other = Page("t", "message.html", {"text": "bye", "back": "/"}, live=True)
     assert live_region(other, "/x?a=1", 2.0)[1] != seen
+
+
+def test_counts_read_as_english_plurals() -> None:
+    """1 batch, 3 batches (not "batchs"), 2 tasks, 0 tasks; nouns ending in s, x,
+    ch, sh take -es, a consonant then y takes -ies, a vowel then y takes -s."""
+    assert [counted(n, "batch") for n in (0, 1, 3)] == ["0 batches", "1 batch", "3 batches"]
+    assert [counted(n, "task") for n in (1, 2)] == ["1 task", "2 tasks"]
+    assert counted(2, "running task") == "2 running tasks"
+    words = ("status", "box", "search", "flash", "entry", "key", "operation")
+    assert [plural(word) for word in words] == [
+        "statuses",
+        "boxes",
+        "searches",
+        "flashes",
+        "entries",
+        "keys",
+        "operations",
+    ]

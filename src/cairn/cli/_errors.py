@@ -16,7 +16,7 @@ from typer.core import TyperGroup
 from cairn.errors import CairnError
 
 from ._consoles import fail
-from ._help_text import reflow_help
+from ._help_text import reflow_help, show_flags_bare
 
 
 def _is_driver_error(exc: BaseException) -> bool:
@@ -29,11 +29,12 @@ def _is_driver_error(exc: BaseException) -> bool:
 
 class CairnGroup(TyperGroup):
     """The ``cairn`` command group, with the errors above turned into one line
-    (and every help text reflowed, see ``_help_text``)."""
+    (and every help text reflowed and every flag shown bare, see ``_help_text``)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         reflow_help(self)
+        show_flags_bare(self)
 
     def invoke(self, ctx: Any) -> Any:
         try:

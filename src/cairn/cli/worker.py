@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -134,7 +135,10 @@ def worker_command(
             app, concurrency=concurrency, idle_wait=idle_wait, burst=burst, versions=claims
         )
         worker.install_signal_handlers()
-        report = worker.run()
+        try:
+            report = worker.run()
+        finally:
+            _ignore_stop_signals()
     except (CairnError, ValueError) as exc:
         fail(str(exc))
     finally:
@@ -151,6 +155,15 @@ def worker_command(
         report.lost,
         len(report.handed_back),
     )
+
+
+def _ignore_stop_signals() -> None:
+    """The worker has stopped: a stop signal from now on asks for what is already
+    happening. Its handler would only note it, but while the interpreter shuts
+    down Python puts back the default action of the signals it handled, and a
+    SIGTERM then would end a clean run by signal 15 instead of exit code 0."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, signal.SIG_IGN)
 
 
 def _versions(app: Cairn, given: str | None) -> list[str] | None:

@@ -134,16 +134,21 @@ def _ledger(console: Console, verdict: Verdict) -> None:
     # ``calls`` counts the claims of a key, not what the platform did: a kill
     # during apply's call, before the platform acted, leaves the key claimed; in
     # run 2 reconcile finds no change at the platform, so cairn claims it again
-    # and calls once more. That key has two claims and one effect. What the
-    # platform really did is its ledger, counted below.
-    again = sum(n > 1 for n in verdict.op_calls.values())
+    # and calls once more. That key has two claims and one effect: the line
+    # says so, so that a second call beside "every step ran exactly once" reads
+    # as the design, not a failure. What the platform did is its ledger, below.
     keys = len(verdict.op_calls)
-    console.print(f"apply: guarded by an operation key per app ({keys} key{_s(keys)})")
-    if again:
+    again = sum(n > 1 for n in verdict.op_calls.values())
+    head = f"apply: one operation key per app ({keys} key{_s(keys)})"
+    if not again:
+        console.print(f"{head}, each called once")
+    else:
+        console.print(f"{head}: {keys - again} called once, {again} called again")
         console.print(
-            f"  {again} key{_s(again)} claimed again in run 2: the kill stopped the first "
-            "call before the platform acted, reconcile found no change there, so cairn "
-            "called once more (the ledger below counts what the platform did)"
+            f"  as designed: the kill cut {'that call' if again == 1 else 'those calls'} off "
+            "before the platform acted,\n"
+            "  so run 2 asked the platform (reconcile), found no change and called\n"
+            "  again. A call that took effect is never made twice, as the ledger shows:"
         )
     applied, apps = verdict.applied_once, verdict.apps
     if applied == len(verdict.applies) == apps:

@@ -178,21 +178,34 @@ def _prepare_or_settle(engine: EngineConfig, record: TaskRecord) -> _Prepared | 
         finally:
             release(engine, record.id)
         return Outcome(record.id, "failed", error=exc)
-    except BaseException:
+    except BaseException as exc:
         try:
-            hand_back(engine, record)
+            hand_back(engine, record, exc)
         finally:
             release(engine, record.id)
         raise
 
 
-def hand_back(engine: EngineConfig, record: TaskRecord) -> None:
+def hand_back(engine: EngineConfig, record: TaskRecord, cause: BaseException) -> None:
     """Give a claimed task back as pending (its fence moves), after an error of
-    the store or of cairn itself: never leave it ``running`` if the store lets
-    us write. If even that fails, the task waits for its lease to lapse (or for
-    this process to end), and is then taken up from its last checkpoint."""
+    the store or of cairn itself (``cause``): never leave it ``running`` if the
+    store lets us write. If even that fails, the task waits for its lease to
+    lapse (or for this process to end), and is then taken up from its last
+    checkpoint.
+
+    A store that refuses the hand-back says why in its own words, most often
+    the very error that made us hand back (a full disk refuses this write too):
+    one line, then, not another traceback chained to the first."""
     try:
         engine.store.release_task(record.id, record.fence, engine.clock.now(), patient=False)
+    except StoreError as exc:
+        said = "the same error" if str(exc) == str(cause) else " ".join(str(exc).split())
+        log.warning(
+            "cairn: could not hand task %s back to the store (%s); it resumes once its "
+            "lease lapses",
+            record.id,
+            said,
+        )
     except Exception:
         log.warning(
             "cairn: could not hand task %s back to the store; it resumes once its lease lapses",
@@ -243,11 +256,11 @@ def _execute(engine: EngineConfig, record: TaskRecord) -> Outcome:
     token = current.set(prepared.ctx)
     try:
         result = drive(prepared.machine, engine.clock)
-    except StoreError:
+    except StoreError as exc:
         # The store failed under the task (unreachable, locked, full): not the
         # task's failure, so no attempt is spent. The task is handed back, and
         # the worker or batch stops as a whole with the store's error.
-        hand_back(engine, record)
+        hand_back(engine, record, exc)
         raise
     except (CairnControl, Exception) as exc:  # noqa: BLE001 - becomes the outcome
         return _ended(prepared.run, exc, prepared.resumed)
@@ -264,11 +277,11 @@ async def _aexecute(engine: EngineConfig, record: TaskRecord) -> Outcome:
     token = current.set(prepared.ctx)
     try:
         result = await adrive(prepared.machine, engine.clock)
-    except StoreError:
+    except StoreError as exc:
         # The store failed under the task (unreachable, locked, full): not the
         # task's failure, so no attempt is spent. The task is handed back, and
         # the worker or batch stops as a whole with the store's error.
-        hand_back(engine, record)
+        hand_back(engine, record, exc)
         raise
     except (CairnControl, Exception) as exc:  # noqa: BLE001 - becomes the outcome
         return _ended(prepared.run, exc, prepared.resumed)

@@ -27,6 +27,16 @@ While the store cannot be reached, the heartbeat tries again every
 ``RETRY_SECONDS`` with a freshly computed lease (``patient=False``: it never
 sits inside the store's own reconnect loop holding a lease computed before the
 outage), so leases are renewed within about a second of the store's return.
+
+A renewal that gets no answer at all (a dead connection that still looks open)
+is abandoned by the store after a third of a lease of silence, plus half that
+to ask the server why (``cairn.store.pgwatch``), so the heartbeat knows its
+leases are not being renewed before they can lapse; it says so, and says again
+when one has gone a whole lease unconfirmed. From half a lease unconfirmed on,
+each task stops at its next step boundary until a renewal of its own gets
+through (``TaskRun.keep_lease``): if another worker took the task meanwhile,
+that renewal is refused and the task ends there (``LeaseLost``), having started
+nothing its new owner will run again.
 """
 
 from __future__ import annotations
@@ -85,6 +95,8 @@ class LeaseKeeper:
         # Monotonic time of the first failed beat of an outage (None: renewing works).
         self._failing_since: float | None = None
         self._warned_at: float | None = None
+        # Whether this outage has been said to have outlasted a lease.
+        self._warned_lapsed = False
 
     # -- what claims and the engine ask -------------------------------------------------
     def stamp(self) -> tuple[float, datetime]:
@@ -194,6 +206,7 @@ class LeaseKeeper:
             )
             self._failing_since = None
             self._warned_at = None
+            self._warned_lapsed = False
         return True
 
     def _failed(self, error: Exception, at: float) -> None:
@@ -206,3 +219,19 @@ class LeaseKeeper:
                 " ".join(str(error).split()) or type(error).__name__,
                 min(RETRY_SECONDS, self._interval),
             )
+        lapsed = self._unconfirmed_for(self.lease.total_seconds())
+        if lapsed and not self._warned_lapsed:
+            self._warned_lapsed = True
+            log.warning(
+                "cairn: %d lease(s) have gone unrenewed longer than the lease (%gs): other "
+                "workers may take those tasks over now; each stops at its next step unless "
+                "its own renewal gets through first",
+                lapsed,
+                self.lease.total_seconds(),
+            )
+
+    def _unconfirmed_for(self, seconds: float) -> int:
+        """How many held leases the store last confirmed ``seconds`` ago or more."""
+        now = self._clock.monotonic()
+        with self._cond:
+            return sum(now - held.confirmed_at >= seconds for held in self._held.values())

@@ -301,6 +301,7 @@ class TaskRun:
         # read per step.
         if time.monotonic() >= self.next_check:
             self.check_still_ours()
+            self.keep_lease()
         self.seq += 1
         return self.seq
 
@@ -309,6 +310,18 @@ class TaskRun:
         self.next_check = time.monotonic() + self.poll_interval
         current = self.store.get_task(self.task_id)
         if current is None or current.fence != self.fence or current.status != "running":
+            self.lost()
+
+    def keep_lease(self) -> None:
+        """At a step boundary (looked at every poll interval): if the store has
+        not confirmed this task's lease for half a lease (the heartbeat cannot
+        reach it), renew it now, fenced, before doing any more work. Refused
+        (another worker took the task meanwhile): ``LeaseLost``, and the next
+        step is never started twice. While the store cannot be reached, the
+        renewal waits here, as a write would."""
+        if self.checking or self.leases.fresh(self.task_id, self.fence):
+            return
+        if not self.leases.renew_now(self.task_id, self.fence):
             self.lost()
 
     def restart(self) -> None:

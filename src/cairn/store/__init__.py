@@ -11,6 +11,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
 from cairn.errors import ConfigurationError
+from cairn.redaction import shown_url
 from cairn.store.admin import AdminStore, admin
 from cairn.store.capabilities import Capabilities
 from cairn.store.protocol import Store
@@ -59,7 +60,7 @@ def _check_postgres_url(url: str) -> None:
     """What the URL alone shows is wrong with a PostgreSQL URL, refused before any
     connection is tried (a driver would blame the server for it)."""
     parts = urlsplit(url)
-    shown = parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@"))
+    shown = urlsplit(shown_url(url))
     try:
         # .port raises ValueError for a port that is not a number. libpq's
         # multi-host form (host1:5432,host2:5432) is left to libpq.

@@ -18,6 +18,11 @@ one does only what the store needs:
   of failing, the call raises ``StoreUnavailable``.
 * Only connection-level failures are retried. Any other error goes straight to
   the caller, which says what was refused.
+* Every connection opens with TCP keepalives, ``tcp_user_timeout`` and a
+  ``connect_timeout`` bounded by the store's round-trip bound, unless the URL
+  sets them (``pgwatch.connection_settings``), and every wait on it is watched
+  (``pgwatch.Watchdog``): one that stays silent while the server is not
+  working on it is cut, and is then a lost connection like any other.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 
 from cairn.store.driver_errors import one_line, postgres_closed, postgres_lost
+from cairn.store.pgwatch import DEFAULT_ROUND_TRIP, Watchdog, WatchedConnection, connection_settings
 
 log = logging.getLogger("cairn")
 T = TypeVar("T")
@@ -99,16 +105,19 @@ class ConnectionPool:
         options: str,
         where: str,
         reconnect_timeout: float,
-        connect_timeout: float,
+        connect_timeout: float | None = None,
+        watchdog: Watchdog | None = None,
     ) -> None:
         if size < 1:
             raise ValueError(f"pool_size must be at least 1, not {size}")
         self.size = size
         self.where = where
         self.reconnect_timeout = reconnect_timeout
+        self.watchdog = watchdog
         self._conninfo = conninfo
+        self._given = conninfo_to_dict(conninfo)
         self._kwargs: dict[str, Any] = {"autocommit": True, "options": options}
-        if "connect_timeout" not in conninfo_to_dict(conninfo):
+        if connect_timeout is not None and "connect_timeout" not in self._given:
             self._kwargs["connect_timeout"] = max(1, round(connect_timeout))
         self._lock = threading.Lock()
         # Notified when a connection comes back or a slot frees up.
@@ -136,12 +145,15 @@ class ConnectionPool:
             return len(self._idle)
 
     # -- opening and closing ---------------------------------------------------------
-    def connect(self, **overrides: Any) -> psycopg.Connection[Any]:
+    def connect(self, *, watched: bool = True, **overrides: Any) -> WatchedConnection:
         """A new connection with the pool's settings, outside the pool (the
-        caller closes it). Raises the driver's ``OperationalError`` if it fails."""
-        conn: psycopg.Connection[Any] = psycopg.Connection.connect(
-            self._conninfo, **(self._kwargs | overrides)
-        )
+        caller closes it), its waits bounded by the pool's watchdog unless
+        ``watched=False``. Raises the driver's ``OperationalError`` if it fails."""
+        silence = self.watchdog.silence if self.watchdog is not None else DEFAULT_ROUND_TRIP
+        settings = connection_settings(silence, self._given) | self._kwargs | overrides
+        conn = WatchedConnection.connect(self._conninfo, **settings)
+        if watched and self.watchdog is not None:
+            self.watchdog.watch(conn)
         return conn
 
     def open(self) -> None:
@@ -203,7 +215,10 @@ class ConnectionPool:
                 now = monotonic()
                 lost_at = now if lost_at is None else lost_at
                 self._give_up_after(lost_at, now, exc)
-                log.warning("cairn: PostgreSQL connection lost (%s); reconnecting", one_line(exc))
+                if getattr(conn, "abandoned", None) is None:  # else the watchdog said why
+                    log.warning(
+                        "cairn: PostgreSQL connection lost (%s); reconnecting", one_line(exc)
+                    )
                 if fresh:
                     # Lost on a connection just opened: the server is not back
                     # for good yet. Wait before the next one, or let an

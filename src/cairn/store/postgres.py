@@ -43,6 +43,7 @@ from cairn.errors import (
     SchemaTooNew,
     StoreError,
 )
+from cairn.redaction import shown_url
 from cairn.store.capabilities import Capabilities
 from cairn.store.driver_errors import (
     one_line,
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
     import psycopg
 
     from cairn.store.pgpool import ConnectionPool
+    from cairn.store.pgwatch import Watchdog
 
 log = logging.getLogger("cairn")
 T = TypeVar("T")
@@ -145,11 +147,7 @@ def _own_number(own: dict[str, str], name: str, default: str, kind: Callable[[st
 
 
 def _redacted(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return shown_url(url)
 
 
 class _PgTx:
@@ -208,7 +206,8 @@ class PostgresStore(SQLStore):
         schema: str | None = None,
         pool_size: int | None = None,
         reconnect_timeout: float | None = None,
-        connect_timeout: float = 10.0,
+        connect_timeout: float | None = None,
+        round_trip: float | None = None,
         create: bool = True,
     ) -> None:
         driver, pgpool = _driver()
@@ -227,6 +226,10 @@ class PostgresStore(SQLStore):
         self._conninfo = conninfo
         self.identity = f"{_redacted(conninfo)}#schema={self.schema}"
         self._driver_error: type[Exception] = driver.Error
+        # Bounds every wait on every connection of the store (cairn.store.pgwatch).
+        self._watchdog: Watchdog = pgpool.Watchdog(
+            round_trip, _redacted(conninfo), self._look_connection
+        )
         settings = self._pool_settings(connect_timeout)
         self._pool: ConnectionPool = pgpool.ConnectionPool(
             conninfo, size=self.pool_size, **settings
@@ -249,11 +252,10 @@ class PostgresStore(SQLStore):
         try:
             self._migrate(create=create)
         except BaseException:
-            self._pool.close()
-            self._lease_pool.close()
+            self.close()
             raise
 
-    def _pool_settings(self, connect_timeout: float) -> dict[str, Any]:
+    def _pool_settings(self, connect_timeout: float | None) -> dict[str, Any]:
         """What every connection of the store's pools is opened with."""
         # Added to any options= the user's URL gives, not instead of them.
         options = [own_options(self._conninfo), f"-c search_path={self.schema}", "-c timezone=UTC"]
@@ -262,7 +264,19 @@ class PostgresStore(SQLStore):
             "where": _redacted(self._conninfo),
             "reconnect_timeout": self.reconnect_timeout,
             "connect_timeout": connect_timeout,
+            "watchdog": self._watchdog,
         }
+
+    def _look_connection(self, **settings: Any) -> psycopg.Connection[Any]:
+        """A connection on which the watchdog asks the server what a silent
+        connection's process is doing (itself unwatched: the watchdog bounds it)."""
+        return self._pool.connect(watched=False, application_name="cairn watchdog", **settings)
+
+    def bound_round_trips(self, seconds: float) -> None:
+        """Abandon a wait on a connection that stays silent ``seconds`` while the
+        server is not working on its statement (cairn.store.pgwatch); the app
+        passes a third of its lease. Two apps on one store: the shorter wins."""
+        self._watchdog.bound(seconds)
 
     # -- schema --------------------------------------------------------------------
     def _version(self, conn: psycopg.Connection[Any]) -> int:
@@ -457,6 +471,9 @@ class PostgresStore(SQLStore):
                 conn.close()
             self._drop_listener(exc)
             return False
+        # Waiting for a notification is silent by design: only the LISTEN above
+        # is bounded. (A dead listener only delays wake-ups: idle threads poll.)
+        self._watchdog.unwatch(conn)
         self._listener = conn
         return True
 
@@ -478,3 +495,4 @@ class PostgresStore(SQLStore):
                 self._listener = None
         self._pool.close()
         self._lease_pool.close()
+        self._watchdog.close()

@@ -54,6 +54,13 @@ class Store(Protocol):
         (called by worker threads as they end)."""
         ...
 
+    def bound_round_trips(self, seconds: float) -> None:
+        """Give up on a round trip to a server that stays silent ``seconds``
+        while not working on it, and reconnect (the app passes a third of its
+        lease; two apps on one store: the shorter wins). A no-op for a store
+        with no connection to lose."""
+        ...
+
     # -- creating work -------------------------------------------------------
     def ensure_batch(self, name: str, task_name: str, now: datetime) -> None:
         """Create the batch row if it does not exist."""

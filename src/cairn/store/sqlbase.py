@@ -17,7 +17,7 @@ from itertools import islice
 from typing import Any, NamedTuple
 
 from cairn.store import sql
-from cairn.store.driver_errors import DuplicateRow
+from cairn.store.driver_errors import DuplicateRow, unstorable_text
 from cairn.store.records import (
     ActiveRow,
     MessageRecord,
@@ -629,11 +629,15 @@ class SQLStore(SQLAdmin, SQLTransfer, SQLRuns):
         return int(found[0][0]) if found else None
 
     def _message_params(self, conv_id: int, message: MessageRecord, fence: int) -> tuple[Any, ...]:
+        try:
+            content = sql.pack_content(message.content)  # encoded here, not by the driver
+        except UnicodeEncodeError as exc:
+            raise unstorable_text(exc) from exc
         return (
             conv_id,
             message.idx,
             message.role,
-            sql.pack_content(message.content),
+            content,
             message.tokens,
             message.kind,
             message.covers_until,

@@ -158,3 +158,6 @@ class SQLCore(ABC):
 
     def close_thread(self) -> None:  # noqa: B027 - a no-op unless a backend pins connections
         """Release the calling thread's own connection, where there is one."""
+
+    def bound_round_trips(self, seconds: float) -> None:  # noqa: B027 - a no-op without a network
+        """Bound a silent round trip to ``seconds`` (a backend with a server to lose)."""

@@ -5,7 +5,10 @@ Choices that matter for durability and speed:
 * WAL with ``synchronous=NORMAL`` by default survives a killed process;
   ``synchronous="FULL"`` also survives power loss.
 * Each thread gets its own connection in autocommit mode; multi-statement
-  writes use ``BEGIN IMMEDIATE`` so they never deadlock on lock upgrades.
+  writes use ``BEGIN IMMEDIATE`` so they never deadlock on lock upgrades. A
+  thread's connection is closed when the thread ends (or calls
+  ``close_thread``): short-lived threads, and the group-commit thread that
+  comes and goes, leave no connection open behind them.
 * A process's writers queue on one Python lock, handed over at once, instead of
   on SQLite's busy handler, which sleeps in steps of milliseconds. That keeps a
   step's work-to-commit window short under concurrency, and that window is the
@@ -31,6 +34,7 @@ import contextlib
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -214,6 +218,15 @@ class SQLiteStore(SQLStore):
         if conn is None:
             conn = self._connect()
             self._local.conn = conn
+            # The thread's own holder: it goes with the thread's local data when
+            # the thread ends, and its finalizer closes the connection then.
+            holder = _ThreadEnd()
+            self._local.holder = holder
+            closing = weakref.finalize(holder, _forget, self._all, self._all_lock, conn)
+            # At interpreter exit a daemon thread may still be using it: the
+            # process's end closes it then, as before.
+            closing.atexit = False
+            holder.closing = closing
         return conn
 
     def _connect(self) -> sqlite3.Connection:
@@ -401,14 +414,31 @@ class SQLiteStore(SQLStore):
         return self._write_lock
 
     def close_thread(self) -> None:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is not None:
+        holder: _ThreadEnd | None = getattr(self._local, "holder", None)
+        if holder is not None:
             self._local.conn = None
-            with self._all_lock:
-                if conn not in self._all:
-                    return  # close() closed every connection already, this one too
-                self._all.remove(conn)
-            conn.close()
+            self._local.holder = None
+            holder.closing()
+
+
+class _ThreadEnd:
+    """Kept in a thread's local data beside its connection: when the thread
+    ends, its local data is dropped, and ``closing`` (a finalizer) closes the
+    connection."""
+
+    closing: weakref.finalize[Any, Any]
+
+
+def _forget(
+    all_conns: list[sqlite3.Connection], lock: threading.Lock, conn: sqlite3.Connection
+) -> None:
+    """Close a thread's connection (its thread ended, or asked) and forget it."""
+    with lock:
+        if conn not in all_conns:
+            return  # close() closed every connection already, this one too
+        all_conns.remove(conn)
+    with contextlib.suppress(sqlite3.Error):
+        conn.close()
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

@@ -45,7 +45,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from cairn.errors import StoreError, StoreUnavailable
+from cairn.errors import CodecError, StoreError, StoreUnavailable
 from cairn.store import sql
 from cairn.store.driver_errors import unstorable_text
 from cairn.store.postgres import PostgresStore
@@ -232,7 +232,10 @@ def _sqlite_write(
 
 
 def _sqlite_batch(store: SQLiteStore, batch: Sequence[QueuedStep]) -> list[Verdict]:
-    statements = [_sqlite_statement(store, q) for q in batch]
+    try:
+        statements = [_sqlite_statement(store, q) for q in batch]
+    except CodecError:
+        return each_alone(store, batch)  # a value the store cannot encode: its own error
     with store._writing():
         conn = store._conn()
         try:
@@ -291,7 +294,10 @@ _PG_INSERT_MESSAGE = sql.INSERT_MESSAGE.replace("?", "%s")
 
 
 def _postgres_batch(store: PostgresStore, batch: Sequence[QueuedStep]) -> list[Verdict]:
-    statements = [_postgres_statements(store, q) for q in batch]
+    try:
+        statements = [_postgres_statements(store, q) for q in batch]
+    except CodecError:
+        return each_alone(store, batch)  # a value the store cannot encode: its own error
 
     def write(conn: psycopg.Connection[Any]) -> list[Verdict]:
         with conn.pipeline(), conn.transaction():

@@ -56,6 +56,20 @@ def size(count: int) -> str:
     return f"{count / (1024 * 1024):.1f} MiB"
 
 
+def plural(noun: str) -> str:
+    """The English plural of a dashboard noun: batches, tasks, entries, keys."""
+    if noun.endswith(("s", "x", "z", "ch", "sh")):
+        return noun + "es"
+    if noun.endswith("y") and noun[-2:-1] not in ("a", "e", "i", "o", "u"):
+        return noun[:-1] + "ies"
+    return noun + "s"
+
+
+def counted(count: int, noun: str) -> str:
+    """``count`` and ``noun``, plural unless it is one: ``1 batch``, ``3 batches``."""
+    return f"{count} {noun if count == 1 else plural(noun)}"
+
+
 def href(path: str, **query: str | int | None) -> str:
     """``path`` with the non-empty ``query`` parameters, encoded."""
     params = {k: v for k, v in query.items() if v is not None and v != ""}
@@ -70,7 +84,7 @@ def _environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(when=when, seconds=seconds, size=size)
+    env.filters.update(when=when, seconds=seconds, size=size, counted=counted)
     env.globals.update(href=href, nav=NAV)
     return env
 

@@ -181,6 +181,7 @@ def test_a_node_error_is_kept_without_the_secret_it_quotes(store_url: str) -> No
     stored = saver.get_tuple(thread("t"))
     saver.close()
     assert stored is not None
+    assert stored.pending_writes is not None
     errors = [value for _, channel, value in stored.pending_writes if channel == "__error__"]
     assert len(errors) == 1
     text = str(errors[0])

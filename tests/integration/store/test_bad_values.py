@@ -11,6 +11,9 @@ Every test here runs on each backend (the conformance suite).
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -23,6 +26,7 @@ from cairn import (
     TaskFailed,
 )
 from cairn.store import admin
+from cairn.store.records import MessageRecord, NewTask
 
 LONE = "\ud800"
 
@@ -148,3 +152,37 @@ def test_a_batch_name_or_item_key_no_store_can_hold_is_refused_before_anything_i
         with pytest.raises(InvalidName, match="task id"):
             any_app.enqueue("apps", review, [{"app_id": "a1"}], key=lambda item: name)
     assert every_row(any_app) == {"tasks": [], "histories": {}, "operations": [], "batches": []}
+
+
+def test_a_message_the_store_cannot_encode_is_a_codec_error_and_nothing_is_written(
+    any_app: Cairn,
+) -> None:
+    """A conversation message holding a lone surrogate that reaches the store
+    without the conversation's own check (a store method called directly) is
+    refused with CodecError quoting the text, by append_message and by
+    append_messages alike, on every backend; not the driver's raw
+    UnicodeEncodeError. Nothing is written."""
+    store = any_app.store
+    now = any_app.clock.now()
+    store.create_task(NewTask("talk/1", "talk", "{}", "json"), now)
+    claimed = store.claim_task("talk/1", 0, "tester/1/1/x", now + timedelta(hours=1), now)
+    assert claimed is not None
+    conv = store.open_conversation("talk/1", "main", claimed.fence)
+    assert conv is not None
+
+    def message(idx: int, content: str) -> MessageRecord:
+        return MessageRecord("talk/1", "main", idx, "user", content, 3, "message", None, None, now)
+
+    bad = json.dumps({"role": "user", "content": "hi" + LONE}, ensure_ascii=False)
+    writes: list[Callable[[], bool]] = [
+        lambda: store.append_message(conv, message(0, bad), claimed.fence),
+        lambda: store.append_messages(
+            conv, [message(0, '{"role": "user", "content": "ok"}'), message(1, bad)], claimed.fence
+        ),
+    ]
+    for write in writes:
+        with pytest.raises(CodecError) as refused:
+            write()
+        assert "lone surrogate ('\\ud800'" in str(refused.value)
+        assert "Nothing was written" in str(refused.value)
+    assert store.load_messages("talk/1", "main", 0, 10) == []

@@ -23,12 +23,12 @@ from typing import Any, Literal
 
 import pytest
 
-from cairn import Cairn, Context
+from cairn import Cairn, CodecError, Context
 from cairn.store import Store, open_store
 from cairn.store.groupcommit import Coalescer, PendingStep, coalescer_for
 from cairn.store.records import MessageRecord, NewTask, OperationClaim, StepRecord, TaskRecord
 from cairn.store.sqlite import SQLiteStore
-from cairn.store.stepbatch import CLAIM, MESSAGES, SETTLE
+from cairn.store.stepbatch import CLAIM, MESSAGES, SETTLE, STEP
 from tests.servers import wait_until
 
 WAIT = 30.0  # generous: conditions, not timings
@@ -161,6 +161,36 @@ def test_one_tasks_bad_write_fails_only_that_task(store: Store) -> None:
     assert verdicts == {t.id: True for t in tasks if t is not bad}
     for task in tasks:
         assert (1 in store.load_history(task.id)) is (task is not bad)
+
+
+def test_a_message_the_store_cannot_encode_fails_only_its_own_write(store: Store) -> None:
+    """A conversation message the store cannot encode (a lone surrogate), queued
+    with other tasks' step writes, fails its own write with the CodecError it
+    gets alone; the writes sharing its commit land."""
+    group = coalescer_for(store)
+    assert group is not None
+    tasks = claimed(store, 4 + group._max_leading)
+    leaders, rest = tasks[: group._max_leading], tasks[group._max_leading :]
+    talker = rest[0]
+    conv = store.open_conversation(talker.id, "main", talker.fence)
+    assert conv is not None
+    content = '{"role": "user", "content": "hi\ud800"}'  # raw, as json.dumps would escape it
+    bad = message_of(talker, 0, "hi")._replace(content=content)
+    writes: list[tuple[str, int, tuple[Any, ...], int, StepRecord | None]] = [
+        ("bad", MESSAGES, (conv, (bad,)), talker.fence, None),
+        *((t.id, STEP, (), t.fence, step_of(t)) for t in rest[1:]),
+    ]
+    with writes_blocked(store) as release:
+        first, _verdicts = record_in_threads(group, [(step_of(t), t.fence) for t in leaders])
+        assert wait_until(lambda: leading(group) == len(leaders), WAIT)
+        later, verdicts = submit_in_threads(group, writes)
+        assert wait_until(lambda: queued(group) == len(writes), WAIT)
+        release()
+        for thread in first + later:
+            thread.join(WAIT)
+    assert isinstance(verdicts.pop("bad"), CodecError)
+    assert verdicts == {t.id: True for t in rest[1:]}
+    assert store.load_messages(talker.id, "main", 0, 10) == []
 
 
 def test_async_writes_share_one_commit_off_the_event_loop(store: Store) -> None:

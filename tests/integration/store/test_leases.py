@@ -6,7 +6,7 @@ Every test here runs on each backend (the conformance suite).
 
 from __future__ import annotations
 
-from cairn import Cairn
+from cairn import Cairn, Context
 from cairn.clock import FakeClock
 from cairn.store.records import NewTask
 from cairn.store.sqlbase import SQLStore
@@ -63,3 +63,35 @@ def test_renewal_of_a_store_returns_pairs(any_app: Cairn) -> None:
     assert any_app.store.renew_leases(any_app.owner, any_app.leases.lease_until()) == []
     fence, _ = _claimed(any_app, "x")
     assert any_app.store.renew_leases(any_app.owner, any_app.leases.lease_until()) == [("x", fence)]
+
+
+def test_a_lease_unconfirmed_for_half_a_lease_is_renewed_before_the_next_step(
+    store_url: str, clock: FakeClock
+) -> None:
+    """The heartbeat could not renew (here: half a lease passes inside a step on
+    the clock, before the heartbeat's next beat): at the next step boundary the
+    task renews its own lease, fenced, before it starts that step, so a task
+    whose lease may have lapsed never starts work its taker would run again."""
+    app = Cairn(store_url, clock=clock, poll_interval=0.0)
+    lease = app.leases.lease
+    expiry_seen: list[object] = []
+
+    def first() -> int:
+        clock.advance(lease.total_seconds() / 2 + 1)
+        return 1
+
+    def second(task_id: str) -> int:
+        task = app.store.get_task(task_id)
+        assert task is not None
+        expiry_seen.append(task.lease_expires_at)
+        return 2
+
+    @app.task
+    def job(ctx: Context) -> int:
+        return ctx.step("first", first) + ctx.step("second", second, ctx.task_id)
+
+    try:
+        assert app.run(job, task_id="job") == 3
+    finally:
+        app.close()
+    assert expiry_seen == [clock.now() + lease]

@@ -298,7 +298,8 @@ def test_exhausted_task_fails_and_the_rest_of_the_batch_goes_on(url: str, clock:
 
 def test_failed_task_raises_task_failed_now_and_on_every_later_run(app: Cairn) -> None:
     """app.run on a task that fails raises TaskFailed carrying the recorded type, message
-    and traceback; running it again raises the same and calls nothing."""
+    and traceback; running it again raises the same error, calls nothing, and says
+    how to run the task anew."""
     calls: list[str] = []
 
     def divide(n: int) -> float:
@@ -321,5 +322,6 @@ def test_failed_task_raises_task_failed_now_and_on_every_later_run(app: Cairn) -
     assert error["message"] == "division by zero"
     assert "ZeroDivisionError" in error["traceback"]
     assert again.value.error == error
-    assert str(again.value) == str(first.value)
+    assert str(again.value).startswith(str(first.value))
+    assert "cairn retry x --store" in str(again.value)
     assert again.value.task_id == first.value.task_id == "x"
