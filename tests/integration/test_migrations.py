@@ -81,7 +81,7 @@ def _check_upgraded_and_resumed(url: str) -> None:
 
 
 def _check_rerun_after_upgrade(url: str) -> None:
-    """Schema 6: the task made before it is at run 1, and a rerun from its
+    """Schema 5: the task made before it is at run 1, and a rerun from its
     second step (whose first was recorded before fingerprints) runs only that
     step again, keeping the first run readable."""
     calls: list[str] = []

@@ -275,7 +275,7 @@ LOAD_HISTORY = f"SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?"
 # commits (claim, record) and no history row of its own.
 # An operation whose entry a rerun superseded (its key done by an earlier run,
 # at a position from the fork point on) is not part of the current run's
-# history: it is kept among that run's superseded entries (schema 6).
+# history: it is kept among that run's superseded entries (schema 5).
 LOAD_OP_HISTORY = (
     "SELECT step_seq, key, result, calls, claimed_at, completed_at FROM operations o "
     "WHERE o.task_id = ? AND o.status = 'completed' AND NOT EXISTS (SELECT 1 FROM "

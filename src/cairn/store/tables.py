@@ -159,7 +159,7 @@ TASKS = Table(
         _text("parent_id", nullable=True),
         # Schema 3: the app version the task was enqueued under (docs/versions.md).
         _text("version", nullable=True),
-        # Schema 6: which run of the task this is; a rerun from a step makes the
+        # Schema 5: which run of the task this is; a rerun from a step makes the
         # next one (docs/reruns.md), and TASK_RUNS keeps how the earlier ones ended.
         _int("run", default=1),
     ),
@@ -268,7 +268,7 @@ SCHEDULES = Table(
 # Schema 3: the versions each worker process claims, seen at its heartbeat.
 WORKERS = Table("workers", (_text("owner"), _text("versions"), _time("seen_at")))
 
-# Schema 6: one row per run of a task that a rerun superseded (docs/reruns.md):
+# Schema 5: one row per run of a task that a rerun superseded (docs/reruns.md):
 # how that run ended, as the task row held it then (status, result, error,
 # attempts, first start, finish), and where the next run forked from it
 # (``fork_seq``: the entries before it are shared by both runs), when and by
@@ -290,7 +290,7 @@ TASK_RUNS = Table(
     ),
 )
 
-# Schema 6: the history entries a rerun took out of its task's history (its
+# Schema 5: the history entries a rerun took out of its task's history (its
 # position ``fork_seq`` and after), under the run that recorded them. ``entry``
 # is the whole entry as JSON (``cairn.store.entries``), so this table does not
 # follow the steps table's column list; ``kind`` and ``name`` are columns for
@@ -308,7 +308,7 @@ SUPERSEDED_ENTRIES = Table(
     ),
 )
 
-# Schema 6: the operator actions (retry, cancel, rerun, signal, resolve), from
+# Schema 5: the operator actions (retry, cancel, rerun, signal, resolve), from
 # the CLI, the dashboard or the admin API: who (``cli:USER``, ``ui:TOKEN-NAME``,
 # ``api:USER``), what, on which task or filter, when, and how many tasks it
 # changed (NULL until the action returned: one whose process died in between

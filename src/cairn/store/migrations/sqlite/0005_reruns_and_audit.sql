@@ -1,4 +1,4 @@
--- cairn schema 6: rerun a task from a step (its runs, and the entries a rerun
+-- cairn schema 5: rerun a task from a step (its runs, and the entries a rerun
 -- superseded, kept readable), and the audit trail of operator actions.
 -- Nothing here touches the steps table: replay still reads one task's steps
 -- and completed operations, and a claim is still one update of one task row.

@@ -1,4 +1,4 @@
--- cairn schema 6 on PostgreSQL: rerun a task from a step, and the audit trail
+-- cairn schema 5 on PostgreSQL: rerun a task from a step, and the audit trail
 -- of operator actions. Same meaning as the SQLite migration of the same number.
 -- Nothing here touches the steps table.
 
