@@ -28,7 +28,7 @@ from cairn.engine.run import TaskRun, adrive, current, drive, in_event_loop
 from cairn.engine.steps import run_step, sleep_machine, step_machine
 from cairn.engine.waits import Signal, seconds_of, wait_for
 from cairn.errors import ConfigurationError
-from cairn.keys import bounded_key
+from cairn.keys import KeyPart, bounded_key, run_key
 from cairn.names import check_name
 from cairn.retry import NO_RETRY, Retry
 
@@ -129,6 +129,20 @@ class Context:
     def attempt(self) -> int:
         """The task attempt now running, from 1. Survives crashes."""
         return self._run.attempt
+
+    @property
+    def run(self) -> int:
+        """Which run of the task this is: 1, until ``cairn rerun`` makes the next."""
+        return self._run.run_number
+
+    def run_key(self, *parts: KeyPart) -> str:
+        """An operation key for an effect that belongs to this run of this task:
+        the task's id, its run number, then ``op_key(*parts)``. Give it to
+        ``ctx.once`` for an effect a rerun should make again (once in each
+        run), such as posting the run's findings; a key built with ``op_key``
+        names the effect for good, and a rerun finds it done and does not call
+        it again (docs/reruns.md)."""
+        return run_key(self._run.task_id, self._run.run_number, *parts)
 
     # -- steps -----------------------------------------------------------------
     @overload

@@ -88,3 +88,19 @@ def bounded_key(key: str, *, kind: str = "operation key") -> str:
     if len(key) <= KEY_LIMIT:
         return key
     return f"{key[: KEY_LIMIT - 34]}~{_digest(key, 32)}"
+
+
+# Between a task's id and its run number in a key ``run_key`` builds. ``op_key``
+# never writes a '#' (a part holding one is replaced by a readable prefix and a
+# hash), so the last one in such a key ends the task's id: two tasks, or two
+# runs of one task, never build the same key.
+RUN_MARK = "#run"
+
+
+def run_key(task_id: str, run: int, *parts: KeyPart) -> str:
+    """An operation key that belongs to one run of one task:
+    ``TASK#runN/`` and ``op_key(*parts)``. A rerun of the task from a step
+    (``cairn rerun``) is run N+1, so an effect keyed so happens again in it,
+    once; a key built with ``op_key`` alone names the effect for good, and a
+    rerun finds it done (docs/reruns.md)."""
+    return bounded_key(f"{task_id}{RUN_MARK}{run}/{op_key(*parts)}")

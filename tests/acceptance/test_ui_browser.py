@@ -282,16 +282,19 @@ def test_a_live_page_changes_without_a_reload(browser: Any, dash: Dash) -> None:
 
 
 def test_each_button_changes_the_store(browser: Any, dash: Dash) -> None:
-    """Retry, Cancel (on a waiting task), Send signal and Resolve, each pressed in
-    the page, leave the store as the CLI's command would, and land back on the
-    task's page (303)."""
+    """Retry, Cancel (on a waiting task, through its confirmation), Send signal
+    and Resolve, each pressed in the page, leave the store as the CLI's command
+    would, and land back on the task's page (303)."""
     by, driver = _by(), browser
     driver.get(dash.url + _task(IDS.failed))
     _follow(driver, by.ID, "retry")
     assert dash.status(IDS.failed) == "pending"
     assert _text(driver, "#status") == "pending"
     driver.get(dash.url + _task(IDS.waiting_too))
-    _follow(driver, by.ID, "cancel")
+    _follow(driver, by.ID, "cancel")  # to its confirmation, which says what it touches
+    assert dash.status(IDS.waiting_too) == "waiting"
+    assert _text(driver, "#confirm-count") == "1"
+    _follow(driver, by.ID, "confirm")
     assert dash.status(IDS.waiting_too) == "cancelled"
     driver.get(dash.url + _task(IDS.waiting))
     driver.find_element(by.ID, "signal-name").send_keys("approval")

@@ -31,7 +31,8 @@ from cairn.blobs.ref import BlobRef
 from cairn.errors import TransferError
 from cairn.portable import export_batch, import_batch, prune
 from cairn.portable._refs import referenced_blobs
-from cairn.store import sql, sqlmove, tables
+from cairn.store import sql, sqlforks, sqlmove, tables
+from cairn.store.entries import entry_text
 from cairn.store.records import MessageRecord, NewTask, StepRecord
 from cairn.store.sqlbase import SQLStore
 from tests.integration.store.test_export_columns import V1_FILE, sql_store
@@ -135,7 +136,20 @@ def fill(store: SQLStore) -> dict[str, list[Any]]:
         "interruptions = 1, wake_at = ? WHERE id = ?",
         ('"old"', '{"type": "Old"}', store._ts(at(13)), store._ts(at(80)), CHILD),
     )
+    _superseded_run(store)
     return {"steps": steps, "messages": messages}
+
+
+def _superseded_run(store: SQLStore) -> None:
+    """PARENT at its second run: the first one's row and one of its superseded
+    entries, every column set (as a rerun from a step leaves them)."""
+    store._exec("UPDATE tasks SET run = 2 WHERE id = ?", (PARENT,))
+    row = (PARENT, 1, 3, "completed", '"first"', '{"type": "Was"}', 2, store._ts(at(1)),
+           store._ts(at(11)), store._ts(at(11.5)), "cli:mika")  # fmt: skip
+    store._exec(sqlforks.INSERT_TASK_RUN, row)
+    entry = StepRecord(PARENT, 3, "step", "analyze", "completed", "[]", 1, 1, 1, None, None,
+                       at(10), at(11))  # fmt: skip
+    store._exec(sqlforks.INSERT_SUPERSEDED, (PARENT, 1, 3, "step", "analyze", entry_text(entry)))
 
 
 def snapshot(store: SQLStore) -> dict[str, list[dict[str, Any]]]:

@@ -21,6 +21,8 @@ import psycopg
 import pytest
 
 from cairn import Cairn, Context
+from cairn.admin.reruns import ForkPoint, apply_rerun, plan_rerun
+from cairn.store import admin
 from cairn.store.migrate import latest_version, migrations
 from cairn.versions import check_app
 from tests.conftest import postgres_admin_url, with_database
@@ -75,6 +77,30 @@ def _check_upgraded_and_resumed(url: str) -> None:
     steps = {record.name: record for record in history.values()}
     assert steps["first"].fingerprint is None
     assert (steps["second"].fingerprint or "").startswith("code:")
+    _check_rerun_after_upgrade(url)
+
+
+def _check_rerun_after_upgrade(url: str) -> None:
+    """Schema 5: the task made before it is at run 1, and a rerun from its
+    second step (whose first was recorded before fingerprints) runs only that
+    step again, keeping the first run readable."""
+    calls: list[str] = []
+    app, resume = _resume_app(url, calls)
+    with app:
+        tools = admin(app.store)
+        task = tools.get_task(TASK)
+        assert task is not None
+        assert task.run == 1
+        plan = plan_rerun(tools, [task], ForkPoint(step="second"))
+        assert [t.step for t in plan.runnable] == ["second"]
+        apply_rerun(tools, plan, app.clock.now(), target=f"task {TASK}")
+        report = app.run_batch("old", resume, [], progress=False)  # type: ignore[arg-type]
+        assert report.completed == 1, report
+        after = tools.get_task(TASK)
+        assert after is not None
+        assert after.run == 2
+        assert [r.fork_seq for r in tools.task_runs(TASK)] == [2]
+    assert calls == ["second"]
 
 
 def test_a_sqlite_store_of_schema_1_is_upgraded_and_its_task_resumes(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager, suppress
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -45,7 +45,7 @@ from cairn.engine.once import OnDoubt
 from cairn.errors import StoreUnavailable
 from cairn.portable import export_batch, import_batch
 from cairn.store import Store, admin, open_store
-from cairn.store.records import NewTask, ScheduleRecord, TaskRecord
+from cairn.store.records import NewTask, ScheduleRecord, StepRecord, TaskRecord
 from cairn.testing import Fault, FaultPlan, InjectedCrash
 from tests.conftest import postgres_admin_url, with_database
 
@@ -743,3 +743,81 @@ def test_a_reclaim_run_again_after_its_task_was_taken_gets_nothing(shared_db: st
             app.run(pay, order="r-4")
     assert proxy.dropped == 1
     assert calls == []
+
+
+def test_a_fork_whose_answer_was_lost_says_it_forked_once(shared_db: str) -> None:
+    """``cairn rerun`` forks a finished task in one transaction and the answer
+    to its COMMIT is lost; run again, the fork finds its own superseded run at
+    its stamp: it says it forked the task, and the task is at run 2 with one
+    superseded run and its entries kept once (not "changed just now")."""
+    with closing(open_store(shared_db)) as store:
+        claimed = _claimed_elsewhere(store, "fork-1")
+        now = FakeClock().now()
+        step = _entry("fork-1", 1, now)
+        assert store.record_step(step, claimed.fence, first=True)
+        assert store.finish_task("fork-1", claimed.fence, "completed", "1", None, now)
+    lost = answer_lost(shared_db, b"INSERT INTO superseded_entries", b"COMMIT")
+    with lost as (proxy, url), closing(open_store(url)) as store:
+        forked = admin(store).fork_task("fork-1", 1, 1, FakeClock().now(), "cli:test")
+    assert proxy.dropped == 1
+    assert forked
+    with closing(open_store(shared_db)) as store:
+        tools = admin(store)
+        task = tools.get_task("fork-1")
+        assert task is not None
+        assert (task.run, task.status) == (2, "pending")
+        assert [r.run for r in tools.task_runs("fork-1")] == [1]
+        assert [(run, e.seq) for run, e in tools.superseded_entries("fork-1")] == [(1, 1)]
+        assert tools.load_history("fork-1") == {}
+
+
+def test_a_cascade_whose_answer_was_lost_names_the_children_it_cancelled(shared_db: str) -> None:
+    """``cairn cancel PARENT`` cancels the parent and its child in one
+    transaction and the answer to its COMMIT is lost; run again, it finds both
+    cancelled at its stamp and names them, instead of "changed status just now"."""
+    with closing(open_store(shared_db)) as store:
+        tasks = [
+            NewTask("cas-p", "work", "{}", "json"),
+            NewTask("cas-p/c", "work", "{}", "json", parent_id="cas-p"),
+        ]
+        store.enqueue(tasks, FakeClock().now())
+    lost = answer_lost(shared_db, b"parent_id IN", b"COMMIT")
+    with lost as (proxy, url), closing(open_store(url)) as store:
+        applied = apply_to_task(admin(store), CANCEL, "cas-p", FakeClock().now())
+    assert proxy.dropped == 1
+    assert (applied.changed, applied.children) == (True, ["cas-p/c"])
+
+
+def test_an_audit_entry_whose_answer_was_lost_is_written_once(shared_db: str) -> None:
+    """An operator action's audit entry is inserted and the answer (its id) is
+    lost; run again, the insert finds its own entry: one entry, completed
+    with the action's count."""
+    with closing(open_store(shared_db)) as store:
+        store.create_task(NewTask("audit-1", "work", "{}", "json"), FakeClock().now())
+    lost = answer_lost(shared_db, (b"INSERT INTO audit", b"audit-1"), b"INSERT 0 1")
+    with lost as (proxy, url), closing(open_store(url)) as store:
+        apply_to_task(admin(store), CANCEL, "audit-1", FakeClock().now())
+    assert proxy.dropped == 1
+    with closing(open_store(shared_db)) as store:
+        entries = [e for e in admin(store).audit_page(None, 1000) if e.target == "task audit-1"]
+    assert [(e.action, e.count) for e in entries] == [("cancel", 1)]
+
+
+def test_a_child_whose_insert_answer_was_lost_is_made_once(shared_db: str) -> None:
+    """A spawn's insert of a child under its parent's fence commits and the
+    answer is lost; run again, the insert finds the child it made: made (not
+    "the parent's fence moved"), once."""
+    with closing(open_store(shared_db)) as store:
+        parent = _claimed_elsewhere(store, "kid-p")
+    child = NewTask("kid-p/c", "work", "{}", "json", parent_id="kid-p", parent_fence=parent.fence)
+    lost = answer_lost(shared_db, (b"INSERT INTO tasks", b"FOR SHARE"), b"INSERT 0 1")
+    with lost as (proxy, url), closing(open_store(url)) as store:
+        made = store.create_task(child, FakeClock().now())
+    assert proxy.dropped == 1
+    assert made
+    with closing(open_store(shared_db)) as store:
+        assert [t.id for t in admin(store).list_tasks() if t.parent_id == "kid-p"] == ["kid-p/c"]
+
+
+def _entry(task_id: str, seq: int, now: datetime) -> StepRecord:
+    return StepRecord(task_id, seq, "step", "s", "completed", "1", 1, 1, 1, None, None, now, now)

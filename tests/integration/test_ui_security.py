@@ -81,9 +81,10 @@ class Dashboard:
         finally:
             conn.close()
 
-    def post(self, action: str, task_id: str, headers: dict[str, str]) -> Answer:
-        """A retry/cancel form exactly as the page's button sends it (form secret too)."""
-        form = f"id={task_id}&csrf={self.server.config.csrf}"
+    def post(self, action: str, task_id: str, headers: dict[str, str], extra: str = "") -> Answer:
+        """A retry/cancel form exactly as the page's button sends it (form secret too;
+        a cancel's confirmation page adds ``confirmed=1``: ``extra``)."""
+        form = f"id={task_id}&csrf={self.server.config.csrf}" + (f"&{extra}" if extra else "")
         kind = {"Content-Type": "application/x-www-form-urlencoded"}
         return self.request("POST", f"/task/{action}", {**kind, **headers}, form)
 
@@ -483,7 +484,9 @@ def test_every_page_sets_a_viewport_for_phones(dash: Dashboard) -> None:
 
 def test_a_waiting_task_can_be_cancelled_from_its_page(dash: Dashboard) -> None:
     """A task suspended in ``ctx.wait_for`` shows a Cancel button (the rule of
-    ``cairn cancel``: pending, running or waiting), and pressing it cancels it."""
+    ``cairn cancel``: pending, running or waiting), which leads to its
+    confirmation page; the cancel posted from there cancels it, and one posted
+    without the confirmation is refused (400) and changes nothing."""
 
     @dash.app.task(name="approve")
     def approve(ctx: Context) -> str:
@@ -492,8 +495,15 @@ def test_a_waiting_task_can_be_cancelled_from_its_page(dash: Dashboard) -> None:
     with pytest.raises(TaskWaiting):
         dash.app.run(approve, task_id="approve/1")
     page = dash.request("GET", "/task?id=approve%2F1")
-    assert 'action="/task/cancel"' in page.body
-    assert dash.post("cancel", "approve/1", {"Origin": dash.origin}).status == 303
+    assert 'id="cancel"' in page.body
+    confirm = dash.request("GET", "/confirm?action=cancel&id=approve%2F1")
+    assert 'action="/task/cancel"' in confirm.body
+    assert 'name="confirmed" value="1"' in confirm.body
+    unconfirmed = dash.post("cancel", "approve/1", {"Origin": dash.origin})
+    assert unconfirmed.status == 400
+    assert dash.status_of("approve/1") == "waiting"
+    done = dash.post("cancel", "approve/1", {"Origin": dash.origin}, extra="confirmed=1")
+    assert done.status == 303
     assert dash.status_of("approve/1") == "cancelled"
 
 

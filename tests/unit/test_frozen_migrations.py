@@ -28,6 +28,9 @@ RELEASED = {
     "postgres/0004_tasks_by_name_and_parent.sql": (
         "9eb03668ba558b4560e1c5de3aee726740f4da60cc2ebab57df736725b0e17fb"
     ),
+    "postgres/0005_reruns_and_audit.sql": (
+        "288180c7087001c6b893f6f190e7e5a43e417483b113bc3b02a2b2e712b0bcfe"
+    ),
     "sqlite/0001_initial.sql": ("349d82616b1eb61253e11592a348213d2e256fe6e5d4e5626d4c7a3b9fe8a862"),
     "sqlite/0002_claims_and_late_outcomes.sql": (
         "47640a9a877925cb04764c7c792a3d808a19c7d827ca7904bb47b04c645fe54e"
@@ -37,6 +40,9 @@ RELEASED = {
     ),
     "sqlite/0004_tasks_by_name_and_parent.sql": (
         "08fc13b2bc4c2cf1111ffeedaec9f620f890d0444436afc8b499e3903534f0ed"
+    ),
+    "sqlite/0005_reruns_and_audit.sql": (
+        "60c0f56a8593dcfbc1f88295af1cc3ca07bcacdcea2cfeb735d07b6bd6a21d1d"
     ),
 }
 

@@ -17,6 +17,7 @@ from functools import cache
 from itertools import islice
 from typing import Any
 
+from cairn.admin.audit import Actor, audit
 from cairn.clock import SystemClock
 from cairn.codec import JsonCodec, codec_for
 from cairn.engine.owners import DEFAULT_LEASE_SECONDS, claim_abandoned, takeover_grace
@@ -183,10 +184,29 @@ def resolve(
     result: Any = None,
     permanent: bool,
     now: datetime,
+    actor: Actor | None = None,
 ) -> Resolved:
     """Settle a key that is not completed: ``completed`` with ``result`` (it
     happened), ``released`` (it did not; call again) or ``failed`` (give up).
-    A failed claiming task goes back to pending, unless the key was given up on."""
+    A failed claiming task goes back to pending, unless the key was given up on.
+    Written to the audit trail as ``actor``."""
+    target = f"operation {key}" + (f" (scope {scope})" if scope else "")
+    detail = {"status": status, "permanent": permanent}
+    with audit(store, actor, "resolve", target, now, detail) as entry:
+        done = _resolve(store, scope, key, status, result, permanent, now)
+        entry.done(int(done.changed), "; ".join(done.messages))
+    return done
+
+
+def _resolve(
+    store: AdminStore,
+    scope: str,
+    key: str,
+    status: str,
+    result: Any,
+    permanent: bool,
+    now: datetime,
+) -> Resolved:
     op = store.get_operation(scope, key)
     if op is None:
         where = f" in scope {scope!r}" if scope else ""

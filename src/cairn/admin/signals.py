@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from cairn.admin.actions import Applied
+from cairn.admin.audit import Actor, audit
 from cairn.errors import CairnError
 from cairn.signals import send_signal as record_signal
 from cairn.store import AdminStore
@@ -17,11 +18,27 @@ from cairn.store import AdminStore
 __all__ = ["send_signal"]
 
 
-def send_signal(store: AdminStore, task_id: str, name: str, payload: Any, now: datetime) -> Applied:
-    """Send signal ``name`` with the JSON-able ``payload`` to ``task_id``.
+def send_signal(
+    store: AdminStore,
+    task_id: str,
+    name: str,
+    payload: Any,
+    now: datetime,
+    *,
+    actor: Actor | None = None,
+) -> Applied:
+    """Send signal ``name`` with the JSON-able ``payload`` to ``task_id``,
+    written to the audit trail as ``actor`` (the name, not the payload).
 
     ``changed`` False and ``refused`` False: that signal had been sent before.
     ``refused``: no such task, a finished one, or a bad name; nothing changed."""
+    with audit(store, actor, "signal", f"task {task_id}", now, {"signal": name}) as entry:
+        applied = _send(store, task_id, name, payload, now)
+        entry.done(applied.count, applied.message)
+    return applied
+
+
+def _send(store: AdminStore, task_id: str, name: str, payload: Any, now: datetime) -> Applied:
     try:
         task = store.get_task(task_id)
         sent = record_signal(store, task_id, name, payload, now)

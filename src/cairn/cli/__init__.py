@@ -17,6 +17,7 @@ from cairn import __version__
 from cairn.store import DEFAULT_URL
 
 from ._errors import CairnGroup
+from .audit import audit_command
 from .backup import backup_command
 from .batches import batches_command
 from .cancel import cancel_command
@@ -25,6 +26,7 @@ from .check import check_command
 from .conversation import conversation_command
 from .cost import cost_command
 from .demo import demo_command
+from .diff import diff_command
 from .enqueue import enqueue_command
 from .fidelity import fidelity_command
 from .metrics import metrics_command
@@ -33,6 +35,7 @@ from .ops import ops_app
 from .otel import otel_command
 from .prune import gc_command, prune_command
 from .report import report_command
+from .rerun import rerun_command
 from .retry import retry_command
 from .schedules import schedules_command
 from .show import show_command
@@ -89,6 +92,9 @@ app.command("check")(check_command)
 app.command("versions")(versions_command)
 app.command("retry")(retry_command)
 app.command("cancel")(cancel_command)
+app.command("rerun")(rerun_command)
+app.command("diff")(diff_command)
+app.command("audit")(audit_command)
 app.command("signal")(signal_command)
 app.command("demo")(demo_command)
 app.command("chaos")(chaos_command)

@@ -3,19 +3,19 @@
 The actions and their rules are ``cairn.admin.actions``, which the dashboard
 uses too; this module prints what came of them. Each change is one store call
 that checks the status itself (of one task, or of a batch's tasks in one
-status), so a task that moved meanwhile is left alone and not counted.
+status), so a task that moved meanwhile is left alone and not counted. Each is
+written to the audit trail as ``cli:USER`` (``cairn audit``).
 """
 
 from __future__ import annotations
 
-from collections import Counter
-
 from rich.text import Text
 
-from cairn.admin.actions import Action, apply_to_task
+from cairn.admin.actions import Action, apply_to_batch, apply_to_task
 from cairn.clock import SystemClock
 from cairn.store import AdminStore
 
+from ._actor import cli_actor
 from ._consoles import fail, note, stdout_console
 from ._store_option import require_batch
 from .show import get_task_or_fail
@@ -24,42 +24,38 @@ from .show import get_task_or_fail
 _LISTED = 20
 
 
-def act_on_task(store: AdminStore, action: Action, task_id: str) -> None:
+def act_on_task(
+    store: AdminStore, action: Action, task_id: str, *, keep_children: bool = False
+) -> None:
     """Apply ``action`` to one task, or explain (exit 1) why nothing changed."""
     get_task_or_fail(store, task_id)  # an unknown id: exit 2, naming the store
-    applied = apply_to_task(store, action, task_id, SystemClock().now())
+    applied = apply_to_task(
+        store, action, task_id, SystemClock().now(), actor=cli_actor(), keep_children=keep_children
+    )
     if not applied.changed:
         fail(applied.message, code=1)
-    stdout_console().print(Text(applied.message), soft_wrap=True)
+    console = stdout_console()
+    console.print(Text(applied.message), soft_wrap=True)
+    for child in applied.children[:_LISTED]:
+        console.print(Text(f"task {child}: -> cancelled (spawned by {task_id})"), soft_wrap=True)
+    if len(applied.children) > _LISTED:
+        console.print(f"... and {len(applied.children) - _LISTED} more")
 
 
 def act_on_batch(store: AdminStore, action: Action, batch: str, sources: tuple[str, ...]) -> None:
     """Apply ``action`` to every task of ``batch`` in one of ``sources``: one
     statement per source status, however many tasks the batch has."""
     require_batch(store, batch)
-    console = stdout_console()
-    counts: Counter[str] = Counter()
-    stamp = SystemClock().now()
-    seen: set[str] = set()
-    for source in sources:
-        # Each task once: a change run again after its answer was lost finds
-        # every task moved at this stamp, an earlier status's among them.
-        changed = [t for t in action.apply_to_batch(store, batch, source, stamp) if t not in seen]
-        seen.update(changed)
-        for task_id in changed[: max(0, _LISTED - sum(counts.values()))]:
-            console.print(Text(action.describe(task_id, source)), soft_wrap=True)
-        counts[source] += len(changed)
-    _summarize(batch, action, sources, counts)
-
-
-def _summarize(batch: str, action: Action, sources: tuple[str, ...], counts: Counter[str]) -> None:
-    total = sum(counts.values())
-    if total == 0:
-        note(f"batch {batch}: no {' or '.join(sources)} tasks; nothing changed")
+    applied = apply_to_batch(store, action, batch, sources, SystemClock().now(), actor=cli_actor())
+    if applied.count == 0:
+        note(applied.summary())
         return
-    if total > _LISTED:
-        stdout_console().print(f"... and {total - _LISTED} more")
-    parts = ", ".join(f"{counts[s]} {s}" for s in sources if counts[s])
-    stdout_console().print(
-        Text(f"batch {batch}: {total} task(s) -> {action.target} ({parts})"), soft_wrap=True
-    )
+    console = stdout_console()
+    listed = 0
+    for source, ids in applied.changed.items():
+        for task_id in ids[: max(0, _LISTED - listed)]:
+            console.print(Text(action.describe(task_id, source)), soft_wrap=True)
+        listed += min(len(ids), max(0, _LISTED - listed))
+    if applied.count > _LISTED:
+        console.print(f"... and {applied.count - _LISTED} more")
+    console.print(Text(applied.summary()), soft_wrap=True)

@@ -28,6 +28,7 @@ from cairn.clock import SystemClock
 from cairn.store import AdminStore
 from cairn.store.records import OperationStatus
 
+from ._actor import cli_actor
 from ._consoles import fail, note, stdout_console
 from ._field_text import MISSING, clip, error_line, iso_time, short_time, stored_value
 from ._json_output import JsonOption, print_json, value_for_json
@@ -377,6 +378,7 @@ def resolve_command(
             result=decision.value,
             permanent=decision.permanent,
             now=SystemClock().now(),
+            actor=cli_actor(),
         )
     if not resolved.changed:
         fail(resolved.message, code=1 if resolved.found else 2)

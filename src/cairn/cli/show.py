@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.text import Text
 
 from cairn.admin import StepView, TaskView, task_view
+from cairn.admin.lineage import RunView, lineage
 from cairn.errors import UnknownTask
 from cairn.store import AdminStore
 from cairn.store.records import TaskRecord
@@ -74,13 +75,61 @@ def show_command(
         view = task_view(opened, task_id)
         if view is None:
             raise _unknown(opened, task_id)
+        runs = lineage(opened, view.task) if view.task.run > 1 else []
     if as_json:
-        print_json(_json(view))
+        print_json({**_json(view), "runs": [_run_dict(run) for run in runs]})
         return
     console = stdout_console()
     print_table(console, key_values(_header(view)))
     console.print()
+    if runs:
+        _print_runs(console, runs)
     _print_timeline(console, view.steps, wide=wide)
+
+
+_RUN_COLUMNS = ("run", "status", "result or error", "forked at", "when", "by")
+
+
+def _print_runs(console: Console, runs: list[RunView]) -> None:
+    """The task's lineage: each run a rerun superseded, where the next forked."""
+    table = RowTable(console, _RUN_COLUMNS, right=("run",), free=("result or error",))
+    for run in runs:
+        outcome = view_error_line(run.error) if run.status == "failed" else _value_line(run)
+        table.add_row(
+            str(run.run) + (" (now)" if run.current else ""),
+            status_text(run.status),
+            outcome,
+            MISSING if run.fork_seq is None else f"{run.fork_seq} {run.fork_name or ''}".strip(),
+            short_time(run.forked_at),
+            run.forked_by or MISSING,
+        )
+    table.print()
+    console.print(
+        "each run shares the entries before its fork point with the next; "
+        "`cairn diff TASK` shows what the latest rerun changed"
+    )
+    console.print()
+
+
+def _value_line(run: RunView) -> str:
+    value = run.result
+    if value is None:
+        return MISSING
+    if value.blob is not None:
+        return f"blob {value.blob.size} B"
+    return " ".join((value.json_text or value.raw or "").split())
+
+
+def _run_dict(run: RunView) -> dict[str, object]:
+    return {
+        "run": run.run,
+        "current": run.current,
+        "status": run.status,
+        "fork_position": run.fork_seq,
+        "fork_entry": run.fork_name,
+        "forked_at": None if run.forked_at is None else run.forked_at.isoformat(),
+        "forked_by": run.forked_by,
+    }
 
 
 def _json(view: TaskView) -> dict[str, object]:
@@ -107,6 +156,8 @@ def _header(view: TaskView) -> list[tuple[str, Text | str]]:
         ("status", task_status_text(task.status, task.owner)),
         ("attempts", attempts),
     ]
+    if task.run > 1:
+        rows.append(("run", f"{task.run} (a rerun from a step; the earlier runs below)"))
     if task.status == "running":
         rows.append(("owner", task.owner or MISSING))
         rows.append(("lease until", short_time(task.lease_expires_at)))

@@ -11,6 +11,7 @@ from rich.text import Text
 from cairn.admin import send_signal
 from cairn.clock import SystemClock
 
+from ._actor import cli_actor
 from ._consoles import fail, stdout_console
 from ._store_option import DEFAULT_URL, StoreOption, opened_store
 
@@ -34,7 +35,7 @@ def signal_command(
     except json.JSONDecodeError as exc:
         fail(f"the payload is not JSON ({exc.msg} at character {exc.pos}): {payload!r}")
     with opened_store(store) as opened:
-        sent = send_signal(opened, task_id, name, value, SystemClock().now())
+        sent = send_signal(opened, task_id, name, value, SystemClock().now(), actor=cli_actor())
     if sent.refused:
         fail(sent.message)
     stdout_console().print(Text(sent.message), soft_wrap=True)

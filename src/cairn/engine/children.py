@@ -71,11 +71,16 @@ def spawn(
         child_id,
         run.task_id,
         engine.version,
+        parent_fence=run.fence,
     )
     # Insert-if-absent: a parent that died after this and before its record
     # finds its child here on the next run, and the check below accepts it.
-    engine.store.create_task(child, started)
+    # Made only while this run holds the parent's fence: a cancel of the parent
+    # reaches every child (docs/orchestration.md), so none is made after it.
+    made = engine.store.create_task(child, started)
     existing = engine.store.get_task(child_id)
+    if not made and existing is None:
+        run.lost()  # the parent's fence moved: cancelled, or taken over
     if (
         existing is None
         or existing.name != task_def.name

@@ -119,6 +119,7 @@ def _prepare(engine: EngineConfig, record: TaskRecord) -> _Prepared:
         offloader=engine.offloader,
         engine=engine,
         group=_group_of(engine),
+        run_number=record.run,
     )
     run.on_change, run.rerun_models = engine.change_policy(task)
     ctx = engine.make_context(run)

@@ -272,6 +272,9 @@ class TaskRun:
     # The store's group-commit queue, when the app has group commit on (None:
     # each write commits alone, through the store).
     group: Coalescer | None = None
+    # Which run of the task this is: 1, until a rerun from a step makes the
+    # next (``ctx.run_key`` puts it in the keys it derives).
+    run_number: int = 1
 
     # Whether the codec is cairn's JSON (inside a blob-store wrapper or not): its
     # ints and null are written here, without a call into the codec.

@@ -16,12 +16,15 @@ from typing import Any, Protocol, runtime_checkable
 from cairn.errors import ConfigurationError
 from cairn.store.protocol import Store
 from cairn.store.records import (
+    AuditRecord,
     BatchSummary,
     ConversationSummary,
     OperationRecord,
     RecordedCall,
     ScheduleRecord,
+    StepRecord,
     TaskRecord,
+    TaskRunRecord,
 )
 from cairn.store.reports import (
     BatchSpan,
@@ -121,6 +124,54 @@ class AdminStore(Store, Protocol):
     def retry_batch(self, batch: str, status: str, now: datetime) -> list[str]:
         """``retry_task`` for every task of ``batch`` that is ``status`` (failed or
         cancelled) at once; the ids moved back to pending, in enqueue order."""
+        ...
+
+    def cancel_family(self, task_id: str, now: datetime) -> list[str]:
+        """Cancel a pending, running or waiting task and, in the same transaction,
+        every unfinished task below it (its spawned children, theirs, ...), one
+        generation at a time; the ids cancelled, the task first ([] if it could
+        not be cancelled). A child made while this runs is either cancelled
+        with the rest or never made (a child is made only under its parent's
+        fence, which this moves); one claimed meanwhile is cancelled too (its
+        fence moves, so its owner stops at its next write)."""
+        ...
+
+    # -- reruns from a step, and their lineage (docs/reruns.md) --------------------------
+    def fork_task(self, task_id: str, run: int, from_seq: int, now: datetime, by: str) -> bool:
+        """Start run ``run + 1`` of a finished task whose current run is ``run``,
+        in one transaction: the run's outcome is kept (``task_runs``), its
+        entries at ``from_seq`` and after move to ``superseded_entries``, and the
+        task is pending again with a fresh retry budget, its fence moved. False
+        (nothing written) if the task is not finished or is at another run."""
+        ...
+
+    def task_runs(self, task_id: str) -> list[TaskRunRecord]:
+        """The runs of ``task_id`` a rerun superseded, oldest first."""
+        ...
+
+    def superseded_entries(self, task_id: str, since_run: int = 1) -> list[tuple[int, StepRecord]]:
+        """(run, entry) of every entry a rerun took out of ``task_id``'s history,
+        of run ``since_run`` and later, by run then position."""
+        ...
+
+    def forked_tasks(self, batch: str | None) -> list[TaskRecord]:
+        """The tasks of ``batch`` (or of every batch) whose current run is a rerun's."""
+        ...
+
+    # -- the audit trail ------------------------------------------------------------------
+    def begin_audit(
+        self, at: datetime, actor: str, action: str, target: str, detail: str | None
+    ) -> int:
+        """Write an operator action about to be made (its count still unknown);
+        its id, for ``end_audit``."""
+        ...
+
+    def end_audit(self, entry: int, count: int | None, outcome: str | None) -> None:
+        """Complete audit entry ``entry`` with how many tasks the action changed."""
+        ...
+
+    def audit_page(self, before: int | None, size: int) -> list[AuditRecord]:
+        """Up to ``size`` audit entries, newest first, older than entry ``before``."""
         ...
 
     def list_operations(

@@ -197,6 +197,7 @@ class PostgresStore(SQLStore):
     capabilities = Capabilities(multi_host=True, multi_process=True, file_based=False)
     claim_lock_clause: ClassVar[str] = " FOR UPDATE SKIP LOCKED"
     row_lock_clause: ClassVar[str] = " FOR UPDATE"
+    share_lock_clause: ClassVar[str] = " FOR SHARE"
 
     def __init__(
         self,

@@ -44,6 +44,10 @@ class NewTask:
     parent_id: str | None = None
     # The app version it is enqueued under; its first claim records the claimer's.
     version: str | None = None
+    # A spawned child: its parent's fence. The child is created only while the
+    # parent is running under that fence, in the same statement, so a cancel
+    # that cascades to the parent's children cannot miss one made meanwhile.
+    parent_fence: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +78,8 @@ class TaskRecord:
     wake_at: datetime | None = None
     parent_id: str | None = None
     version: str | None = None
+    # Which run of the task this is: 1, until a rerun from a step makes the next.
+    run: int = 1
 
 
 class StepRecord(NamedTuple):
@@ -264,3 +270,39 @@ class ScheduleRecord:
     last_fired_at: datetime | None
     created_at: datetime
     updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRunRecord:
+    """A run of a task that a rerun superseded: how it ended (as the task row
+    held it then), and where the next run forked from it: every entry before
+    ``fork_seq`` is shared by both runs; this run's entries from ``fork_seq``
+    on are kept as superseded entries."""
+
+    task_id: str
+    run: int
+    fork_seq: int
+    status: str
+    result: str | None
+    error: str | None
+    attempts: int
+    started_at: datetime | None
+    finished_at: datetime | None
+    forked_at: datetime
+    forked_by: str
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """One operator action: who (``cli:USER``, ``ui:TOKEN-NAME``, ``api:USER``),
+    what, on which task or filter, when, and how many tasks it changed (None if
+    its process never said: it died, or the action is under way)."""
+
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    target: str
+    detail: str | None
+    count: int | None
+    outcome: str | None

@@ -94,9 +94,10 @@ class TaskQuery:
 
     ``status``, ``batch`` and ``name`` match exactly; ``since <= created_at <
     until``; ``search`` matches a task id (its start or all of it) or a piece of
-    its error text, letter case ignored. Tasks cairn runs for itself (names
-    starting ``cairn.``: stall alerts, daily reports) are left out unless
-    ``include_internal``."""
+    its error text, letter case ignored; ``error_type`` picks the tasks whose
+    recorded error is of that type (a batch's failure group; ``unknown``: no
+    error recorded). Tasks cairn runs for itself (names starting ``cairn.``:
+    stall alerts, daily reports) are left out unless ``include_internal``."""
 
     status: str | None = None
     batch: str | None = None
@@ -105,3 +106,4 @@ class TaskQuery:
     until: datetime | None = None
     search: str | None = None
     include_internal: bool = False
+    error_type: str | None = None

@@ -44,6 +44,19 @@ INSERT_TASK = (
     "updated_at, parent_id, version) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?) "
     "ON CONFLICT (id) DO NOTHING"
 )
+# A spawned child (ctx.spawn), made only while its parent runs under the fence
+# the spawn saw ({lock}: FOR SHARE where the backend has row locks, so a cancel
+# that moves the parent's fence meanwhile waits for this insert, then sees the
+# child; or this insert waits for the cancel, then finds the fence moved).
+INSERT_CHILD = (
+    "INSERT INTO tasks (id, batch, item_key, name, args, codec, status, created_at, "
+    "updated_at, parent_id, version) SELECT ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ? "
+    "WHERE EXISTS (SELECT 1 FROM tasks WHERE id = ? AND fence = ? AND status = 'running'{lock}) "
+    "ON CONFLICT (id) DO NOTHING"
+)
+# This very child (made at its stamp), found by an insert run again after its
+# answer was lost.
+OWN_CHILD = "SELECT 1 FROM tasks WHERE id = ? AND created_at = ?"
 # How many of the tasks {ids} an enqueue made at its very stamp: what an
 # enqueue run again after its answer was lost finds it made (its count of new
 # tasks would otherwise be 0).
@@ -260,10 +273,44 @@ LOAD_HISTORY = f"SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?"
 # An operation a task claimed and completed is part of that task's history at
 # its step_seq: the operation row is the record, so an operation costs two
 # commits (claim, record) and no history row of its own.
+# An operation whose entry a rerun superseded (its key done by an earlier run,
+# at a position from the fork point on) is not part of the current run's
+# history: it is kept among that run's superseded entries (schema 5).
 LOAD_OP_HISTORY = (
-    "SELECT step_seq, key, result, calls, claimed_at, completed_at FROM operations "
-    "WHERE task_id = ? AND status = 'completed'"
+    "SELECT step_seq, key, result, calls, claimed_at, completed_at FROM operations o "
+    "WHERE o.task_id = ? AND o.status = 'completed' AND NOT EXISTS (SELECT 1 FROM "
+    "superseded_entries e WHERE e.task_id = o.task_id AND e.seq = o.step_seq "
+    "AND e.kind = 'op' AND e.name = o.key)"
 )
+
+
+def history_of(
+    task_id: str, op_rows: Sequence[Sequence[Any]], step_rows: Sequence[tuple[Any, ...]]
+) -> dict[int, StepRecord]:
+    """A task's history from the rows of ``LOAD_OP_HISTORY`` and ``LOAD_HISTORY``."""
+    history = {
+        seq: StepRecord(
+            task_id,
+            seq,
+            "op",
+            key,
+            "completed",
+            result,
+            calls,
+            0,
+            calls,
+            None,
+            None,
+            time_of(claimed),
+            time_of(completed),
+        )
+        for seq, key, result, calls, claimed, completed in op_rows
+    }
+    # A history row at the same position (an operation adopted from another
+    # task, or written by an older cairn) is the task's own record: it wins.
+    history.update((row[1], step_record(row)) for row in step_rows)
+    return history
+
 
 # -- operations --------------------------------------------------------------------
 # A key already there is left as it is, except for this very claim (same task,

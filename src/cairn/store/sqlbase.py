@@ -32,6 +32,7 @@ from cairn.store.records import (
 )
 from cairn.store.sqladmin import SQLAdmin
 from cairn.store.sqlcore import Tx
+from cairn.store.sqlruns import SQLRuns
 from cairn.store.sqltransfer import SQLTransfer
 
 ENQUEUE_CHUNK = 500
@@ -93,7 +94,7 @@ def clean_step(step: StepRecord) -> bool:
     return step.error is None and step.retry_at is None and not step.deferred and step.kept is None
 
 
-class SQLStore(SQLAdmin, SQLTransfer):
+class SQLStore(SQLAdmin, SQLTransfer, SQLRuns):
     """The store contract, engine and admin side, over the primitives."""
 
     # -- creating work -------------------------------------------------------------
@@ -102,7 +103,18 @@ class SQLStore(SQLAdmin, SQLTransfer):
             self._exec(sql.INSERT_BATCH, (name, task_name, self._ts(now)))
 
     def create_task(self, task: NewTask, now: datetime) -> bool:
+        if task.parent_fence is not None and task.parent_id is not None:
+            return self._create_child(task, task.parent_id, task.parent_fence, now)
         return self.enqueue([task], now) == 1
+
+    def _create_child(self, task: NewTask, parent: str, fence: int, now: datetime) -> bool:
+        """Insert a spawned child only while its parent runs under ``fence``."""
+        stamp = self._ts(now)
+        statement = sql.INSERT_CHILD.format(lock=self.share_lock_clause)
+        params = (*task_row(task, stamp), parent, fence)
+        own = (sql.OWN_CHILD, (task.id, stamp))
+        with self._writing():
+            return self._write_once(statement, params, own).rowcount == 1
 
     def enqueue(self, tasks: Iterable[NewTask], now: datetime) -> int:
         stamp = self._ts(now)
@@ -325,32 +337,11 @@ class SQLStore(SQLAdmin, SQLTransfer):
 
     # -- the fenced write path -----------------------------------------------------------
     def load_history(self, task_id: str) -> dict[int, StepRecord]:
-        history = {
-            seq: StepRecord(
-                task_id,
-                seq,
-                "op",
-                key,
-                "completed",
-                result,
-                calls,
-                0,
-                calls,
-                None,
-                None,
-                sql.time_of(claimed),
-                sql.time_of(completed),
-            )
-            for seq, key, result, calls, claimed, completed in self._exec(
-                sql.LOAD_OP_HISTORY, (task_id,)
-            ).rows
-        }
-        # A history row at the same position (an operation adopted from another
-        # task, or written by an older cairn) is the task's own record: it wins.
-        history.update(
-            (row[1], sql.step_record(row)) for row in self._exec(sql.LOAD_HISTORY, (task_id,)).rows
+        return sql.history_of(
+            task_id,
+            self._exec(sql.LOAD_OP_HISTORY, (task_id,)).rows,
+            self._exec(sql.LOAD_HISTORY, (task_id,)).rows,
         )
-        return history
 
     def _step_params(self, step: StepRecord, fence: int) -> tuple[Any, ...]:
         return (

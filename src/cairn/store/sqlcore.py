@@ -74,6 +74,10 @@ class SQLCore(ABC):
     # Appended to the read of a limit's row in an acquire: FOR UPDATE where the
     # backend has row locks (SQLite's BEGIN IMMEDIATE already serialises writers).
     row_lock_clause: ClassVar[str] = ""
+    # Appended to the look at a parent's row when a child is made: FOR SHARE
+    # where the backend has row locks, so a cancel of the parent is ordered
+    # with the child's insert (SQLite's writers are serialised anyway).
+    share_lock_clause: ClassVar[str] = ""
     # A statement that wakes idle workers when new tasks are committed, if the
     # backend can (PostgreSQL's NOTIFY); others are found by polling.
     announce_work: str | None = None

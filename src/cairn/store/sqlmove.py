@@ -69,6 +69,8 @@ BATCH_PARTS: tuple[BatchPart, ...] = (
     BatchPart(tables.BATCHES, "name = ?", "name"),
     BatchPart(tables.TASKS, "batch = ?", "pos"),  # pos: the order they were enqueued in
     BatchPart(tables.STEPS, _OF_BATCH, "task_id, seq"),
+    BatchPart(tables.TASK_RUNS, _OF_BATCH, "task_id, run"),
+    BatchPart(tables.SUPERSEDED_ENTRIES, _OF_BATCH, "task_id, run, seq"),
     BatchPart(tables.OPERATIONS, _OF_BATCH, "scope, key"),
     BatchPart(tables.SIGNALS, _OF_BATCH, "task_id, name"),
     BatchPart(tables.CONVERSATIONS, _OF_BATCH, "conv_id"),
@@ -87,6 +89,7 @@ NOT_OF_A_BATCH: tuple[Table, ...] = (
     tables.PERMITS,
     tables.SCHEDULES,
     tables.WORKERS,  # the versions each live worker claims: of the processes, not a batch
+    tables.AUDIT,  # what operators did, to any task or filter: kept when a batch is pruned
 )
 
 # Pruning: a batch's rows, children first.

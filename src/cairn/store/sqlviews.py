@@ -6,6 +6,7 @@ placeholders, as in ``cairn.store.sql``, whose column lists it shares.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from cairn.store.reports import TaskQuery
@@ -107,9 +108,27 @@ def task_query_filter(query: TaskQuery, ts: Any) -> tuple[list[str], list[Any]]:
         # substr, not LIKE, for the id: ids may hold % or _.
         where.append(f"(substr(id, 1, ?) = ? OR LOWER(error) LIKE LOWER(?) ESCAPE '{_ESCAPE}')")
         params += [len(query.search), query.search, like_pattern(query.search)]
+    if query.error_type == UNKNOWN_ERROR:
+        where.append("error IS NULL")
+    elif query.error_type is not None:
+        # The recorded error is JSON starting with its type (engine.errortext).
+        start = error_type_start(query.error_type)
+        where.append("substr(error, 1, ?) = ?")
+        params += [len(start), start]
     if not query.include_internal:
         where.append(f"substr(name, 1, {len(INTERNAL_PREFIX)}) <> '{INTERNAL_PREFIX}'")
     return where, params
+
+
+# The failure group of tasks with no recorded error (cairn.admin.batches).
+UNKNOWN_ERROR = "unknown"
+
+
+def error_type_start(error_type: str) -> str:
+    """How a recorded error of ``error_type`` starts, as
+    ``cairn.engine.errortext.describe_error`` writes it (``json.dumps`` of a
+    dict whose first key is the type)."""
+    return json.dumps({"type": error_type}, ensure_ascii=False)[:-1] + ","
 
 
 def find_tasks(clauses: list[str], *, newer: bool) -> str:

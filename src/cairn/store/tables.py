@@ -159,6 +159,9 @@ TASKS = Table(
         _text("parent_id", nullable=True),
         # Schema 3: the app version the task was enqueued under (docs/versions.md).
         _text("version", nullable=True),
+        # Schema 5: which run of the task this is; a rerun from a step makes the
+        # next one (docs/reruns.md), and TASK_RUNS keeps how the earlier ones ended.
+        _int("run", default=1),
     ),
 )
 
@@ -265,6 +268,65 @@ SCHEDULES = Table(
 # Schema 3: the versions each worker process claims, seen at its heartbeat.
 WORKERS = Table("workers", (_text("owner"), _text("versions"), _time("seen_at")))
 
+# Schema 5: one row per run of a task that a rerun superseded (docs/reruns.md):
+# how that run ended, as the task row held it then (status, result, error,
+# attempts, first start, finish), and where the next run forked from it
+# (``fork_seq``: the entries before it are shared by both runs), when and by
+# whom (the audit trail's actor).
+TASK_RUNS = Table(
+    "task_runs",
+    (
+        _text("task_id"),
+        _int("run"),
+        _int("fork_seq"),
+        _text("status"),
+        _text("result", nullable=True, blob_refs=True),
+        _text("error", nullable=True),
+        _int("attempts"),
+        _time("started_at", nullable=True),
+        _time("finished_at", nullable=True),
+        _time("forked_at"),
+        _text("forked_by"),
+    ),
+)
+
+# Schema 5: the history entries a rerun took out of its task's history (its
+# position ``fork_seq`` and after), under the run that recorded them. ``entry``
+# is the whole entry as JSON (``cairn.store.entries``), so this table does not
+# follow the steps table's column list; ``kind`` and ``name`` are columns for
+# the diff and for the replay's read of completed operations, which leaves out
+# an operation whose entry is superseded.
+SUPERSEDED_ENTRIES = Table(
+    "superseded_entries",
+    (
+        _text("task_id"),
+        _int("run"),
+        _int("seq"),
+        _text("kind"),
+        _text("name"),
+        Column("entry", "text", blob_refs=True, refs_inside=True),
+    ),
+)
+
+# Schema 5: the operator actions (retry, cancel, rerun, signal, resolve), from
+# the CLI, the dashboard or the admin API: who (``cli:USER``, ``ui:TOKEN-NAME``,
+# ``api:USER``), what, on which task or filter, when, and how many tasks it
+# changed (NULL until the action returned: one whose process died in between
+# shows with no count). ``detail`` is JSON, redacted (``cairn.redaction``).
+AUDIT = Table(
+    "audit",
+    (
+        Column("id", "integer", assigned=True, wide=True),
+        _time("at"),
+        _text("actor"),
+        _text("action"),
+        _text("target"),
+        _text("detail", nullable=True),
+        Column("count", "integer", nullable=True),
+        _text("outcome", nullable=True),
+    ),
+)
+
 TABLES: tuple[Table, ...] = (
     CAIRN_META,
     BATCHES,
@@ -278,5 +340,8 @@ TABLES: tuple[Table, ...] = (
     PERMITS,
     SCHEDULES,
     WORKERS,
+    TASK_RUNS,
+    SUPERSEDED_ENTRIES,
+    AUDIT,
 )
 BY_NAME: dict[str, Table] = {t.name: t for t in TABLES}

@@ -1,9 +1,13 @@
-"""The dashboard's buttons: retry, cancel, signal, resolve an operation in doubt.
+"""The dashboard's buttons: retry, cancel, signal, resolve an operation in doubt,
+rerun from a step, and the bulk actions on a filter (retry, cancel, rerun).
 
 Each runs the very function the CLI runs (``cairn.admin``), so a refusal says
-the CLI's sentence. Every form carries the server's form secret, checked
-first. Done: the answer is a 303 to the page where the change shows, so a
-reload does not post again.
+the CLI's sentence, and each is written to the audit trail as ``ui:NAME``.
+Every form carries the server's form secret, checked first. A cancel, a rerun
+and a bulk action come from their confirmation page (``cairn.ui.confirm``),
+which says how many tasks they touch, and carry its ``confirmed`` field. Done:
+the answer is a 303 to the page where the change shows, so a reload does not
+post again.
 """
 
 from __future__ import annotations
@@ -14,10 +18,13 @@ from http import HTTPStatus
 from typing import Any
 
 from cairn.admin.actions import CANCEL, RETRY, Action, Applied, apply_to_task
+from cairn.admin.bulk import apply_to_query, describe_query
 from cairn.admin.operations import resolve as resolve_operation
+from cairn.admin.reruns import ForkPoint, apply_rerun, plan_rerun, rerun_candidates
 from cairn.admin.signals import send_signal
 from cairn.ui import guard
 from cairn.ui.config import UIConfig
+from cairn.ui.filters import BULK_ACTIONS, FILTER_FIELDS, BadQuery, task_query
 from cairn.ui.render import href
 
 Form = dict[str, list[str]]
@@ -69,7 +76,19 @@ def _task_action(config: UIConfig, form: Form, action: Action) -> Outcome:
     if refusal is not None:
         return refusal
     task_id = _field(form, "id")
-    return _applied(apply_to_task(config.store, action, task_id, config.now()), task_id)
+    keep = _field(form, "keep_children") == "1"
+    applied = apply_to_task(
+        config.store, action, task_id, config.now(), actor=config.actor(), keep_children=keep
+    )
+    return _applied(applied, task_id)
+
+
+def _unconfirmed(form: Form, page: str) -> Outcome | None:
+    """A refusal unless the form came from its confirmation page."""
+    if _field(form, "confirmed") == "1":
+        return None
+    text = "confirm first: the confirmation page says how many tasks this touches"
+    return _refused(HTTPStatus.BAD_REQUEST, "Not confirmed", text, page)
 
 
 def retry(config: UIConfig, form: Form) -> Outcome:
@@ -77,7 +96,9 @@ def retry(config: UIConfig, form: Form) -> Outcome:
 
 
 def cancel(config: UIConfig, form: Form) -> Outcome:
-    return _task_action(config, form, CANCEL)
+    task_id = _field(form, "id")
+    refusal = _unconfirmed(form, href("/confirm", action="cancel", id=task_id))
+    return refusal or _task_action(config, form, CANCEL)
 
 
 def _json(text: str, what: str) -> Any:
@@ -101,7 +122,7 @@ def signal(config: UIConfig, form: Form) -> Outcome:
     except ValueError as exc:
         return _refused(HTTPStatus.BAD_REQUEST, "Bad payload", str(exc), back)
     name = _field(form, "name").strip()
-    applied = send_signal(config.store, task_id, name, payload, config.now())
+    applied = send_signal(config.store, task_id, name, payload, config.now(), actor=config.actor())
     if applied.refused:
         return _refused(HTTPStatus.BAD_REQUEST, "Nothing done", applied.message, back)
     if not applied.changed:
@@ -131,9 +152,66 @@ def resolve(config: UIConfig, form: Form) -> Outcome:
         result=result,
         permanent=_field(form, "permanent") == "1",
         now=config.now(),
+        actor=config.actor(),
     )
     if not done.found:
         return _refused(HTTPStatus.NOT_FOUND, "Not found", done.message, back)
     if not done.changed:
         return _refused(HTTPStatus.CONFLICT, "Nothing done", done.message, back)
+    return Outcome(redirect=back)
+
+
+def _point(form: Form) -> ForkPoint:
+    seq = _field(form, "seq")
+    return ForkPoint(step=_field(form, "from") or None, seq=int(seq) if seq else None)
+
+
+def rerun(config: UIConfig, form: Form) -> Outcome:
+    """Rerun one task from a step (from its confirmation page)."""
+    refusal = checked(config, form)
+    task_id = _field(form, "id")
+    back = _task_page(task_id)
+    refusal = refusal or _unconfirmed(form, back)
+    if refusal is not None:
+        return refusal
+    task = config.store.get_task(task_id)
+    if task is None:
+        return _refused(HTTPStatus.NOT_FOUND, "Not found", f"no task {task_id!r}", back)
+    try:
+        point = _point(form)
+    except ValueError as exc:
+        return _refused(HTTPStatus.BAD_REQUEST, "Bad rerun", str(exc), back)
+    plan = plan_rerun(config.store, [task], point)
+    done = apply_rerun(
+        config.store, plan, config.now(), target=f"task {task_id}", actor=config.actor()
+    )
+    if not done.forked:
+        text = "; ".join(reason for _, reason in done.left) or "nothing to rerun"
+        return _refused(HTTPStatus.CONFLICT, "Nothing done", text, back)
+    return Outcome(redirect=back)
+
+
+def bulk(config: UIConfig, form: Form) -> Outcome:
+    """Retry, cancel or rerun every task a filter picks (from its confirmation page)."""
+    raw = {name: _field(form, name) for name in (*FILTER_FIELDS, "action", "from", "seq")}
+    back = href("/tasks", **{k: raw[k] for k in FILTER_FIELDS})
+    refusal = checked(config, form) or _unconfirmed(form, back)
+    if refusal is not None:
+        return refusal
+    try:
+        query = task_query(raw, config.now())
+        verb = raw["action"]
+        if verb == "rerun":
+            plan = plan_rerun(config.store, rerun_candidates(config.store, query), _point(form))
+            apply_rerun(
+                config.store, plan, config.now(), target=describe_query(query),
+                actor=config.actor(),
+            )  # fmt: skip
+            return Outcome(redirect=href("/diff", batch=query.batch) if query.batch else back)
+        action = BULK_ACTIONS.get(verb)
+        if action is None:
+            raise ValueError(f"no such action {verb!r}: retry, cancel or rerun")
+    except (BadQuery, ValueError) as exc:
+        return _refused(HTTPStatus.BAD_REQUEST, "Bad request", str(exc), back)
+    apply_to_query(config.store, action, query, config.now(), actor=config.actor())
     return Outcome(redirect=back)

@@ -21,10 +21,10 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from cairn.ui import actions, pages
+from cairn.ui import actions, confirm, history, pages
 from cairn.ui.config import UIConfig
+from cairn.ui.filters import Query
 from cairn.ui.middleware import FORM_KEY
-from cairn.ui.pages import Query
 from cairn.ui.render import Page, full_page, live_region
 
 WORKER_THREADS = 8
@@ -40,12 +40,17 @@ PAGES: dict[str, PageBuilder] = {
     "/conversation": pages.conversation,
     "/stalls": pages.stalls,
     "/metrics": pages.metrics,
+    "/confirm": confirm.confirm,
+    "/diff": history.diff,
+    "/audit": history.audit,
 }
 ACTIONS: dict[str, ActionHandler] = {
     "/task/retry": actions.retry,
     "/task/cancel": actions.cancel,
     "/task/signal": actions.signal,
     "/ops/resolve": actions.resolve,
+    "/task/rerun": actions.rerun,
+    "/bulk": actions.bulk,
 }
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from cairn.admin.audit import Actor, os_user
 from cairn.store.admin import AdminStore
 
 PAGE_SIZE = 50
@@ -16,7 +17,8 @@ PAGE_SIZE = 50
 class UIConfig:
     """The store, the time, the token, the stall threshold, the Host names
     answered besides the loopback ones and the bound address, the form secret,
-    and how often a live page refreshes."""
+    how often a live page refreshes, and the name its actions are written to
+    the audit trail under (the token's name; empty: the OS user running it)."""
 
     store: AdminStore
     now: Callable[[], datetime]
@@ -26,6 +28,11 @@ class UIConfig:
     csrf: str = ""
     allow_hosts: tuple[str, ...] = ()
     poll_seconds: float = 2.0
+    actor_name: str = ""
+
+    def actor(self) -> Actor:
+        """Who the dashboard's actions are written to the audit trail as: ``ui:NAME``."""
+        return Actor("ui", self.actor_name or os_user())
 
 
 def is_loopback(host: str) -> bool:

@@ -9,38 +9,34 @@ Each builder takes the config and the query (one value per name) and returns a
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime
 
 from cairn.admin.actions import CANCEL, RETRY
 from cairn.admin.batches import batch_view
 from cairn.admin.conversations import call_costs, conversation_detail, costs, probe_costs
-from cairn.admin.listing import BadCursor, TaskQuery, batch_page, task_page
+from cairn.admin.lineage import lineage
+from cairn.admin.listing import BadCursor, batch_page, task_page
 from cairn.admin.metrics import metrics_summary
 from cairn.admin.operations import operations as list_operations
+from cairn.admin.reruns import RERUNNABLE
 from cairn.admin.views import task_view
 from cairn.agent.archive import StoredMessage
 from cairn.agent.costs import COST_COLUMNS, CostLine
 from cairn.agent.messages import text_of
 from cairn.errors import UnknownTask
-from cairn.observe._time import parse_moment
 from cairn.observe.stalls import stalls_in
 from cairn.observe.text import metrics_lines
 from cairn.store.records import TASK_STATUSES
 from cairn.store.reports import Window
 from cairn.ui.actions import RESOLVE_STATUSES
 from cairn.ui.config import UIConfig
+from cairn.ui.filters import BadQuery, Query, moment, task_query
 from cairn.ui.gantt import gantt
 from cairn.ui.render import Page
 
-Query = dict[str, str]
 OPS_LIMIT = 200
 # A batch page lists the cost of this many of its tasks (``cairn cost --batch``
 # has them all).
 COST_TASKS = 20
-
-
-class BadQuery(ValueError):
-    """A query parameter the page cannot use; its text says which and why."""
 
 
 def message(title: str, text: str, status: int, back: str = "/") -> Page:
@@ -95,33 +91,6 @@ def batch(config: UIConfig, query: Query) -> Page:
     )
 
 
-def _moment(query: Query, field: str, now: datetime) -> datetime | None:
-    text = query.get(field, "").strip()
-    if not text:
-        return None
-    try:
-        return parse_moment(text, now)
-    except ValueError as exc:
-        raise BadQuery(f"{field}: {exc}") from None
-
-
-def task_query(query: Query, now: datetime) -> TaskQuery:
-    """The listing filters of a query string: status, batch, task name, created
-    since/until (a time, or a duration ago like ``2h``), search text, internal."""
-    status = query.get("status") or None
-    if status is not None and status not in TASK_STATUSES:
-        raise BadQuery(f"status {status!r} is not one of {', '.join(TASK_STATUSES)}")
-    return TaskQuery(
-        status=status,
-        batch=query.get("batch") or None,
-        name=query.get("name") or None,
-        since=_moment(query, "since", now),
-        until=_moment(query, "until", now),
-        search=(query.get("q") or "").strip() or None,
-        include_internal=query.get("internal") == "1",
-    )
-
-
 def tasks(config: UIConfig, query: Query) -> Page:
     try:
         filters = task_query(query, config.now())
@@ -148,6 +117,9 @@ def task(config: UIConfig, query: Query) -> Page:
         "view": view,
         "csrf": config.csrf,
         "buttons": buttons,
+        "runs": lineage(config.store, view.task) if view.task.run > 1 else [],
+        # A finished task can be rerun from any of its entries (cairn.admin.reruns).
+        "rerun_from": view.steps if view.task.status in RERUNNABLE else [],
         "can_signal": view.task.status in ("pending", "running", "waiting"),
         "gantt": gantt(view.steps),
         "ops": ops,
@@ -221,7 +193,7 @@ def stalls(config: UIConfig, query: Query) -> Page:
 def metrics(config: UIConfig, query: Query) -> Page:
     now = config.now()
     try:
-        window = Window(since=_moment(query, "since", now), batch=query.get("batch") or None)
+        window = Window(since=moment(query, "since", now), batch=query.get("batch") or None)
     except BadQuery as exc:
         return message("Bad query", str(exc), 400, back="/metrics")
     summary = metrics_summary(config.store, window, now=now, stall_after=config.stall_after)

@@ -26,6 +26,7 @@ NAV = (
     ("/ops", "Operations"),
     ("/stalls", "Stalls"),
     ("/metrics", "Metrics"),
+    ("/audit", "Audit"),
 )
 
 

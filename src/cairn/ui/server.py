@@ -21,6 +21,7 @@ import threading
 import uvicorn
 
 from cairn.errors import ConfigurationError
+from cairn.redaction import register_secret
 from cairn.ui import guard
 from cairn.ui.app import build_app
 from cairn.ui.config import UIConfig, is_loopback
@@ -59,6 +60,8 @@ class DashboardServer:
                 "give a --token (checked on every request), or bind 127.0.0.1"
             )
         config.csrf = config.csrf or secrets.token_urlsafe(24)
+        # Nothing the dashboard writes (the audit trail among it) may hold the token.
+        register_secret(config.token)
         self.config = config
         self.socket = _bind(*address)
         self.server_address: tuple[str, int] = self.socket.getsockname()[:2]
