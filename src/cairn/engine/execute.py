@@ -122,6 +122,7 @@ def _prepare(engine: EngineConfig, record: TaskRecord) -> _Prepared:
         run_number=record.run,
     )
     run.on_change, run.rerun_models = engine.change_policy(task)
+    engine.leases.follow(record.id, record.fence, lambda: run.in_flight)
     ctx = engine.make_context(run)
     kwargs = run.decode(record.args, "task arguments")
     retry = task.retry or engine.task_retry

@@ -196,6 +196,7 @@ def run_step(
     # running in this thread (a ctx call from inside it is refused), and only
     # an ``Exception`` is handled; a BaseException passes straight through.
     started = run.clock.now()
+    run.in_flight = (seq, name, started)  # the heartbeat notes it (_entered, inline)
     if run.hook is not no_fault:
         run.hook(f"before_{kind}", run.task_id, seq, name)
     if run.observing:

@@ -78,14 +78,26 @@ def stalls_in(store: AdminStore, now: datetime, stall_after: float) -> list[Stal
     return found
 
 
-def _stall_text(stall: Stall, checkpoint: str, stall_after: float) -> str:
+def in_flight_seconds(stall: Stall, now: datetime) -> float | None:
+    """How long the stalled task has been in its step in flight, if one is noted."""
+    now_in = stall.task.in_flight
+    return None if now_in is None else max(0.0, (now - now_in.started_at).total_seconds())
+
+
+def _stall_text(stall: Stall, checkpoint: str, stall_after: float, now: datetime) -> str:
     task = stall.task
     where = f" of batch {task.batch}" if task.batch else ""
     step = f", after step {task.last_step}" if task.last_step else ""
+    flying = in_flight_seconds(stall, now)
+    doing = (
+        ""
+        if task.in_flight is None or flying is None
+        else f"; in step {task.in_flight.name} (#{task.in_flight.seq}) for {in_words(flying)}"
+    )
     return (
         f"cairn: task {task.task_id}{where} ({task.name}) has made no progress for "
         f"{in_words(stall.seconds)} (last checkpoint {moment(checkpoint)}{step}; threshold "
-        f"{in_words(stall_after)}); owner {task.owner or '-'}"
+        f"{in_words(stall_after)}){doing}; owner {task.owner or '-'}"
     )
 
 
@@ -97,14 +109,17 @@ def task_link(dashboard: str | None, task_id: str) -> str | None:
 
 
 def stall_fields(
-    stall: Stall, checkpoint: str, stall_after: float, dashboard: str | None
+    stall: Stall, checkpoint: str, stall_after: float, dashboard: str | None, now: datetime
 ) -> dict[str, Any]:
     """The generic webhook's fields of a stall (docs/observability.md)."""
     task = stall.task
+    flying = in_flight_seconds(stall, now)
     return {
         "task_name": task.name,
         "batch": task.batch,
         "step": task.last_step,
+        "step_in_flight": None if task.in_flight is None else task.in_flight.name,
+        "in_flight_seconds": None if flying is None else round(flying, 3),
         "stalled_for_seconds": round(stall.seconds, 3),
         "stall_after_seconds": stall_after,
         "owner": task.owner,
@@ -150,12 +165,13 @@ class StallWatcher:
     # -- one check ----------------------------------------------------------------
     def check(self) -> CheckResult:
         """Raise an alert for every new stall, clear those that moved on."""
+        now = self.app.clock.now()
         result = CheckResult(stalls=find_stalls(self.app, self.stall_after))
         stalled = {s.task.task_id: to_iso(s.task.checkpoint) for s in result.stalls}
         for stall in result.stalls:
             checkpoint = stalled[stall.task.task_id]
-            text = _stall_text(stall, checkpoint, self.stall_after)
-            fields = stall_fields(stall, checkpoint, self.stall_after, self.dashboard)
+            text = _stall_text(stall, checkpoint, self.stall_after, now)
+            fields = stall_fields(stall, checkpoint, self.stall_after, self.dashboard, now)
             title = f"Stalled: {stall.task.task_id}"
             self._deliver(result, "stall", stall.task.task_id, checkpoint, text, fields, title)
         alerts = admin(self.app.store, "stall checks").open_alerts(ALERT_TASK, RAISED, CLEARED)

@@ -31,6 +31,7 @@ from cairn.store.reports import (
     OpTotals,
     RunningTask,
     StatusCount,
+    StepInFlight,
     StepTotals,
     TaskQuery,
     TaskTotals,
@@ -265,6 +266,11 @@ class AdminStore(Store, Protocol):
 
     def running_checkpoints(self) -> list[RunningTask]:
         """Every running task with the last moment it showed progress."""
+        ...
+
+    def steps_in_flight(self, task_ids: Sequence[str]) -> dict[str, StepInFlight]:
+        """The step in flight of each of ``task_ids`` that is running and has one
+        noted (``RunningTask.in_flight``), by task id: one look per 500 ids."""
         ...
 
     def open_alerts(self, alert_task: str, raised: str, cleared: str) -> list[str]:

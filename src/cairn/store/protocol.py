@@ -19,6 +19,7 @@ from typing import Protocol
 from cairn.store.capabilities import Capabilities
 from cairn.store.records import (
     ActiveRow,
+    InFlightNote,
     MessageRecord,
     NewTask,
     OperationClaim,
@@ -177,6 +178,13 @@ class Store(Protocol):
 
     def renew_task(self, task_id: str, fence: int, lease_until: datetime) -> bool:
         """Push one running task's lease if its fence still equals ``fence``."""
+        ...
+
+    def note_in_flight(self, notes: Sequence[InFlightNote]) -> None:
+        """Note, for each running task still at its fence, the entry its owner
+        is running now (the heartbeat's note; no checkpoint: ``updated_at`` is
+        left as it is). Gives up at once (``StoreUnavailable``) if the store
+        cannot be reached: the next beat notes it again."""
         ...
 
     def acquire_permit(

@@ -68,6 +68,17 @@ class OpTotals:
 
 
 @dataclass(frozen=True)
+class StepInFlight:
+    """The entry a running task's owner is running now: its position, its
+    name, and when it began (noted by the owner's lease heartbeat, so it shows
+    up to a third of a lease after the step began)."""
+
+    seq: int
+    name: str
+    started_at: datetime
+
+
+@dataclass(frozen=True)
 class RunningTask:
     """A running task and the last moment it showed progress."""
 
@@ -77,6 +88,7 @@ class RunningTask:
     owner: str | None
     checkpoint: datetime
     last_step: str | None = None  # the name of its latest history entry, if any
+    in_flight: StepInFlight | None = None  # the entry it is in now, if noted
 
 
 @dataclass(frozen=True)

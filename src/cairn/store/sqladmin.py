@@ -25,6 +25,7 @@ from cairn.store.reports import (
     BatchSpan,
     OpTotals,
     RunningTask,
+    StepInFlight,
     StepTotals,
     TaskQuery,
     TaskTotals,
@@ -341,18 +342,38 @@ class SQLAdmin(SQLCore):
 
     def running_checkpoints(self) -> list[RunningTask]:
         found = []
-        for tid, batch, name, owner, started, updated, last_finish, last_step in self._exec(
-            sqlmetrics.RUNNING
-        ).rows:
+        for row in self._exec(sqlmetrics.RUNNING).rows:
+            tid, batch, name, owner, started, updated, last_finish, last_step = row[:8]
             moments = [sql.time_of(updated)]
             moments += [sql.time_of(m) for m in (started, last_finish) if m is not None]
-            found.append(RunningTask(tid, batch, name, owner, max(moments), last_step))
+            now = _in_flight(row[8:])
+            found.append(RunningTask(tid, batch, name, owner, max(moments), last_step, now))
+        return found
+
+    def steps_in_flight(self, task_ids: Sequence[str]) -> dict[str, StepInFlight]:
+        found: dict[str, StepInFlight] = {}
+        for start in range(0, len(task_ids), 500):
+            ids = list(task_ids[start : start + 500])
+            statement = sqlmetrics.IN_FLIGHT.format(ids=", ".join("?" for _ in ids))
+            for row in self._exec(statement, ids).rows:
+                now = _in_flight(row[1:])
+                if now is not None:
+                    found[str(row[0])] = now
         return found
 
     def open_alerts(self, alert_task: str, raised: str, cleared: str) -> list[str]:
         size = len(raised)
         params = [size + 1, alert_task, size, raised, cleared, size + 1]
         return [str(r[0]) for r in self._exec(sqlmetrics.OPEN_ALERTS, params).rows]
+
+
+def _in_flight(row: Sequence[Any]) -> StepInFlight | None:
+    """``IN_FLIGHT_COLUMNS`` read: the step in flight, or None (none noted, or
+    it has ended since)."""
+    seq, name, started, current = row
+    if seq is None or name is None or started is None or not current:
+        return None
+    return StepInFlight(int(seq), str(name), sql.time_of(started))
 
 
 def _earliest(a: datetime | None, b: datetime | None) -> datetime | None:

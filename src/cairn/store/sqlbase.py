@@ -20,6 +20,7 @@ from cairn.store import sql
 from cairn.store.driver_errors import DuplicateRow, unstorable_text
 from cairn.store.records import (
     ActiveRow,
+    InFlightNote,
     MessageRecord,
     NewTask,
     OperationClaim,
@@ -293,6 +294,12 @@ class SQLStore(SQLAdmin, SQLTransfer, SQLRuns):
         params = (self._ts(lease_until), task_id, fence)
         with self._writing():
             return self._exec_lease(sql.RENEW_TASK, params).rowcount == 1
+
+    def note_in_flight(self, notes: Sequence[InFlightNote]) -> None:
+        with self._writing():
+            for note in notes:
+                params = (note.seq, note.name, self._ts(note.started_at), note.task_id, note.fence)
+                self._exec_lease(sql.NOTE_IN_FLIGHT, params, patient=False)
 
     def release_task(
         self, task_id: str, fence: int, now: datetime, *, patient: bool = True

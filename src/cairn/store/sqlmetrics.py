@@ -131,11 +131,25 @@ OP_TOTALS = (
 # The last checkpoint is the latest of: a step finishing, the task being
 # claimed (start or take-over; updated_at moves then), a task attempt starting.
 # Two probes of the steps primary key per running task.
+# The step in flight a running task's heartbeat noted, unless an entry was
+# completed at its position, or one recorded after it, since (that step ended;
+# the next one is noted at the next beat).
+IN_FLIGHT_COLUMNS = (
+    "t.step_now_seq, t.step_now, t.step_now_at, "
+    "NOT EXISTS (SELECT 1 FROM steps f WHERE f.task_id = t.id AND (f.seq > t.step_now_seq "
+    "OR (f.seq = t.step_now_seq AND f.status = 'completed')))"
+)
 RUNNING = (
     "SELECT t.id, t.batch, t.name, t.owner, t.started_at, t.updated_at, "
     "(SELECT MAX(s.finished_at) FROM steps s WHERE s.task_id = t.id), "
-    "(SELECT s.name FROM steps s WHERE s.task_id = t.id ORDER BY s.seq DESC LIMIT 1) "
+    "(SELECT s.name FROM steps s WHERE s.task_id = t.id ORDER BY s.seq DESC LIMIT 1), "
+    f"{IN_FLIGHT_COLUMNS} "
     f"FROM tasks t WHERE t.status = 'running' AND {_PUBLIC} ORDER BY t.pos"
+)
+# The steps in flight of some running tasks ({ids}: their placeholders).
+IN_FLIGHT = (
+    f"SELECT t.id, {IN_FLIGHT_COLUMNS} FROM tasks t "
+    "WHERE t.id IN ({ids}) AND t.status = 'running' AND t.step_now_seq IS NOT NULL"
 )
 # Alert tasks that completed with no cleared twin yet. Parameters: the prefix's
 # length + 1, the alert task's name, the prefix's length, the raised prefix,

@@ -162,6 +162,13 @@ TASKS = Table(
         # Schema 5: which run of the task this is; a rerun from a step makes the
         # next one (docs/reruns.md), and TASK_RUNS keeps how the earlier ones ended.
         _int("run", default=1),
+        # Schema 6: the entry the task's owner is running now (its position,
+        # name, and when it began), noted by the lease heartbeat, not by the
+        # step itself (cairn.engine.leases): the dashboard's and the stall
+        # alert's "step in flight". Cleared by each claim; never exported.
+        Column("step_now_seq", "integer", nullable=True, internal=True),
+        Column("step_now", "text", nullable=True, internal=True),
+        Column("step_now_at", "time", nullable=True, internal=True),
     ),
 )
 

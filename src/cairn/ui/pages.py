@@ -115,6 +115,7 @@ def task(config: UIConfig, query: Query) -> Page:
     buttons = [a.name for a in (RETRY, CANCEL) if view.task.status in a.sources]
     context = {
         "view": view,
+        "now": now,
         "csrf": config.csrf,
         "buttons": buttons,
         "runs": lineage(config.store, view.task) if view.task.run > 1 else [],
@@ -186,7 +187,7 @@ def conversation(config: UIConfig, query: Query) -> Page:
 
 def stalls(config: UIConfig, query: Query) -> Page:
     found = stalls_in(config.store, config.now(), config.stall_after)
-    context = {"stalls": found, "stall_after": config.stall_after}
+    context = {"stalls": found, "stall_after": config.stall_after, "now": config.now()}
     return Page("Stalls", "stalls.html", context, live=True)
 
 

@@ -47,6 +47,20 @@ def seconds(value: float | None) -> str:
     return f"{int(value // 3600)} h {int(value % 3600 // 60)} min"
 
 
+def elapsed(started: datetime, now: datetime) -> str:
+    """How long since ``started``, for a step in flight: in tens of seconds under
+    a minute, then in minutes, so a live page's content (and its digest) moves
+    at most that often, and an opened ``<details>`` stays open in between."""
+    value = max(0.0, (now - started).total_seconds())
+    if value < 10:
+        return "under 10 s"
+    if value < 60:
+        return f"{int(value // 10) * 10} s"
+    if value < 3600:
+        return f"{int(value // 60)} min"
+    return f"{int(value // 3600)} h {int(value % 3600 // 60)} min"
+
+
 def size(count: int) -> str:
     """A byte count for people: ``812 B``, ``4.2 KiB``, ``1.5 MiB``."""
     if count < 1024:
@@ -84,7 +98,7 @@ def _environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(when=when, seconds=seconds, size=size, counted=counted)
+    env.filters.update(when=when, seconds=seconds, size=size, counted=counted, elapsed=elapsed)
     env.globals.update(href=href, nav=NAV)
     return env
 

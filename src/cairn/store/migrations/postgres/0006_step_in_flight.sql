@@ -1,0 +1,5 @@
+-- cairn schema 6 on PostgreSQL: the step a running task is in now, and since
+-- when. Same meaning as the SQLite migration of the same number.
+ALTER TABLE tasks ADD COLUMN step_now_seq integer;
+ALTER TABLE tasks ADD COLUMN step_now text;
+ALTER TABLE tasks ADD COLUMN step_now_at timestamptz;
