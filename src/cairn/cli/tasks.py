@@ -43,7 +43,7 @@ SearchFilter = Annotated[
     typer.Option(
         "--search",
         "-q",
-        help="Only tasks whose id starts with TEXT or whose error holds it (any case).",
+        help="Only tasks whose id, name or error holds TEXT (any case).",
         metavar="TEXT",
     ),
 ]

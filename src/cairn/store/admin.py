@@ -268,6 +268,18 @@ class AdminStore(Store, Protocol):
         """Every running task with the last moment it showed progress."""
         ...
 
+    def error_groups(self, query: TaskQuery, limit: int) -> list[tuple[str | None, int]]:
+        """The failed tasks ``query`` picks, grouped by how their recorded error
+        starts, up to the end of its type (``{"type": "builtins.ValueError"``;
+        None: no error recorded), with their counts, most first, at most
+        ``limit`` groups: counted by the store, not read task by task."""
+        ...
+
+    def failed_steps(self, task_ids: Sequence[str]) -> dict[str, str]:
+        """The name of the last failed entry of each of ``task_ids`` that has
+        one (the step a failed task failed in), by task id."""
+        ...
+
     def steps_in_flight(self, task_ids: Sequence[str]) -> dict[str, StepInFlight]:
         """The step in flight of each of ``task_ids`` that is running and has one
         noted (``RunningTask.in_flight``), by task id: one look per 500 ids."""

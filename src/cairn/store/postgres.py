@@ -198,6 +198,7 @@ class PostgresStore(SQLStore):
     claim_lock_clause: ClassVar[str] = " FOR UPDATE SKIP LOCKED"
     row_lock_clause: ClassVar[str] = " FOR UPDATE"
     share_lock_clause: ClassVar[str] = " FOR SHARE"
+    find_text_function: ClassVar[str] = "strpos"
 
     def __init__(
         self,

@@ -105,8 +105,8 @@ class TaskQuery:
     """Which tasks a listing shows (``cairn tasks``, the dashboard's task pages).
 
     ``status``, ``batch`` and ``name`` match exactly; ``since <= created_at <
-    until``; ``search`` matches a task id (its start or all of it) or a piece of
-    its error text, letter case ignored; ``error_type`` picks the tasks whose
+    until``; ``search`` matches any part of a task's id, of its name or of its
+    error text, letter case ignored; ``error_type`` picks the tasks whose
     recorded error is of that type (a batch's failure group; ``unknown``: no
     error recorded). Tasks cairn runs for itself (names starting ``cairn.``:
     stall alerts, daily reports) are left out unless ``include_internal``."""

@@ -126,6 +126,25 @@ class SQLAdmin(SQLCore):
         statement = sqlviews.COUNT_TASKS.format(where=" AND ".join(where) or "1 = 1")
         return int(self._exec(statement, params).rows[0][0])
 
+    def error_groups(self, query: TaskQuery, limit: int) -> list[tuple[str | None, int]]:
+        where, params = sqlviews.task_query_filter(query, self._ts)
+        statement = sqlviews.ERROR_GROUPS.format(
+            where=" AND ".join(where) or "1 = 1", find=self.find_text_function
+        )
+        return [
+            (None if head is None else str(head), int(n))
+            for head, n in self._exec(statement, (*params, limit)).rows
+        ]
+
+    def failed_steps(self, task_ids: Sequence[str]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for start in range(0, len(task_ids), 500):
+            ids = list(task_ids[start : start + 500])
+            statement = sqlviews.FAILED_STEPS.format(ids=", ".join("?" for _ in ids))
+            for task_id, name in self._exec(statement, ids).rows:
+                found[str(task_id)] = str(name)
+        return found
+
     def child_ids(self, task_id: str) -> list[str]:
         return [str(r[0]) for r in self._exec(sqlviews.CHILD_IDS, (task_id,)).rows]
 

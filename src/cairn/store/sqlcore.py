@@ -86,6 +86,9 @@ class SQLCore(ABC):
     # poller then takes no write lock, so it never holds one while it is paused,
     # nor queues behind writers.
     look_before_writing: ClassVar[bool] = False
+    # The function that finds where one text starts inside another, 1-based,
+    # 0 if absent (SQLite's instr; PostgreSQL's strpos, same arguments).
+    find_text_function: ClassVar[str] = "instr"
 
     @abstractmethod
     def _exec(self, statement: str, params: Sequence[Any] = (), *, patient: bool = True) -> Result:

@@ -105,9 +105,11 @@ def task_query_filter(query: TaskQuery, ts: Any) -> tuple[list[str], list[Any]]:
         where.append("created_at < ?")
         params.append(ts(query.until))
     if query.search:
-        # substr, not LIKE, for the id: ids may hold % or _.
-        where.append(f"(substr(id, 1, ?) = ? OR LOWER(error) LIKE LOWER(?) ESCAPE '{_ESCAPE}')")
-        params += [len(query.search), query.search, like_pattern(query.search)]
+        # Any part of the id, the task's name or its error text, any case;
+        # LIKE's own wildcards in the search mean themselves (like_pattern).
+        like = f"LIKE LOWER(?) ESCAPE '{_ESCAPE}'"
+        where.append(f"(LOWER(id) {like} OR LOWER(name) {like} OR LOWER(error) {like})")
+        params += [like_pattern(query.search)] * 3
     if query.error_type == UNKNOWN_ERROR:
         where.append("error IS NULL")
     elif query.error_type is not None:
@@ -122,6 +124,19 @@ def task_query_filter(query: TaskQuery, ts: Any) -> tuple[list[str], list[Any]]:
 
 # The failure group of tasks with no recorded error (cairn.admin.batches).
 UNKNOWN_ERROR = "unknown"
+# The failed tasks of a filter ({where}) by the start of their recorded error up
+# to the end of its type (``{"type": "builtins.ValueError"``; {find}: the
+# backend's instr), most first: a GROUP BY in the store, not a read of every
+# failed task's error.
+ERROR_GROUPS = (
+    "SELECT substr(error, 1, {find}(error, '\", ')) AS head, COUNT(*) FROM tasks "
+    "WHERE {where} AND status = 'failed' GROUP BY head ORDER BY COUNT(*) DESC, head LIMIT ?"
+)
+# The name of the last failed entry of each of some tasks ({ids}).
+FAILED_STEPS = (
+    "SELECT task_id, name FROM steps WHERE task_id IN ({ids}) AND status = 'failed' "
+    "ORDER BY task_id, seq"
+)
 
 
 def error_type_start(error_type: str) -> str:

@@ -18,6 +18,7 @@ from cairn.admin.listing import BadCursor, batch_page, task_page
 from cairn.admin.metrics import metrics_summary
 from cairn.admin.operations import operations as list_operations
 from cairn.admin.reruns import RERUNNABLE
+from cairn.admin.triage import ErrorGroup, error_groups, triage_rows
 from cairn.admin.views import task_view
 from cairn.agent.archive import StoredMessage
 from cairn.agent.costs import COST_COLUMNS, CostLine
@@ -26,7 +27,7 @@ from cairn.errors import UnknownTask
 from cairn.observe.stalls import stalls_in
 from cairn.observe.text import metrics_lines
 from cairn.store.records import TASK_STATUSES
-from cairn.store.reports import Window
+from cairn.store.reports import TaskQuery, Window
 from cairn.ui.actions import RESOLVE_STATUSES
 from cairn.ui.config import UIConfig
 from cairn.ui.filters import BadQuery, Query, moment, task_query
@@ -100,8 +101,27 @@ def tasks(config: UIConfig, query: Query) -> Page:
     kept = {k: v for k, v in query.items() if k not in ("older", "newer") and v}
     title = "Tasks" + (f" of {filters.batch}" if filters.batch else "")
     title += f" ({filters.status})" if filters.status else ""
-    context = {"page": found, "filters": kept, "statuses": TASK_STATUSES}
+    now = config.now()
+    context = {
+        "page": found,
+        "rows": triage_rows(config.store, found.rows, now),
+        "groups": _groups(config, filters),
+        "now": now,
+        "filters": kept,
+        "statuses": TASK_STATUSES,
+    }
     return Page(title, "tasks.html", context, live=True)
+
+
+def _groups(config: UIConfig, filters: TaskQuery) -> list[ErrorGroup]:
+    """The failed tasks' error groups, where the filter bounds them (failed
+    tasks, a batch, a search or an error group already chosen): on the whole
+    store the count would be a pass over every failed task, on every poll."""
+    if filters.status not in (None, "failed"):
+        return []
+    if filters.status is None and filters.batch is None and filters.search is None:
+        return []
+    return error_groups(config.store, replace(filters, error_type=None))
 
 
 def task(config: UIConfig, query: Query) -> Page:

@@ -20,6 +20,8 @@ from urllib.parse import urlencode
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
+from cairn.admin.triage import short_type
+
 NAV = (
     ("/", "Batches"),
     ("/tasks", "Tasks"),
@@ -61,6 +63,11 @@ def elapsed(started: datetime, now: datetime) -> str:
     return f"{int(value // 3600)} h {int(value % 3600 // 60)} min"
 
 
+def without(params: Mapping[str, str], *names: str) -> dict[str, str]:
+    """``params`` but ``names``: a link that drops a filter."""
+    return {k: v for k, v in params.items() if k not in names}
+
+
 def size(count: int) -> str:
     """A byte count for people: ``812 B``, ``4.2 KiB``, ``1.5 MiB``."""
     if count < 1024:
@@ -98,8 +105,15 @@ def _environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(when=when, seconds=seconds, size=size, counted=counted, elapsed=elapsed)
-    env.globals.update(href=href, nav=NAV)
+    env.filters.update(
+        when=when,
+        seconds=seconds,
+        size=size,
+        counted=counted,
+        elapsed=elapsed,
+        short_type=short_type,
+    )
+    env.globals.update(href=href, nav=NAV, without=without, dict=dict)
     return env
 
 

@@ -118,9 +118,10 @@ def test_filters_by_status_batch_name_and_time(listed: Listed) -> None:
     assert set(ids(TaskQuery(until=listed.start + hour))) == set(_ids("alpha", ITEMS))
 
 
-def test_search_matches_an_id_start_or_error_text_in_any_case(listed: Listed) -> None:
-    """An id start; a piece of the error in another case; LIKE's ``%`` and
-    ``_`` in the search mean themselves."""
+def test_search_matches_part_of_an_id_a_name_or_error_text_in_any_case(listed: Listed) -> None:
+    """An id start or any part of an id; a task name in another case; a piece
+    of the error in another case; LIKE's ``%`` and ``_`` in the search mean
+    themselves."""
 
     def ids(search: str) -> set[str]:
         return {t.id for t in task_page(listed.store, TaskQuery(search=search)).rows}
@@ -131,6 +132,8 @@ def test_search_matches_an_id_start_or_error_text_in_any_case(listed: Listed) ->
     assert ids("%") == set(_ids("alpha", [5, 10]) + _ids("beta", [5, 10]))
     assert ids("d_1") == {"alpha/n=10", "beta/n=10"}
     assert ids("no such thing") == set()
+    assert ids("/N=12") == {"alpha/n=12", "beta/n=12"}
+    assert len(ids("EVIE")) == 24
 
 
 def test_pages_go_older_and_back_newer_with_the_same_total(listed: Listed) -> None:
