@@ -230,7 +230,7 @@ def test_search_filters_and_paging_both_ways(browser: Any, dash: Dash) -> None:
     box = driver.find_element(by.ID, "search")
     box.send_keys("invoice")
     _follow(driver, by.CSS_SELECTOR, "form.filters button")
-    found = driver.find_elements(by.CSS_SELECTOR, "#tasks tbody td:first-child")
+    found = driver.find_elements(by.CSS_SELECTOR, "#tasks tbody td:first-child .tid")
     assert [cell.text for cell in found] == [IDS.failed]
     driver.get(dash.url + "/tasks?q=approve")
     assert _text(driver, "#total") == "2 tasks"
