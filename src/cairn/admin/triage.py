@@ -9,23 +9,19 @@ failed ones; the groups are counted by the store (``AdminStore.error_groups``).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
 
 from cairn.admin.views import error_view
-from cairn.observe.text import readable_key
+from cairn.observe.text import first_line, readable_key
 from cairn.store import AdminStore
 from cairn.store.records import TaskRecord
 from cairn.store.reports import StepInFlight, TaskQuery
-from cairn.store.sqlviews import UNKNOWN_ERROR
 
-__all__ = ["ErrorGroup", "TriageRow", "error_groups", "first_line", "short_type", "triage_rows"]
+__all__ = ["ErrorGroup", "TriageRow", "error_groups", "triage_rows"]
 
 # A listing shows at most this many error groups (the rest are counted).
 GROUPS = 20
-# The first line of an error, as a row shows it, in characters.
-FIRST_LINE = 160
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,17 +47,6 @@ class ErrorGroup:
 
     error_type: str
     count: int
-
-
-def short_type(error_type: str) -> str:
-    """An error type as people read it: ``ValueError`` for ``builtins.ValueError``."""
-    return error_type.removeprefix("builtins.")
-
-
-def first_line(message: str, limit: int = FIRST_LINE) -> str:
-    """The first non-blank line of ``message``, cut to ``limit`` characters."""
-    line = next((part.strip() for part in message.splitlines() if part.strip()), "")
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _seconds(task: TaskRecord, now: datetime) -> float | None:
@@ -94,25 +79,7 @@ def triage_rows(store: AdminStore, tasks: list[TaskRecord], now: datetime) -> li
     return rows
 
 
-def _type_of(head: str | None) -> str:
-    """The error type of an ``error_groups`` head (``{"type": "X"``)."""
-    if head is None:
-        return UNKNOWN_ERROR
-    try:
-        value = json.loads(head + "}")
-    except ValueError:
-        return UNKNOWN_ERROR
-    kind = value.get("type") if isinstance(value, dict) else None
-    return kind if isinstance(kind, str) and kind else UNKNOWN_ERROR
-
-
 def error_groups(store: AdminStore, query: TaskQuery, limit: int = GROUPS) -> list[ErrorGroup]:
     """The failed tasks ``query`` picks, by error type, most first; each type is
     also a filter (``TaskQuery.error_type``)."""
-    counts: dict[str, int] = {}
-    for head, count in store.error_groups(query, limit):
-        kind = _type_of(head)
-        counts[kind] = counts.get(kind, 0) + count
-    return [
-        ErrorGroup(kind, n) for kind, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    ]
+    return [ErrorGroup(kind, n) for kind, n in store.error_groups(query, limit)]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -52,6 +52,19 @@ class Stall:
     seconds: float
 
 
+@dataclass(frozen=True)
+class Alert:
+    """One message to send once: ``alert_id`` is its alert task's id (what makes
+    it once); ``subject`` and ``checkpoint`` key its posts (``op_key``)."""
+
+    alert_id: str
+    kind: str
+    subject: str
+    checkpoint: str
+    text: str
+    fields: dict[str, Any]
+
+
 @dataclass
 class CheckResult:
     """What one check found and did."""
@@ -60,6 +73,8 @@ class CheckResult:
     raised: list[str] = field(default_factory=list)
     cleared: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # The failure messages sent (cairn.observe.failures): their alert ids.
+    failures: list[str] = field(default_factory=list)
 
 
 def find_stalls(app: Cairn, stall_after: float) -> list[Stall]:
@@ -143,6 +158,9 @@ class StallWatcher:
         self.stall_after = stall_after
         self.dashboard = dashboard
         self._alert: TaskDef[..., None] = app.task(name=ALERT_TASK)(self._send)
+        # More checks run at each check, on the same result (failure alerts:
+        # cairn.observe.failures adds its own).
+        self.extra_checks: list[Callable[[CheckResult], None]] = []
         self._stop = threading.Event()
 
     def _send(
@@ -180,6 +198,8 @@ class StallWatcher:
             if stalled.get(task_id) == checkpoint:
                 continue  # the same stall, still there
             self._recovered(result, task_id, checkpoint)
+        for extra in self.extra_checks:
+            extra(result)
         return result
 
     def _recovered(self, result: CheckResult, task_id: str, checkpoint: str) -> None:
@@ -216,29 +236,40 @@ class StallWatcher:
         title: str,
     ) -> None:
         prefix = RAISED if kind == "stall" else CLEARED
-        alert_id = f"{prefix}{task_id}/{checkpoint}"
-        record = self.app.store.get_task(alert_id)
+        alert = Alert(f"{prefix}{task_id}/{checkpoint}", kind, task_id, checkpoint, text, fields)
+        sent = self.send(alert, title)
+        if sent is None:
+            return
+        if sent:
+            (result.raised if kind == "stall" else result.cleared).append(task_id)
+        else:
+            result.errors.append(f"{alert.alert_id}: not sent")
+
+    def send(self, alert: Alert, title: str) -> bool | None:
+        """Send ``alert`` through every notifier, once whoever asks: True if it
+        was sent now, None if it had been sent before, False if it could not be
+        (logged; the next check tries again). Its alert task's id is its key."""
+        record = self.app.store.get_task(alert.alert_id)
         if record is not None and record.status == "completed":
-            return  # sent before, by this watcher or an earlier one
+            return None  # sent before, by this watcher or an earlier one
         if record is not None and record.status == "failed":
             # The last try gave up (a webhook down): try again at this check.
-            admin(self.app.store, "stall checks").retry_task(alert_id, self.app.clock.now())
+            admin(self.app.store, "stall checks").retry_task(alert.alert_id, self.app.clock.now())
         try:
             self.app.run(
                 self._alert,
-                task_id=alert_id,
-                kind=kind,
-                subject=task_id,
-                checkpoint=checkpoint,
-                text=text,
-                fields=fields,
+                task_id=alert.alert_id,
+                kind=alert.kind,
+                subject=alert.subject,
+                checkpoint=alert.checkpoint,
+                text=alert.text,
+                fields=alert.fields,
                 title=title,
             )
         except CairnError as exc:
-            log.warning("could not send %s alert for %s: %s", kind, task_id, exc)
-            result.errors.append(f"{alert_id}: {exc}")
-            return
-        (result.raised if kind == "stall" else result.cleared).append(task_id)
+            log.warning("could not send %s alert for %s: %s", alert.kind, alert.subject, exc)
+            return False
+        return True
 
     # -- the loop -----------------------------------------------------------------
     def run_forever(self, interval: float) -> None:

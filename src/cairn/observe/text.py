@@ -21,6 +21,30 @@ def secs(value: float | None) -> str:
     return f"{minutes}m{seconds:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
 
 
+def short_type(error_type: str) -> str:
+    """An error type as people read it: ``ValueError`` for ``builtins.ValueError``."""
+    return error_type.removeprefix("builtins.")
+
+
+def first_line(message: str, limit: int = 160) -> str:
+    """The first non-blank line of ``message``, cut to ``limit`` characters."""
+    line = next((part.strip() for part in message.splitlines() if part.strip()), "")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def recorded_error(text: str | None) -> tuple[str, str] | None:
+    """(type, message) of a recorded error (``cairn.engine.errortext``), or None."""
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    return str(value.get("type") or "?"), str(value.get("message") or "")
+
+
 # A readable key is cut to this many characters.
 KEY_SHOWN = 80
 

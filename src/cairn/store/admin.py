@@ -268,11 +268,16 @@ class AdminStore(Store, Protocol):
         """Every running task with the last moment it showed progress."""
         ...
 
-    def error_groups(self, query: TaskQuery, limit: int) -> list[tuple[str | None, int]]:
-        """The failed tasks ``query`` picks, grouped by how their recorded error
-        starts, up to the end of its type (``{"type": "builtins.ValueError"``;
-        None: no error recorded), with their counts, most first, at most
-        ``limit`` groups: counted by the store, not read task by task."""
+    def error_groups(self, query: TaskQuery, limit: int) -> list[tuple[str, int]]:
+        """The failed tasks ``query`` picks by their recorded error's type
+        (``unknown``: none recorded), with their counts, most first, at most
+        ``limit`` groups: counted by the store (a GROUP BY on how the error
+        starts), not read task by task."""
+        ...
+
+    def failed_since(self, since: datetime, limit: int) -> list[TaskRecord]:
+        """Up to ``limit`` tasks that failed for good at or after ``since``,
+        oldest failure first; cairn's own tasks left out."""
         ...
 
     def failed_steps(self, task_ids: Sequence[str]) -> dict[str, str]:

@@ -126,15 +126,21 @@ class SQLAdmin(SQLCore):
         statement = sqlviews.COUNT_TASKS.format(where=" AND ".join(where) or "1 = 1")
         return int(self._exec(statement, params).rows[0][0])
 
-    def error_groups(self, query: TaskQuery, limit: int) -> list[tuple[str | None, int]]:
+    def error_groups(self, query: TaskQuery, limit: int) -> list[tuple[str, int]]:
         where, params = sqlviews.task_query_filter(query, self._ts)
         statement = sqlviews.ERROR_GROUPS.format(
             where=" AND ".join(where) or "1 = 1", find=self.find_text_function
         )
-        return [
-            (None if head is None else str(head), int(n))
-            for head, n in self._exec(statement, (*params, limit)).rows
-        ]
+        counts: dict[str, int] = {}
+        for head, n in self._exec(statement, (*params, limit)).rows:
+            kind = sqlviews.error_type_of_head(None if head is None else str(head))
+            counts[kind] = counts.get(kind, 0) + int(n)
+        return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+    def failed_since(self, since: datetime, limit: int) -> list[TaskRecord]:
+        statement = sqlmetrics.FAILED_SINCE.format(columns=sql.TASK_COLUMNS)
+        rows = self._exec(statement, (self._ts(since), limit)).rows
+        return [sql.task_record(row) for row in rows]
 
     def failed_steps(self, task_ids: Sequence[str]) -> dict[str, str]:
         found: dict[str, str] = {}

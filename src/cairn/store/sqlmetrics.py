@@ -146,6 +146,11 @@ RUNNING = (
     f"{IN_FLIGHT_COLUMNS} "
     f"FROM tasks t WHERE t.status = 'running' AND {_PUBLIC} ORDER BY t.pos"
 )
+# cairn's own tasks' failures are not the user's (an alert whose webhook is down).
+FAILED_SINCE = (
+    "SELECT {columns} FROM tasks t WHERE t.status = 'failed' AND t.finished_at >= ? "
+    f"AND {_PUBLIC} ORDER BY t.finished_at, t.pos LIMIT ?"
+)
 # The steps in flight of some running tasks ({ids}: their placeholders).
 IN_FLIGHT = (
     f"SELECT t.id, {IN_FLIGHT_COLUMNS} FROM tasks t "

@@ -132,6 +132,21 @@ ERROR_GROUPS = (
     "SELECT substr(error, 1, {find}(error, '\", ')) AS head, COUNT(*) FROM tasks "
     "WHERE {where} AND status = 'failed' GROUP BY head ORDER BY COUNT(*) DESC, head LIMIT ?"
 )
+
+
+def error_type_of_head(head: str | None) -> str:
+    """The error type an ``ERROR_GROUPS`` head names (``{"type": "X"``), or
+    ``UNKNOWN_ERROR`` (no error recorded, or not cairn's JSON)."""
+    if head is None:
+        return UNKNOWN_ERROR
+    try:
+        value = json.loads(head + "}")
+    except ValueError:
+        return UNKNOWN_ERROR
+    kind = value.get("type") if isinstance(value, dict) else None
+    return kind if isinstance(kind, str) and kind else UNKNOWN_ERROR
+
+
 # The name of the last failed entry of each of some tasks ({ids}).
 FAILED_STEPS = (
     "SELECT task_id, name FROM steps WHERE task_id IN ({ids}) AND status = 'failed' "

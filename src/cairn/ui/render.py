@@ -20,7 +20,7 @@ from urllib.parse import urlencode
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
-from cairn.admin.triage import short_type
+from cairn.observe.text import short_type
 
 NAV = (
     ("/", "Batches"),
