@@ -31,8 +31,8 @@ RELEASED = {
     "postgres/0005_reruns_and_audit.sql": (
         "288180c7087001c6b893f6f190e7e5a43e417483b113bc3b02a2b2e712b0bcfe"
     ),
-    "postgres/0006_step_in_flight.sql": (
-        "42f0729fc78e08b27ef38309deb0e06bb1037008290a3bfdacdf09b29f787af0"
+    "postgres/0006_step_in_flight_and_task_logs.sql": (
+        "e5f1cb51a70eb0725a45a5323ac956392e850a38486eea36423877e8549bf327"
     ),
     "sqlite/0001_initial.sql": ("349d82616b1eb61253e11592a348213d2e256fe6e5d4e5626d4c7a3b9fe8a862"),
     "sqlite/0002_claims_and_late_outcomes.sql": (
@@ -47,8 +47,8 @@ RELEASED = {
     "sqlite/0005_reruns_and_audit.sql": (
         "60c0f56a8593dcfbc1f88295af1cc3ca07bcacdcea2cfeb735d07b6bd6a21d1d"
     ),
-    "sqlite/0006_step_in_flight.sql": (
-        "bd6aacb689d4fdef5681e7a80782e82cfdc9d307203a9fc418cb6aa21965561b"
+    "sqlite/0006_step_in_flight_and_task_logs.sql": (
+        "2c5979069788f78bf53a9f26b83e2881b6b08abef4ce4dac40944f06c05046c6"
     ),
 }
 

@@ -285,6 +285,11 @@ class AdminStore(Store, Protocol):
         one (the step a failed task failed in), by task id."""
         ...
 
+    def task_log(self, task_id: str) -> tuple[list[dict[str, Any]], int] | None:
+        """The log records ``task_id`` kept, and how many it did not keep; None
+        if it kept none (``cairn logs``, the task page)."""
+        ...
+
     def steps_in_flight(self, task_ids: Sequence[str]) -> dict[str, StepInFlight]:
         """The step in flight of each of ``task_ids`` that is running and has one
         noted (``RunningTask.in_flight``), by task id: one look per 500 ids."""

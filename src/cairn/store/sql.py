@@ -201,6 +201,13 @@ NOTE_IN_FLIGHT = (
     "UPDATE tasks SET step_now_seq = ?, step_now = ?, step_now_at = ? "
     "WHERE id = ? AND fence = ? AND status = 'running'"
 )
+# A task's kept log records (schema 6; cairn.engine.tasklogs).
+GET_TASK_LOG = "SELECT lines, dropped FROM task_logs WHERE task_id = ?"
+SAVE_TASK_LOG = (
+    "INSERT INTO task_logs (task_id, lines, kept, dropped) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (task_id) DO UPDATE SET lines = excluded.lines, kept = excluded.kept, "
+    "dropped = excluded.dropped"
+)
 # The fence moves, so the process handing the task back can write nothing more.
 RELEASE = (
     "UPDATE tasks SET status = 'pending', owner = NULL, lease_expires_at = NULL, "

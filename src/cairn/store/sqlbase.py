@@ -10,6 +10,7 @@ drift apart in meaning. ``SQLStore`` also carries the admin side
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import partial
@@ -294,6 +295,19 @@ class SQLStore(SQLAdmin, SQLTransfer, SQLRuns):
         params = (self._ts(lease_until), task_id, fence)
         with self._writing():
             return self._exec_lease(sql.RENEW_TASK, params).rowcount == 1
+
+    def task_log(self, task_id: str) -> tuple[list[dict[str, Any]], int] | None:
+        rows = self._exec(sql.GET_TASK_LOG, (task_id,)).rows
+        if not rows:
+            return None
+        lines = json.loads(rows[0][0])
+        kept = [line for line in lines if isinstance(line, dict)] if isinstance(lines, list) else []
+        return kept, int(rows[0][1])
+
+    def save_task_log(self, task_id: str, lines: Sequence[dict[str, Any]], dropped: int) -> None:
+        text = json.dumps(list(lines), ensure_ascii=False)
+        with self._writing():
+            self._exec(sql.SAVE_TASK_LOG, (task_id, text, len(lines), dropped))
 
     def note_in_flight(self, notes: Sequence[InFlightNote]) -> None:
         with self._writing():

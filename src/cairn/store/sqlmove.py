@@ -73,6 +73,7 @@ BATCH_PARTS: tuple[BatchPart, ...] = (
     BatchPart(tables.SUPERSEDED_ENTRIES, _OF_BATCH, "task_id, run, seq"),
     BatchPart(tables.OPERATIONS, _OF_BATCH, "scope, key"),
     BatchPart(tables.SIGNALS, _OF_BATCH, "task_id, name"),
+    BatchPart(tables.TASK_LOGS, _OF_BATCH, "task_id"),
     BatchPart(tables.CONVERSATIONS, _OF_BATCH, "conv_id"),
     BatchPart(
         tables.MESSAGES,

@@ -334,6 +334,15 @@ AUDIT = Table(
     ),
 )
 
+# Schema 6: what a task logged (the ``logging`` module) while it ran, one row
+# per task: its records as a JSON list (``cairn.engine.tasklogs``: time,
+# attempt, level, logger, message; redacted), how many are kept, and how many
+# were not (past the cap on their number and size).
+TASK_LOGS = Table(
+    "task_logs",
+    (_text("task_id"), _text("lines"), _int("kept"), _int("dropped")),
+)
+
 TABLES: tuple[Table, ...] = (
     CAIRN_META,
     BATCHES,
@@ -350,5 +359,6 @@ TABLES: tuple[Table, ...] = (
     TASK_RUNS,
     SUPERSEDED_ENTRIES,
     AUDIT,
+    TASK_LOGS,
 )
 BY_NAME: dict[str, Table] = {t.name: t for t in TABLES}

@@ -15,6 +15,7 @@ from cairn.admin.batches import batch_view
 from cairn.admin.conversations import call_costs, conversation_detail, costs, probe_costs
 from cairn.admin.lineage import lineage
 from cairn.admin.listing import BadCursor, batch_page, task_page
+from cairn.admin.logs import task_logs
 from cairn.admin.metrics import metrics_summary
 from cairn.admin.operations import operations as list_operations
 from cairn.admin.reruns import RERUNNABLE
@@ -136,6 +137,7 @@ def task(config: UIConfig, query: Query) -> Page:
     context = {
         "view": view,
         "now": now,
+        "logs": task_logs(config.store, task_id),
         "csrf": config.csrf,
         "buttons": buttons,
         "runs": lineage(config.store, view.task) if view.task.run > 1 else [],

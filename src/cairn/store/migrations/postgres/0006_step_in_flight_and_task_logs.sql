@@ -3,3 +3,11 @@
 ALTER TABLE tasks ADD COLUMN step_now_seq integer;
 ALTER TABLE tasks ADD COLUMN step_now text;
 ALTER TABLE tasks ADD COLUMN step_now_at timestamptz;
+
+-- What a task logged while it ran, kept with it (see the SQLite migration).
+CREATE TABLE task_logs (
+    task_id text NOT NULL PRIMARY KEY,
+    lines   text NOT NULL,
+    kept    integer NOT NULL,
+    dropped integer NOT NULL
+);
