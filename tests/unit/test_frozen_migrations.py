@@ -31,8 +31,8 @@ RELEASED = {
     "postgres/0005_reruns_and_audit.sql": (
         "288180c7087001c6b893f6f190e7e5a43e417483b113bc3b02a2b2e712b0bcfe"
     ),
-    "postgres/0006_step_in_flight_and_task_logs.sql": (
-        "e5f1cb51a70eb0725a45a5323ac956392e850a38486eea36423877e8549bf327"
+    "postgres/0006_in_flight_logs_and_hours.sql": (
+        "e2f5a086c7a6fe9bb7e089c60910a9f55347c7f5bf261b0eb061585a476a634a"
     ),
     "sqlite/0001_initial.sql": ("349d82616b1eb61253e11592a348213d2e256fe6e5d4e5626d4c7a3b9fe8a862"),
     "sqlite/0002_claims_and_late_outcomes.sql": (
@@ -47,8 +47,8 @@ RELEASED = {
     "sqlite/0005_reruns_and_audit.sql": (
         "60c0f56a8593dcfbc1f88295af1cc3ca07bcacdcea2cfeb735d07b6bd6a21d1d"
     ),
-    "sqlite/0006_step_in_flight_and_task_logs.sql": (
-        "2c5979069788f78bf53a9f26b83e2881b6b08abef4ce4dac40944f06c05046c6"
+    "sqlite/0006_in_flight_logs_and_hours.sql": (
+        "ddd367398535d667af6234fe0d49ad8d26600b47a263ca35c25b30537bf3d6b1"
     ),
 }
 

@@ -280,6 +280,20 @@ class AdminStore(Store, Protocol):
         oldest failure first; cairn's own tasks left out."""
         ...
 
+    def metric_hours(self, since: datetime) -> list[tuple[datetime, int, int]]:
+        """The hours summed so far from ``since`` on: (its start, tasks finished
+        in it, of which failed), oldest first."""
+        ...
+
+    def finishes_between(self, start: datetime, end: datetime) -> list[tuple[datetime, str]]:
+        """(finished_at, status) of each task finished in ``[start, end)``, read
+        through the index on ``finished_at``; cairn's own tasks left out."""
+        ...
+
+    def save_metric_hours(self, hours: Sequence[tuple[datetime, int, int]]) -> None:
+        """Keep these closed hours' sums (idempotent: a second writer writes the same)."""
+        ...
+
     def failed_steps(self, task_ids: Sequence[str]) -> dict[str, str]:
         """The name of the last failed entry of each of ``task_ids`` that has
         one (the step a failed task failed in), by task id."""

@@ -142,6 +142,20 @@ class SQLAdmin(SQLCore):
         rows = self._exec(statement, (self._ts(since), limit)).rows
         return [sql.task_record(row) for row in rows]
 
+    def metric_hours(self, since: datetime) -> list[tuple[datetime, int, int]]:
+        rows = self._exec(sqlmetrics.METRIC_HOURS_SINCE, (self._ts(since),)).rows
+        return [(sql.time_of(hour), int(done), int(failed)) for hour, done, failed in rows]
+
+    def finishes_between(self, start: datetime, end: datetime) -> list[tuple[datetime, str]]:
+        params = (self._ts(start), self._ts(end))
+        rows = self._exec(sqlmetrics.FINISHES_BETWEEN, params).rows
+        return [(sql.time_of(at), str(status)) for at, status in rows]
+
+    def save_metric_hours(self, hours: Sequence[tuple[datetime, int, int]]) -> None:
+        with self._writing():
+            for hour, done, failed in hours:
+                self._exec(sqlmetrics.SAVE_METRIC_HOUR, (self._ts(hour), done, failed))
+
     def failed_steps(self, task_ids: Sequence[str]) -> dict[str, str]:
         found: dict[str, str] = {}
         for start in range(0, len(task_ids), 500):

@@ -164,3 +164,16 @@ OPEN_ALERTS = (
     "AND substr(t.id, 1, ?) = ? AND NOT EXISTS (SELECT 1 FROM tasks r "
     "WHERE r.id = CAST(? AS TEXT) || substr(t.id, ?)) ORDER BY t.pos"
 )
+
+# The metrics page's hourly counts (schema 6; cairn.admin.charts): the hours
+# summed, and the finishes of a span of time (through tasks_by_finish), cairn's
+# own tasks left out.
+METRIC_HOURS_SINCE = "SELECT hour, finished, failed FROM metric_hours WHERE hour >= ? ORDER BY hour"
+FINISHES_BETWEEN = (
+    "SELECT t.finished_at, t.status FROM tasks t WHERE t.finished_at >= ? "
+    f"AND t.finished_at < ? AND {_PUBLIC}"
+)
+SAVE_METRIC_HOUR = (
+    "INSERT INTO metric_hours (hour, finished, failed) VALUES (?, ?, ?) "
+    "ON CONFLICT (hour) DO UPDATE SET finished = excluded.finished, failed = excluded.failed"
+)

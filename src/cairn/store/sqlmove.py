@@ -91,6 +91,7 @@ NOT_OF_A_BATCH: tuple[Table, ...] = (
     tables.SCHEDULES,
     tables.WORKERS,  # the versions each live worker claims: of the processes, not a batch
     tables.AUDIT,  # what operators did, to any task or filter: kept when a batch is pruned
+    tables.METRIC_HOURS,  # the store's finishes per hour: a derived figure, of no batch
 )
 
 # Pruning: a batch's rows, children first.

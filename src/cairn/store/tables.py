@@ -343,6 +343,11 @@ TASK_LOGS = Table(
     (_text("task_id"), _text("lines"), _int("kept"), _int("dropped")),
 )
 
+# Schema 6: tasks finished and failed per closed hour (its start), summed once
+# by the metrics page's reader and kept (``cairn.admin.charts``): of the store,
+# not of a batch; a derived figure, summed again if it is removed.
+METRIC_HOURS = Table("metric_hours", (_time("hour"), _int("finished"), _int("failed")))
+
 TABLES: tuple[Table, ...] = (
     CAIRN_META,
     BATCHES,
@@ -360,5 +365,6 @@ TABLES: tuple[Table, ...] = (
     SUPERSEDED_ENTRIES,
     AUDIT,
     TASK_LOGS,
+    METRIC_HOURS,
 )
 BY_NAME: dict[str, Table] = {t.name: t for t in TABLES}

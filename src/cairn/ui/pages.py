@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from cairn.admin.actions import CANCEL, RETRY
 from cairn.admin.batches import batch_view
+from cairn.admin.charts import hourly
 from cairn.admin.conversations import call_costs, conversation_detail, costs, probe_costs
 from cairn.admin.lineage import lineage
 from cairn.admin.listing import BadCursor, batch_page, task_page
@@ -30,12 +31,15 @@ from cairn.observe.text import metrics_lines
 from cairn.store.records import TASK_STATUSES
 from cairn.store.reports import TaskQuery, Window
 from cairn.ui.actions import RESOLVE_STATUSES
+from cairn.ui.charts import bar_chart
 from cairn.ui.config import UIConfig
 from cairn.ui.filters import BadQuery, Query, moment, task_query
 from cairn.ui.gantt import gantt
 from cairn.ui.render import Page
 
 OPS_LIMIT = 200
+# The metrics page lists this many batches a page, newest first.
+TOP_BATCHES = 10
 # A batch page lists the cost of this many of its tasks (``cairn cost --batch``
 # has them all).
 COST_TASKS = 20
@@ -214,20 +218,30 @@ def stalls(config: UIConfig, query: Query) -> Page:
 
 
 def metrics(config: UIConfig, query: Query) -> Page:
+    """Bounded at any store size: the hourly chart (from kept sums), a page of
+    the newest batches, the stalls; the durability metrics (a pass over what
+    they cover) only for a chosen batch or a time window."""
     now = config.now()
     try:
-        window = Window(since=moment(query, "since", now), batch=query.get("batch") or None)
-    except BadQuery as exc:
+        since = moment(query, "since", now)
+        window = Window(since=since, batch=query.get("batch") or None)
+        top = batch_page(config.store, size=TOP_BATCHES, **_cursors(query))
+    except (BadQuery, BadCursor, ValueError) as exc:
         return message("Bad query", str(exc), 400, back="/metrics")
-    summary = metrics_summary(config.store, window, now=now, stall_after=config.stall_after)
-    # One line per step *name* would be 300 lines for numbered steps: the steps
-    # are shown grouped by name template in a table instead.
-    lines = metrics_lines(replace(summary.metrics, steps=[]))
-    context = {
-        "lines": lines,
-        "steps": summary.metrics.steps,
-        "stalls": summary.stalls,
+    context: dict[str, object] = {
+        "chart": bar_chart(hourly(config.store, now)),
+        "top": top,
+        "lines": [],
+        "steps": [],
+        "chosen": window.batch is not None or window.since is not None,
+        "stalls": stalls_in(config.store, now, config.stall_after),
         "since": query.get("since", ""),
         "batch": query.get("batch", ""),
     }
+    if context["chosen"]:
+        summary = metrics_summary(config.store, window, now=now, stall_after=config.stall_after)
+        # One line per step *name* would be 300 lines for numbered steps: the steps
+        # are shown grouped by name template in a table instead.
+        context["lines"] = metrics_lines(replace(summary.metrics, steps=[]))
+        context["steps"] = summary.metrics.steps
     return Page("Metrics", "metrics.html", context)

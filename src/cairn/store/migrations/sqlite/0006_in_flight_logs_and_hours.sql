@@ -1,4 +1,5 @@
--- cairn schema 6: the step a running task is in now, and since when.
+-- cairn schema 6: the step a running task is in now, and since when (then
+-- what a task logged, and the metrics page's hourly sums, below).
 -- The lease heartbeat notes it (one statement per beat, for the tasks whose
 -- step changed since the last beat), so a step still costs one commit; each
 -- claim clears it. Nothing reads it on the hot path.
@@ -16,3 +17,14 @@ CREATE TABLE task_logs (
     kept    INTEGER NOT NULL,
     dropped INTEGER NOT NULL
 ) WITHOUT ROWID;
+
+-- The metrics page's charts over time: tasks finished and failed per hour,
+-- summed once per closed hour by the reader (cairn.admin.charts) and kept, so
+-- the page never counts the whole store again; the tasks finished in an hour
+-- not yet summed are found through tasks_by_finish.
+CREATE TABLE metric_hours (
+    hour     TEXT NOT NULL PRIMARY KEY,
+    finished INTEGER NOT NULL,
+    failed   INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX tasks_by_finish ON tasks (finished_at) WHERE finished_at IS NOT NULL;
