@@ -84,8 +84,8 @@ class AdminStore(Store, Protocol):
         only ``above``, the oldest above it. Keyset reads: no OFFSET."""
         ...
 
-    def count_tasks(self, query: TaskQuery) -> int:
-        """How many tasks ``query`` picks."""
+    def count_tasks(self, query: TaskQuery, *, up_to: int | None = None) -> int:
+        """How many tasks ``query`` picks (counting no further than ``up_to``)."""
         ...
 
     def child_ids(self, task_id: str) -> list[str]:

@@ -199,6 +199,7 @@ class PostgresStore(SQLStore):
     row_lock_clause: ClassVar[str] = " FOR UPDATE"
     share_lock_clause: ClassVar[str] = " FOR SHARE"
     find_text_function: ClassVar[str] = "strpos"
+    case_blind_like: ClassVar[str] = "ILIKE"
 
     def __init__(
         self,

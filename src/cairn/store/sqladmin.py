@@ -111,7 +111,7 @@ class SQLAdmin(SQLCore):
         self, query: TaskQuery, below: int | None, above: int | None, size: int, *, newer: bool
     ) -> list[tuple[int, TaskRecord]]:
         """Up to ``size`` tasks between the positions, ascending if ``newer``."""
-        where, params = sqlviews.task_query_filter(query, self._ts)
+        where, params = sqlviews.task_query_filter(query, self._ts, self.case_blind_like)
         if below is not None:
             where.append("pos < ?")
             params.append(below)
@@ -121,13 +121,17 @@ class SQLAdmin(SQLCore):
         rows = self._exec(sqlviews.find_tasks(where, newer=newer), (*params, size)).rows
         return [(int(r[0]), sql.task_record(r[1:])) for r in rows]
 
-    def count_tasks(self, query: TaskQuery) -> int:
-        where, params = sqlviews.task_query_filter(query, self._ts)
-        statement = sqlviews.COUNT_TASKS.format(where=" AND ".join(where) or "1 = 1")
-        return int(self._exec(statement, params).rows[0][0])
+    def count_tasks(self, query: TaskQuery, *, up_to: int | None = None) -> int:
+        where, params = sqlviews.task_query_filter(query, self._ts, self.case_blind_like)
+        clause = " AND ".join(where) or "1 = 1"
+        if up_to is None:
+            statement = sqlviews.COUNT_TASKS.format(where=clause)
+            return int(self._exec(statement, params).rows[0][0])
+        statement = sqlviews.COUNT_TASKS_UP_TO.format(where=clause)
+        return int(self._exec(statement, (*params, up_to)).rows[0][0])
 
     def error_groups(self, query: TaskQuery, limit: int) -> list[tuple[str, int]]:
-        where, params = sqlviews.task_query_filter(query, self._ts)
+        where, params = sqlviews.task_query_filter(query, self._ts, self.case_blind_like)
         statement = sqlviews.ERROR_GROUPS.format(
             where=" AND ".join(where) or "1 = 1", find=self.find_text_function
         )

@@ -89,6 +89,9 @@ class SQLCore(ABC):
     # The function that finds where one text starts inside another, 1-based,
     # 0 if absent (SQLite's instr; PostgreSQL's strpos, same arguments).
     find_text_function: ClassVar[str] = "instr"
+    # The LIKE that ignores letter case (SQLite's LIKE does, for ASCII, as its
+    # LOWER() does; PostgreSQL's ILIKE, for all of Unicode).
+    case_blind_like: ClassVar[str] = "LIKE"
 
     @abstractmethod
     def _exec(self, statement: str, params: Sequence[Any] = (), *, patient: bool = True) -> Result:

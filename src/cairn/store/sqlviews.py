@@ -77,6 +77,8 @@ BATCH_RETRIED_AT = (
 # gives the rows in order and the statement stops after one page.
 FIND_TASKS = f"SELECT pos, {TASK_COLUMNS} FROM tasks WHERE {{where}} ORDER BY pos {{order}} LIMIT ?"
 COUNT_TASKS = "SELECT COUNT(*) FROM tasks WHERE {where}"
+# The same, counting no further than a limit (a search's total: "more than N").
+COUNT_TASKS_UP_TO = "SELECT COUNT(*) FROM (SELECT 1 FROM tasks WHERE {where} LIMIT ?) AS found"
 CHILD_IDS = "SELECT id FROM tasks WHERE parent_id = ? ORDER BY pos"
 # LIKE with this escape character, so a search for 50% or snake_case means itself.
 _ESCAPE = "\\"
@@ -88,9 +90,10 @@ def like_pattern(text: str) -> str:
     return "%" + escaped.replace("_", _ESCAPE + "_") + "%"
 
 
-def task_query_filter(query: TaskQuery, ts: Any) -> tuple[list[str], list[Any]]:
+def task_query_filter(query: TaskQuery, ts: Any, like: str = "LIKE") -> tuple[list[str], list[Any]]:
     """The clauses and parameters that pick the tasks of ``query`` (``ts``
-    turns a time into the backend's parameter)."""
+    turns a time into the backend's parameter; ``like``, the backend's LIKE
+    that ignores letter case: a search compares no LOWER() of every row)."""
     where: list[str] = []
     params: list[Any] = []
     for column in ("status", "batch", "name"):
@@ -107,8 +110,8 @@ def task_query_filter(query: TaskQuery, ts: Any) -> tuple[list[str], list[Any]]:
     if query.search:
         # Any part of the id, the task's name or its error text, any case;
         # LIKE's own wildcards in the search mean themselves (like_pattern).
-        like = f"LIKE LOWER(?) ESCAPE '{_ESCAPE}'"
-        where.append(f"(LOWER(id) {like} OR LOWER(name) {like} OR LOWER(error) {like})")
+        match = f"{like} ? ESCAPE '{_ESCAPE}'"
+        where.append(f"(id {match} OR name {match} OR error {match})")
         params += [like_pattern(query.search)] * 3
     if query.error_type == UNKNOWN_ERROR:
         where.append("error IS NULL")
