@@ -377,6 +377,34 @@ def test_a_phone_gets_the_page_at_its_width(browser: Any, dash: Dash) -> None:
         driver.set_window_size(1280, 900)
 
 
+def _on_screen(driver: Any, selector: str) -> bool:
+    """Something matches ``selector``, and all of it lies inside the window's width."""
+    script = (
+        "const w = window.innerWidth; const found = [...document.querySelectorAll(arguments[0])];"
+        "return found.length > 0 && found.every(e => { const r = e.getBoundingClientRect();"
+        " return r.left >= 0 && r.right <= w; });"
+    )
+    return bool(driver.execute_script(script, selector))
+
+
+def test_the_resolve_form_and_the_created_column_are_on_screen(browser: Any, dash: Dash) -> None:
+    """At 1400 px and on a 390 px phone, the in-doubt key's Resolve form (the
+    operations page and its task's page) and every batch's created date lie
+    within the window: no part of them is clipped or scrolled away."""
+    driver = browser
+    try:
+        for width, height in ((1400, 900), (390, 844)):
+            driver.set_window_size(width, height)
+            for path in ("/ops?doubt=1", _task(IDS.in_doubt)):
+                driver.get(dash.url + path)
+                assert _on_screen(driver, "form.resolve, form.resolve button"), (width, path)
+            driver.get(dash.url + "/")
+            assert _on_screen(driver, '#batches td[data-label="created"]'), width
+            assert _errors(driver) == []
+    finally:
+        driver.set_window_size(1280, 900)
+
+
 @pytest.fixture
 def cost_dash(tmp_path: Path, browser: Any) -> Iterator[tuple[Cairn, str]]:
     """The dashboard over the store of ``_notes_run``, and that store's URL."""
