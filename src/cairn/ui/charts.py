@@ -16,6 +16,8 @@ WIDTH = 760.0
 HEIGHT = 120.0
 AXIS = 16.0
 LEFT = 36.0
+# Room after the last bar for its axis label.
+RIGHT = 24.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +45,7 @@ class BarChart:
 def bar_chart(counts: Sequence[HourCount]) -> BarChart:
     """The chart of ``counts`` (one bar per hour), scaled to the busiest hour."""
     top = max([c.finished for c in counts] + [1])
-    step = (WIDTH - LEFT) / max(len(counts), 1)
+    step = (WIDTH - LEFT - RIGHT) / max(len(counts), 1)
     bars, ticks = [], []
     for i, count in enumerate(counts):
         x = LEFT + i * step
