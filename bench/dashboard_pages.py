@@ -7,7 +7,7 @@ as the command names them), whose page looks those runs up. ``cairn ui``'s
 server (uvicorn, the guard middleware, Jinja2 rendering) runs in a thread;
 each page is fetched over HTTP on 127.0.0.1 ``--runs`` times, and the median
 and slowest answer are printed in milliseconds against the target of 100 ms
-(issue 31: list, search and metrics pages at 100,000 tasks).
+(the target the list, search and metrics pages are held to at 100,000 tasks).
 "Live refresh, unchanged" is a live region's poll when nothing changed (204).
 
     .venv/bin/python -m bench.dashboard_pages [--tasks 100000] [--batches 310]
