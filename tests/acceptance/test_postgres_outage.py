@@ -40,7 +40,7 @@ from tests.acceptance.outage_app import STEPS, make_app
 from tests.pgcluster import Cluster
 from tests.servers import ApiServer, wait_until
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER_APP = "tests.acceptance.outage_app:app"
