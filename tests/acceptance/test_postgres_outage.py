@@ -1,4 +1,4 @@
-"""Issue 14: a short PostgreSQL outage must not run any step twice.
+"""A short PostgreSQL outage must not run any step twice.
 
 Three real ``cairn worker`` processes (six threads each) run 11 tasks of six
 steps on a private PostgreSQL cluster (tests/pgcluster.py), with cairn's
