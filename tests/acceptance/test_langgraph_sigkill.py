@@ -25,7 +25,7 @@ import pytest
 from cairn.agent.simulate import SimulatedModelServer
 from cairn.integrations.langgraph import CairnSaver
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "langgraph_agent.py"
 DOCS = 10

@@ -38,7 +38,7 @@ from cairn.store.records import OperationRecord
 from tests.acceptance.pause_script import KEY, TASK_ID
 from tests.servers import PaymentServer, wait_until
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 LEASE_SECONDS = 2.0

@@ -29,7 +29,7 @@ from cairn.agent.simulate import SimulatedModelServer
 from cairn.store import open_store
 from tests.servers import wait_until
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
 ROOT = Path(__file__).parents[2]
 EXAMPLE = ROOT / "examples" / "pydantic_ai_agent.py"
