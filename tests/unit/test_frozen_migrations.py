@@ -32,7 +32,7 @@ RELEASED = {
         "288180c7087001c6b893f6f190e7e5a43e417483b113bc3b02a2b2e712b0bcfe"
     ),
     "postgres/0006_in_flight_logs_and_hours.sql": (
-        "e2f5a086c7a6fe9bb7e089c60910a9f55347c7f5bf261b0eb061585a476a634a"
+        "2092c1b6389201fd956d19e84f6739f32c5ee229c4891a1ba582d429e9410be1"
     ),
     "sqlite/0001_initial.sql": ("349d82616b1eb61253e11592a348213d2e256fe6e5d4e5626d4c7a3b9fe8a862"),
     "sqlite/0002_claims_and_late_outcomes.sql": (
@@ -48,7 +48,7 @@ RELEASED = {
         "60c0f56a8593dcfbc1f88295af1cc3ca07bcacdcea2cfeb735d07b6bd6a21d1d"
     ),
     "sqlite/0006_in_flight_logs_and_hours.sql": (
-        "ddd367398535d667af6234fe0d49ad8d26600b47a263ca35c25b30537bf3d6b1"
+        "3ffe230956239305bf6b83db57acd65bc560c1cc33edb6424ed5bf33c139bbf9"
     ),
 }
 

@@ -280,9 +280,17 @@ class AdminStore(Store, Protocol):
         oldest failure first; cairn's own tasks left out."""
         ...
 
-    def metric_hours(self, since: datetime) -> list[tuple[datetime, int, int]]:
+    def metric_hours(self, since: datetime) -> list[tuple[datetime, int, int, float]]:
         """The hours summed so far from ``since`` on: (its start, tasks finished
-        in it, of which failed), oldest first."""
+        in it, of which failed, what the model calls finished in it cost),
+        oldest first."""
+        ...
+
+    def calls_finished_between(
+        self, start: datetime, end: datetime
+    ) -> list[tuple[datetime, RecordedCall]]:
+        """The model calls and compactions finished in ``[start, end)``, each with
+        when it finished, read through the index of their finishes."""
         ...
 
     def finishes_between(self, start: datetime, end: datetime) -> list[tuple[datetime, str]]:
@@ -290,7 +298,7 @@ class AdminStore(Store, Protocol):
         through the index on ``finished_at``; cairn's own tasks left out."""
         ...
 
-    def save_metric_hours(self, hours: Sequence[tuple[datetime, int, int]]) -> None:
+    def save_metric_hours(self, hours: Sequence[tuple[datetime, int, int, float]]) -> None:
         """Keep these closed hours' sums (idempotent: a second writer writes the same)."""
         ...
 

@@ -146,19 +146,26 @@ class SQLAdmin(SQLCore):
         rows = self._exec(statement, (self._ts(since), limit)).rows
         return [sql.task_record(row) for row in rows]
 
-    def metric_hours(self, since: datetime) -> list[tuple[datetime, int, int]]:
+    def metric_hours(self, since: datetime) -> list[tuple[datetime, int, int, float]]:
         rows = self._exec(sqlmetrics.METRIC_HOURS_SINCE, (self._ts(since),)).rows
-        return [(sql.time_of(hour), int(done), int(failed)) for hour, done, failed in rows]
+        return [(sql.time_of(h), int(n), int(failed), float(cost)) for h, n, failed, cost in rows]
+
+    def calls_finished_between(
+        self, start: datetime, end: datetime
+    ) -> list[tuple[datetime, RecordedCall]]:
+        params = (self._ts(start), self._ts(end))
+        rows = self._exec(sqlmetrics.CALLS_FINISHED_BETWEEN, params).rows
+        return [(sql.time_of(r[0]), RecordedCall(*r[1:])) for r in rows]
 
     def finishes_between(self, start: datetime, end: datetime) -> list[tuple[datetime, str]]:
         params = (self._ts(start), self._ts(end))
         rows = self._exec(sqlmetrics.FINISHES_BETWEEN, params).rows
         return [(sql.time_of(at), str(status)) for at, status in rows]
 
-    def save_metric_hours(self, hours: Sequence[tuple[datetime, int, int]]) -> None:
+    def save_metric_hours(self, hours: Sequence[tuple[datetime, int, int, float]]) -> None:
         with self._writing():
-            for hour, done, failed in hours:
-                self._exec(sqlmetrics.SAVE_METRIC_HOUR, (self._ts(hour), done, failed))
+            for hour, done, failed, cost in hours:
+                self._exec(sqlmetrics.SAVE_METRIC_HOUR, (self._ts(hour), done, failed, cost))
 
     def failed_steps(self, task_ids: Sequence[str]) -> dict[str, str]:
         found: dict[str, str] = {}

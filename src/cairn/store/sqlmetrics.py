@@ -168,12 +168,23 @@ OPEN_ALERTS = (
 # The metrics page's hourly counts (schema 6; cairn.admin.charts): the hours
 # summed, and the finishes of a span of time (through tasks_by_finish), cairn's
 # own tasks left out.
-METRIC_HOURS_SINCE = "SELECT hour, finished, failed FROM metric_hours WHERE hour >= ? ORDER BY hour"
+METRIC_HOURS_SINCE = (
+    "SELECT hour, finished, failed, cost FROM metric_hours WHERE hour >= ? ORDER BY hour"
+)
+# The model calls and compactions finished in a span of time, through
+# calls_by_finish (its predicate repeated, so the planner takes it).
+CALLS_FINISHED_BETWEEN = (
+    "SELECT s.finished_at, t.id, t.batch, t.codec, s.seq, s.kind, s.name, s.output "
+    "FROM steps s JOIN tasks t ON t.id = s.task_id "
+    "WHERE (s.kind = 'llm' OR s.kind = 'conv') AND s.finished_at >= ? AND s.finished_at < ? "
+    f"AND s.status = 'completed' AND {_PUBLIC}"
+)
 FINISHES_BETWEEN = (
     "SELECT t.finished_at, t.status FROM tasks t WHERE t.finished_at >= ? "
     f"AND t.finished_at < ? AND {_PUBLIC}"
 )
 SAVE_METRIC_HOUR = (
-    "INSERT INTO metric_hours (hour, finished, failed) VALUES (?, ?, ?) "
-    "ON CONFLICT (hour) DO UPDATE SET finished = excluded.finished, failed = excluded.failed"
+    "INSERT INTO metric_hours (hour, finished, failed, cost) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (hour) DO UPDATE SET finished = excluded.finished, failed = excluded.failed, "
+    "cost = excluded.cost"
 )

@@ -343,10 +343,14 @@ TASK_LOGS = Table(
     (_text("task_id"), _text("lines"), _int("kept"), _int("dropped")),
 )
 
-# Schema 6: tasks finished and failed per closed hour (its start), summed once
+# Schema 6: tasks finished and failed per closed hour (its start), and what the
+# model calls finished in it cost, summed once
 # by the metrics page's reader and kept (``cairn.admin.charts``): of the store,
 # not of a batch; a derived figure, summed again if it is removed.
-METRIC_HOURS = Table("metric_hours", (_time("hour"), _int("finished"), _int("failed")))
+METRIC_HOURS = Table(
+    "metric_hours",
+    (_time("hour"), _int("finished"), _int("failed"), Column("cost", "real", default=0.0)),
+)
 
 TABLES: tuple[Table, ...] = (
     CAIRN_META,

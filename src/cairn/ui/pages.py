@@ -31,7 +31,7 @@ from cairn.observe.text import metrics_lines
 from cairn.store.records import TASK_STATUSES
 from cairn.store.reports import TaskQuery, Window
 from cairn.ui.actions import RESOLVE_STATUSES
-from cairn.ui.charts import bar_chart
+from cairn.ui.charts import bar_chart, cost_chart
 from cairn.ui.config import UIConfig
 from cairn.ui.filters import BadQuery, Query, moment, task_query
 from cairn.ui.gantt import gantt
@@ -228,8 +228,14 @@ def metrics(config: UIConfig, query: Query) -> Page:
         top = batch_page(config.store, size=TOP_BATCHES, **_cursors(query))
     except (BadQuery, BadCursor, ValueError) as exc:
         return message("Bad query", str(exc), 400, back="/metrics")
+    hours = hourly(config.store, now)
     context: dict[str, object] = {
-        "chart": bar_chart(hourly(config.store, now)),
+        "hours": hours,
+        "chart": bar_chart(hours),
+        "cost_chart": cost_chart(hours),
+        "finished": sum(h.finished for h in hours),
+        "failed": sum(h.failed for h in hours),
+        "cost": sum(h.cost for h in hours),
         "top": top,
         "lines": [],
         "steps": [],

@@ -16,6 +16,8 @@ CREATE TABLE task_logs (
 CREATE TABLE metric_hours (
     hour     timestamptz NOT NULL PRIMARY KEY,
     finished integer NOT NULL,
-    failed   integer NOT NULL
+    failed   integer NOT NULL,
+    cost     double precision NOT NULL DEFAULT 0.0
 );
 CREATE INDEX tasks_by_finish ON tasks (finished_at) WHERE finished_at IS NOT NULL;
+CREATE INDEX calls_by_finish ON steps (finished_at) WHERE kind = 'llm' OR kind = 'conv';

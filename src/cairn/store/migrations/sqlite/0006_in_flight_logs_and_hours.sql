@@ -18,13 +18,17 @@ CREATE TABLE task_logs (
     dropped INTEGER NOT NULL
 ) WITHOUT ROWID;
 
--- The metrics page's charts over time: tasks finished and failed per hour,
--- summed once per closed hour by the reader (cairn.admin.charts) and kept, so
--- the page never counts the whole store again; the tasks finished in an hour
--- not yet summed are found through tasks_by_finish.
+-- The metrics page's charts over time: tasks finished and failed per hour, and
+-- what the model calls finished in it cost, summed once per closed hour by the
+-- reader (cairn.admin.charts) and kept, so the page never counts the whole
+-- store again; what finished in an hour not yet summed is found through
+-- tasks_by_finish and calls_by_finish (only model calls and compactions are
+-- in it: a plain step's insert leaves it alone).
 CREATE TABLE metric_hours (
     hour     TEXT NOT NULL PRIMARY KEY,
     finished INTEGER NOT NULL,
-    failed   INTEGER NOT NULL
+    failed   INTEGER NOT NULL,
+    cost     REAL NOT NULL DEFAULT 0.0
 ) WITHOUT ROWID;
 CREATE INDEX tasks_by_finish ON tasks (finished_at) WHERE finished_at IS NOT NULL;
+CREATE INDEX calls_by_finish ON steps (finished_at) WHERE kind = 'llm' OR kind = 'conv';
