@@ -28,7 +28,7 @@ from cairn.context import Context
 from cairn.errors import CairnError
 from cairn.keys import op_key
 from cairn.observe.notifiers import Message, Notifier
-from cairn.observe.text import in_words, moment
+from cairn.observe.text import in_words, moment, readable_key
 from cairn.store.admin import AdminStore, admin
 from cairn.store.reports import RunningTask
 
@@ -109,8 +109,10 @@ def _stall_text(stall: Stall, checkpoint: str, stall_after: float, now: datetime
         if task.in_flight is None or flying is None
         else f"; in step {task.in_flight.name} (#{task.in_flight.seq}) for {in_words(flying)}"
     )
+    key = readable_key(task.item_key, task.args, task.codec)
+    label = task.task_id if key is None or task.task_id.endswith(key) else f"{key} ({task.task_id})"
     return (
-        f"cairn: task {task.task_id}{where} ({task.name}) has made no progress for "
+        f"cairn: task {label}{where} ({task.name}) has made no progress for "
         f"{in_words(stall.seconds)} (last checkpoint {moment(checkpoint)}{step}; threshold "
         f"{in_words(stall_after)}){doing}; owner {task.owner or '-'}"
     )

@@ -89,6 +89,10 @@ class RunningTask:
     checkpoint: datetime
     last_step: str | None = None  # the name of its latest history entry, if any
     in_flight: StepInFlight | None = None  # the entry it is in now, if noted
+    # Its item key, arguments (encoded) and codec: its key as given, in alerts.
+    item_key: str | None = None
+    args: str | None = None
+    codec: str = "json"
 
 
 @dataclass(frozen=True)

@@ -396,8 +396,14 @@ class SQLAdmin(SQLCore):
             tid, batch, name, owner, started, updated, last_finish, last_step = row[:8]
             moments = [sql.time_of(updated)]
             moments += [sql.time_of(m) for m in (started, last_finish) if m is not None]
-            now = _in_flight(row[8:])
-            found.append(RunningTask(tid, batch, name, owner, max(moments), last_step, now))
+            now = _in_flight(row[8:12])
+            item_key, args, codec = row[12:15]
+            found.append(
+                RunningTask(
+                    tid, batch, name, owner, max(moments), last_step, now,
+                    item_key=item_key, args=args, codec=str(codec),
+                )
+            )  # fmt: skip
         return found
 
     def steps_in_flight(self, task_ids: Sequence[str]) -> dict[str, StepInFlight]:

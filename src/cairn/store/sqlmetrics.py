@@ -143,7 +143,7 @@ RUNNING = (
     "SELECT t.id, t.batch, t.name, t.owner, t.started_at, t.updated_at, "
     "(SELECT MAX(s.finished_at) FROM steps s WHERE s.task_id = t.id), "
     "(SELECT s.name FROM steps s WHERE s.task_id = t.id ORDER BY s.seq DESC LIMIT 1), "
-    f"{IN_FLIGHT_COLUMNS} "
+    f"{IN_FLIGHT_COLUMNS}, t.item_key, t.args, t.codec "
     f"FROM tasks t WHERE t.status = 'running' AND {_PUBLIC} ORDER BY t.pos"
 )
 # cairn's own tasks' failures are not the user's (an alert whose webhook is down).

@@ -92,3 +92,23 @@ def test_a_note_is_fenced_and_a_new_claim_clears_it(store_url: str) -> None:
         assert tools.steps_in_flight(["t/2"]) == {}
         store.note_in_flight([InFlightNote("t/2", second.fence, 1, "fetch", now)])
         assert tools.steps_in_flight(["t/2"])["t/2"].seq == 1
+
+
+def test_a_stall_alert_names_a_hashed_task_by_its_key_as_given(store_url: str) -> None:
+    """A task whose arguments cairn hashed into its id (a slash and a space) is
+    named in the stall alert by its arguments as given, its id after them."""
+    created = datetime.now(UTC) - timedelta(hours=2)
+    task_id = "reviews/sha256:0123456789abcdef"
+    args = '{"app": "shop/a b"}'
+    with Cairn(store_url) as app:
+        new = NewTask(
+            task_id, "review", args, "json", "reviews", item_key="sha256:0123456789abcdef"
+        )
+        app.store.create_task(new, created)
+        claimed = app.store.claim_task(task_id, 0, "w/1/0/n", created + timedelta(days=1), created)
+        assert claimed is not None
+        with WebhookServer() as hook:
+            watcher = StallWatcher(app, [WebhookNotifier(hook.url)], stall_after=60)
+            assert watcher.check().raised == [task_id]
+            (post,) = hook.delivered
+    assert f"task app=shop/a b ({task_id}) of batch reviews" in post.json()["text"]
