@@ -119,12 +119,12 @@ def tasks(config: UIConfig, query: Query) -> Page:
 
 
 def _groups(config: UIConfig, filters: TaskQuery) -> list[ErrorGroup]:
-    """The failed tasks' error groups, where the filter bounds them (failed
-    tasks, a batch, a search or an error group already chosen): on the whole
-    store the count would be a pass over every failed task, on every poll."""
+    """The failed tasks' error groups, where an index bounds them (the failed
+    tasks, or a batch's): a search alone would count them with a second pass
+    over every task, on every poll."""
     if filters.status not in (None, "failed"):
         return []
-    if filters.status is None and filters.batch is None and filters.search is None:
+    if filters.status is None and filters.batch is None:
         return []
     return error_groups(config.store, replace(filters, error_type=None))
 
