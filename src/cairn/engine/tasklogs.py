@@ -1,11 +1,12 @@
 """Logs per task: the ``logging`` records a task emits while it runs, kept with it.
 
-One handler on the root logger (``install``, once per process) hands each record
-to the task running in that thread or coroutine, found through a context
-variable set around the task's run (``capturing``); a record logged outside a
-task is not kept. It sees what the program's logging configuration lets through
-(a logger's level decides before any handler: with the root logger at WARNING,
-the default, ``log.info`` makes no record).
+The logging module's record factory, wrapped once per process (``install``),
+hands each record made to the task running in that thread or coroutine, found
+through a context variable set around the task's run (``capturing``); a record
+logged outside a task is not kept. It sees the records the program's logging
+configuration makes (a logger's level decides before a record is made: with
+the root logger at WARNING, the default, ``log.info`` makes none), and changes
+nothing of where they go.
 
 Each record is kept as (time, attempt, level, logger, message), its message
 formatted and redacted as an error is (``cairn.redaction``), cut to
@@ -19,6 +20,7 @@ attempt's records (its steps are still recorded).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -88,32 +90,38 @@ def to_iso_from_epoch(created: float) -> str:
 capturing: ContextVar[TaskLog | None] = ContextVar("cairn_task_log", default=None)
 
 
-class _TaskLogHandler(logging.Handler):
-    """Hands each record to the task running where it was logged."""
+def _capturing_factory(inner: Callable[..., logging.LogRecord]) -> Callable[..., logging.LogRecord]:
+    """A log record factory that makes each record with ``inner`` and hands it
+    to the task running where it was made."""
 
-    def emit(self, record: logging.LogRecord) -> None:
+    def make(*args: object, **kwargs: object) -> logging.LogRecord:
+        record = inner(*args, **kwargs)
         log = capturing.get()
         if log is not None:
-            log.add(record)
+            # Keeping a record must never break the program's logging.
+            with contextlib.suppress(Exception):
+                log.add(record)
+        return record
 
-    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
-        """Never print a traceback for a record that could not be kept."""
+    make.cairn_task_logs = True  # type: ignore[attr-defined]
+    return make
 
 
-_installed: list[_TaskLogHandler] = []
 _install_lock = threading.Lock()
 
 
 def install() -> None:
-    """Put the handler on the root logger (one per process), again if a logging
-    setup replaced the root logger's handlers since (``logging.config``, a CLI's
-    own setup)."""
+    """Wrap the logging module's record factory (once, and again if a program
+    set its own since), so each record made inside a task is kept with it.
+
+    A factory, not a handler on the root logger: a handler there would stop
+    Python's last-resort output (the warnings a program that configured no
+    logging still sees on stderr), and would miss records of a logger that
+    does not propagate."""
     with _install_lock:
-        if not _installed:
-            _installed.append(_TaskLogHandler())
-        root = logging.getLogger()
-        if _installed[0] not in root.handlers:
-            root.addHandler(_installed[0])
+        current = logging.getLogRecordFactory()
+        if not getattr(current, "cairn_task_logs", False):
+            logging.setLogRecordFactory(_capturing_factory(current))
 
 
 def save(store: Store, task_id: str, log: TaskLog) -> None:

@@ -108,3 +108,29 @@ def test_a_task_keeps_a_bounded_number_and_counts_the_rest(
     assert [x.message for x in small.lines] == [f"task 4 record {i}" for i in range(4)]
     shown = CliRunner().invoke(cli_app, ["logs", f"talk/n={MAX_LINES + 100}", "--store", store_url])
     assert "100 more record(s) not kept" in shown.output
+
+
+def test_keeping_logs_changes_nothing_of_where_records_go(store_url: str) -> None:
+    """Running a task adds no handler to the root logger (a program that set up
+    no logging still gets Python's last-resort warnings on stderr), and a
+    logger that does not propagate still has its records kept."""
+    quiet = logging.getLogger("reviewer.quiet")
+    quiet.propagate = False
+    quiet.setLevel(logging.INFO)
+    before = list(logging.getLogger().handlers)
+    app = Cairn(store_url)
+
+    @app.task(name="quiet")
+    def quiet_task(ctx: Context) -> int:
+        quiet.info("kept though it does not propagate")
+        return 1
+
+    try:
+        with app:
+            app.run(quiet_task, task_id="q/1")
+            view = task_logs(admin(app.store), "q/1")
+    finally:
+        quiet.propagate = True
+        quiet.setLevel(logging.NOTSET)
+    assert logging.getLogger().handlers == before
+    assert [x.message for x in view.lines] == ["kept though it does not propagate"]
