@@ -13,6 +13,9 @@ from cairn.admin.triage import ErrorGroup, error_groups, triage_rows
 from cairn.clock import FakeClock
 from cairn.store import admin
 from cairn.store.reports import TaskQuery
+from cairn.ui.config import UIConfig
+from cairn.ui.pages import task as task_page_of
+from cairn.ui.render import content
 
 BATCH = "nightly"
 
@@ -83,3 +86,22 @@ def test_rows_show_duration_failing_step_error_line_and_a_readable_key(
     (odd,) = [row for row in rows.values() if "sha256:" in row.task.id]
     assert odd.key == "app_id=odd/app name"
     assert odd.failed_step == "analyze"
+
+
+def test_after_a_retry_the_old_error_is_labelled_the_previous_attempts(
+    any_app: Cairn, clock: FakeClock
+) -> None:
+    """A failed task's page says Error; once an operator retried it (pending
+    again, its last error still recorded), the error is shown as the previous
+    attempt's, with the status it has now."""
+    _run_batch(any_app, clock)
+    store = admin(any_app.store)
+    config = UIConfig(store, clock.now)
+    task_id = f"{BATCH}/app_id=0v"
+    failed = content(task_page_of(config, {"id": task_id}))
+    assert '<h2 id="error-heading">Error</h2>' in failed
+    assert store.retry_task(task_id, clock.now())
+    retried = content(task_page_of(config, {"id": task_id}))
+    assert "Error of the previous attempt" in retried
+    assert "(the task is pending now)" in retried
+    assert "bad findings for 0v" in retried
