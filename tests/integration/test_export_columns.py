@@ -139,7 +139,7 @@ def fill(store: SQLStore) -> dict[str, list[Any]]:
     _superseded_run(store)
     line = {"at": "2026-05-24T06:00:01Z", "attempt": 1, "level": "INFO", "logger": "app",
             "message": "fetched"}  # fmt: skip
-    store.save_task_log(PARENT, [line], 3)  # schema 6: what the task logged
+    store.save_task_log(PARENT, [line], 3)  # schema 9: what the task logged
     return {"steps": steps, "messages": messages}
 
 

@@ -83,7 +83,7 @@ def _check_upgraded_and_resumed(url: str) -> None:
 
 
 def _check_in_flight_after_upgrade(url: str) -> None:
-    """Schema 6: the task made before it has no step in flight noted, and a
+    """Schema 9: the task made before it has no step in flight noted, and a
     note for it, finished, shows nothing: only a running task has one."""
     with Cairn(url) as app:
         tools = admin(app.store)

@@ -31,7 +31,7 @@ RELEASED = {
     "postgres/0005_reruns_and_audit.sql": (
         "288180c7087001c6b893f6f190e7e5a43e417483b113bc3b02a2b2e712b0bcfe"
     ),
-    "postgres/0006_in_flight_logs_and_hours.sql": (
+    "postgres/0009_in_flight_logs_and_hours.sql": (
         "2092c1b6389201fd956d19e84f6739f32c5ee229c4891a1ba582d429e9410be1"
     ),
     "sqlite/0001_initial.sql": ("349d82616b1eb61253e11592a348213d2e256fe6e5d4e5626d4c7a3b9fe8a862"),
@@ -47,7 +47,7 @@ RELEASED = {
     "sqlite/0005_reruns_and_audit.sql": (
         "60c0f56a8593dcfbc1f88295af1cc3ca07bcacdcea2cfeb735d07b6bd6a21d1d"
     ),
-    "sqlite/0006_in_flight_logs_and_hours.sql": (
+    "sqlite/0009_in_flight_logs_and_hours.sql": (
         "3ffe230956239305bf6b83db57acd65bc560c1cc33edb6424ed5bf33c139bbf9"
     ),
 }

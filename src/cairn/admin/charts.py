@@ -5,7 +5,7 @@ them: the cost recorded with each call).
 Counting the whole store on every view is what made the page slow at 100,000
 tasks. Instead, each closed hour (ended more than ``CLOSE_AFTER`` ago, so a
 finish written late by a slow clock still lands in it) is summed once, by the
-first reader that needs it, and kept (``metric_hours``, schema 6); a view then
+first reader that needs it, and kept (``metric_hours``, schema 9); a view then
 reads the kept hours and sums only the hours still open, through the index on
 ``finished_at`` (and the partial index of the model calls' finishes). A figure
 is of what was recorded when its hour was summed: a task retried later leaves

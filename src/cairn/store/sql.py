@@ -90,7 +90,7 @@ CLAIM_SET = (
     "status = 'running', owner = ?, lease_expires_at = ?, fence = fence + 1, "
     "started_at = COALESCE(started_at, ?), updated_at = ?, wake_at = NULL, "
     "version = CASE WHEN started_at IS NULL THEN COALESCE(?, version) ELSE version END, "
-    # The step the last owner was in is not this attempt's (schema 6).
+    # The step the last owner was in is not this attempt's (schema 9).
     "step_now_seq = NULL, step_now = NULL, step_now_at = NULL"
 )
 # {filter} picks the candidates (one batch, or any batch of some task names);
@@ -201,7 +201,7 @@ NOTE_IN_FLIGHT = (
     "UPDATE tasks SET step_now_seq = ?, step_now = ?, step_now_at = ? "
     "WHERE id = ? AND fence = ? AND status = 'running'"
 )
-# A task's kept log records (schema 6; cairn.engine.tasklogs).
+# A task's kept log records (schema 9; cairn.engine.tasklogs).
 GET_TASK_LOG = "SELECT lines, dropped FROM task_logs WHERE task_id = ?"
 SAVE_TASK_LOG = (
     "INSERT INTO task_logs (task_id, lines, kept, dropped) VALUES (?, ?, ?, ?) "

@@ -165,7 +165,7 @@ OPEN_ALERTS = (
     "WHERE r.id = CAST(? AS TEXT) || substr(t.id, ?)) ORDER BY t.pos"
 )
 
-# The metrics page's hourly counts (schema 6; cairn.admin.charts): the hours
+# The metrics page's hourly counts (schema 9; cairn.admin.charts): the hours
 # summed, and the finishes of a span of time (through tasks_by_finish), cairn's
 # own tasks left out.
 METRIC_HOURS_SINCE = (

@@ -162,7 +162,7 @@ TASKS = Table(
         # Schema 5: which run of the task this is; a rerun from a step makes the
         # next one (docs/reruns.md), and TASK_RUNS keeps how the earlier ones ended.
         _int("run", default=1),
-        # Schema 6: the entry the task's owner is running now (its position,
+        # Schema 9: the entry the task's owner is running now (its position,
         # name, and when it began), noted by the lease heartbeat, not by the
         # step itself (cairn.engine.leases): the dashboard's and the stall
         # alert's "step in flight". Cleared by each claim; never exported.
@@ -334,7 +334,7 @@ AUDIT = Table(
     ),
 )
 
-# Schema 6: what a task logged (the ``logging`` module) while it ran, one row
+# Schema 9: what a task logged (the ``logging`` module) while it ran, one row
 # per task: its records as a JSON list (``cairn.engine.tasklogs``: time,
 # attempt, level, logger, message; redacted), how many are kept, and how many
 # were not (past the cap on their number and size).
@@ -343,7 +343,7 @@ TASK_LOGS = Table(
     (_text("task_id"), _text("lines"), _int("kept"), _int("dropped")),
 )
 
-# Schema 6: tasks finished and failed per closed hour (its start), and what the
+# Schema 9: tasks finished and failed per closed hour (its start), and what the
 # model calls finished in it cost, summed once
 # by the metrics page's reader and kept (``cairn.admin.charts``): of the store,
 # not of a batch; a derived figure, summed again if it is removed.

@@ -1,5 +1,5 @@
 """The metrics page's chart over time: tasks finished and failed per hour, each
-closed hour summed once and kept (schema 6), the open hours read through the
+closed hour summed once and kept (schema 9), the open hours read through the
 index on ``finished_at``; and the page itself, bounded: the chart, a page of
 batches, the durability metrics only for a chosen batch or window.
 

@@ -1,5 +1,5 @@
 """The step in flight: what a running task is doing now, and since when, as its
-owner's lease heartbeat notes it (schema 6), on the task page's view, the
+owner's lease heartbeat notes it (schema 9), on the task page's view, the
 stall check and the stall alert.
 
 Every test here runs on each backend (the conformance suite).

@@ -1,4 +1,4 @@
--- cairn schema 6: the step a running task is in now, and since when (then
+-- cairn schema 9: the step a running task is in now, and since when (then
 -- what a task logged, and the metrics page's hourly sums, below).
 -- The lease heartbeat notes it (one statement per beat, for the tasks whose
 -- step changed since the last beat), so a step still costs one commit; each

@@ -1,4 +1,4 @@
--- cairn schema 6 on PostgreSQL: the step in flight, what a task logged, the
+-- cairn schema 9 on PostgreSQL: the step in flight, what a task logged, the
 -- metrics page's hourly sums. Same meaning as the SQLite migration of the same number.
 ALTER TABLE tasks ADD COLUMN step_now_seq integer;
 ALTER TABLE tasks ADD COLUMN step_now text;
