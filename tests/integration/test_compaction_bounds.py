@@ -43,6 +43,7 @@ def _agent(app: Cairn, client: Any, summarizer: LLMSummarizer, summary_tokens: i
             summarizer=summarizer,
             summary_tokens=summary_tokens,
             client=client,
+            max_context=100_000,  # the hold alone (the fallback: tests/acceptance/test_bounded_context_sigkill.py)
         )
         for turn in range(CALLS):
             conv.append(user(f"turn {turn}: " + "please note this fact. " * 16))
@@ -136,7 +137,12 @@ def _chunked_task(app: Cairn, summarizer: LLMSummarizer) -> Any:
     @app.task(name="big", retry=None)
     def big(ctx: Context) -> dict[str, Any]:
         conv = ctx.conversation(
-            "main", threshold=4000, keep_tail=500, summarizer=summarizer, summary_tokens=200
+            "main",
+            threshold=4000,
+            keep_tail=500,
+            summarizer=summarizer,
+            summary_tokens=200,
+            max_context=100_000,  # a failure stays a failure: no fallback under the bound
         )
         for i in range(16):
             conv.append(user(f"note {i}: " + "the data says something. " * 80))

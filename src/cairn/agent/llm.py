@@ -7,7 +7,8 @@ client itself are never recorded.
 
 ``ctx.llm(conv)`` first compacts the conversation if it is over its threshold,
 then clears old tool results if the conversation has a policy for it
-(``cairn.agent.clearing``), sends its active context, appends the reply to it
+(``cairn.agent.clearing``), sends its active context (never over the
+conversation's ``max_context``: ``cairn.agent.fallback``), appends the reply to it
 (one row, with the usage beside it) and returns it. Its entry records the
 usage, the cost, the tool results it cleared, and the input tokens the call
 would have sent with nothing compacted or cleared (``uncompacted_input``, from
@@ -44,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from cairn.agent._window import Row
 from cairn.agent.clearing import Cleared
 from cairn.agent.compaction import compaction_machine
+from cairn.agent.fallback import over_bound_error
 from cairn.agent.messages import Message, normalize
 from cairn.agent.pricing import DEFAULT_PRICES, PriceTable, Usage
 from cairn.agent.providers import (
@@ -319,6 +321,9 @@ def _conversation_call(
             return {"idx": row.idx, **row.meta}, []
         if not cleared:
             cleared.append(conv.clear_tool_results())
+        if conv.tokens > conv.max_context:
+            # Even the fallback could not fold enough (cairn.agent.fallback).
+            raise Permanent(over_bound_error(conv.name, conv.tokens, conv.max_context))
         return None, conv.messages
 
     def finish(completion: Completion) -> dict[str, Any]:
