@@ -43,7 +43,8 @@ def _agent(app: Cairn, client: Any, summarizer: LLMSummarizer, summary_tokens: i
             summarizer=summarizer,
             summary_tokens=summary_tokens,
             client=client,
-            max_context=100_000,  # the hold alone (the fallback: tests/acceptance/test_bounded_context_sigkill.py)
+            # The hold alone: the fallback is tests/acceptance/test_bounded_context_sigkill.py's.
+            max_context=100_000,
         )
         for turn in range(CALLS):
             conv.append(user(f"turn {turn}: " + "please note this fact. " * 16))
