@@ -58,7 +58,7 @@ from cairn.agent.archive import StoredMessage, iter_history
 from cairn.agent.clearing import Cleared, ToolResultClearing, to_clear
 from cairn.agent.compaction import compaction_machine
 from cairn.agent.conversation_stats import ConversationStats, stats_of
-from cairn.agent.fallback import default_bound
+from cairn.agent.fallback import bound_of
 from cairn.agent.handoff import archive_part, build_handoff, seed_rows
 from cairn.agent.message_blobs import MessageReader, offload_content
 from cairn.agent.messages import Message, dumps, normalize, text_of
@@ -121,12 +121,7 @@ class Conversation:
         self.threshold = threshold
         self.keep_tail = keep_tail
         # The hard bound on the active context (cairn.agent.fallback).
-        self.max_context = default_bound(threshold) if max_context is None else max_context
-        if self.max_context <= threshold:
-            raise ValueError(
-                f"conversation {name!r}: max_context ({self.max_context}) must be above "
-                f"threshold ({threshold}): it is the bound compaction falls back to keep"
-            )
+        self.max_context = bound_of(name, threshold, max_context)
         self.summarizer = summarizer
         self.counter = counter
         self.prices = prices

@@ -36,9 +36,16 @@ from cairn.agent.tokens import TokenCounter, count_message
 FALLBACK = "extractive"
 
 
-def default_bound(threshold: int) -> int:
-    """The hard bound of a conversation that names none: twice its threshold."""
-    return 2 * threshold
+def bound_of(name: str, threshold: int, max_context: int | None) -> int:
+    """The hard bound of conversation ``name``: ``max_context``, or twice its
+    threshold when it names none; one at or under the threshold is refused."""
+    bound = 2 * threshold if max_context is None else max_context
+    if bound <= threshold:
+        raise ValueError(
+            f"conversation {name!r}: max_context ({bound}) must be above threshold "
+            f"({threshold}): it is the bound compaction falls back to keep"
+        )
+    return bound
 
 
 def fallback_cut(tail: Sequence[Row], keep_tail: int, room: int) -> int:
