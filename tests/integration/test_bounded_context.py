@@ -141,3 +141,33 @@ def test_a_bound_at_or_under_the_threshold_is_refused(app: Cairn) -> None:
 
     with pytest.raises(Exception, match=r"max_context \(800\) must be above threshold \(800\)"):
         app.run(bad, task_id="b")
+
+
+def test_fidelity_replays_the_fallback_as_the_live_conversation_made_it(tmp_path: Path) -> None:
+    """fidelity's replay of compaction (``simulated_contexts``) over the same
+    messages, summarizer and bound gives, at every model call, exactly the
+    context the live conversation sent: the same refusals, holds and
+    extractive fallbacks."""
+    from cairn.agent.fidelity import simulated_contexts
+    from cairn.agent.tokens import DEFAULT_COUNTER
+
+    app = Cairn(f"sqlite:///{tmp_path / 'c.db'}")
+    with model_server(Scripted(["Noted."])) as server:
+        app.run(_task(app, openai_client(server), 60), task_id="t")
+        sent = [body["messages"] for body in server.bodies]
+    rows = app.store.load_messages("t", "main", 0, 999)
+    app.close()
+    messages = [json.loads(r.content) for r in rows if r.kind == "message"]
+    calls = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    contexts = simulated_contexts(
+        messages,
+        calls,
+        refusing,
+        threshold=800,
+        keep_tail=200,
+        counter=DEFAULT_COUNTER,
+        summary_tokens=150,
+        max_context=1200,
+    )
+    assert any("[Summary of the earlier part" in str(c) for c in contexts.values())
+    assert [contexts[i] for i in calls] == sent

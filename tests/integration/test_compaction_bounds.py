@@ -221,6 +221,7 @@ def test_fidelity_replays_compaction_with_the_same_rejections_and_hold() -> None
         keep_tail=300,
         counter=DEFAULT_COUNTER,
         summary_tokens=300,
+        max_context=100_000,  # the hold alone: the fallback is test_bounded_context.py's
     )
     assert all(SUMMARY_HEADER not in str(c) for ctx in contexts.values() for c in ctx)
     assert len(contexts[points[-1]]) == points[-1]  # nothing was ever folded

@@ -207,6 +207,7 @@ def fidelity(
     counter: TokenCounter | None = None,
     summary_tokens: int = 800,
     same: Callable[[Any, Any], bool] | None = None,
+    max_context: int | None = None,
 ) -> FidelityReport:
     """Ask ``decide`` with the full and the compressed history at the decision
     points after a compaction (all of them up to ``max_probes``, a stratified
@@ -235,6 +236,7 @@ def fidelity(
             keep_tail=keep_tail,
             counter=count,
             summary_tokens=summary_tokens,
+            max_context=max_context,
         )
     if not points:
         raise nothing_to_probe(candidates)
