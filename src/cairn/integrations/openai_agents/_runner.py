@@ -17,7 +17,16 @@ import asyncio
 import dataclasses
 from typing import Any
 
-from agents import Agent, FunctionTool, Handoff, Model, RunConfig, Runner, RunResult
+from agents import (
+    Agent,
+    FunctionTool,
+    Handoff,
+    Model,
+    RunConfig,
+    Runner,
+    RunResult,
+    RunResultStreaming,
+)
 from agents import RunState as SDKRunState
 
 from cairn.agent.pricing import DEFAULT_PRICES, PriceTable
@@ -64,18 +73,8 @@ async def run(
             f"run() takes the task's ctx first, not {ctx!r}: call it inside a cairn task"
         )
     check_approvals(approvals)
-    config = run_config or RunConfig()
-    _check_definition(ctx, agent, config)
-    state = RunState(
-        ctx, retry or ctx._default_step_retry, prices or DEFAULT_PRICES, parallel_tools
-    )
-    provider = RecordedProvider(config.model_provider, state)
-    model = config.model
-    if isinstance(model, Model):
-        model = RecordedModel(model, state)
-    config = dataclasses.replace(config, model_provider=provider, model=model)
     # One clone for the whole run: a run resumed after an approval goes on with it.
-    clone = recorded_agent(agent, state)
+    clone, config, state = _prepared(ctx, agent, run_config, prices, retry, parallel_tools)
     start: str | list[Any] | SDKRunState[Any] = input
     while True:
         try:
@@ -88,6 +87,52 @@ async def run(
         if pending is None:
             return result
         start = pending
+
+
+def run_streamed(
+    ctx: Context,
+    agent: Agent[Any],
+    input: str | list[Any],  # noqa: A002 - the name Runner.run_streamed gives it
+    *,
+    run_config: RunConfig | None = None,
+    prices: PriceTable | None = None,
+    retry: Retry | None = None,
+    parallel_tools: bool = False,
+    **kwargs: Any,
+) -> RunResultStreaming:
+    """``Runner.run_streamed(agent, input, ...)`` as a durable part of the task:
+    ``run()``'s recording, with the model's events streamed as they arrive
+    (``_streamed``). Consume ``result.stream_events()`` inside the task, to
+    its end. Options as ``run()``'s (tool approvals come back in the result)."""
+    if not isinstance(ctx, Context):
+        raise TypeError(
+            f"run_streamed() takes the task's ctx first, not {ctx!r}: call it inside a cairn task"
+        )
+    clone, config, _ = _prepared(ctx, agent, run_config, prices, retry, parallel_tools)
+    return Runner.run_streamed(clone, input, run_config=config, **kwargs)
+
+
+def _prepared(
+    ctx: Context,
+    agent: Agent[Any],
+    run_config: RunConfig | None,
+    prices: PriceTable | None,
+    retry: Retry | None,
+    parallel_tools: bool,
+) -> tuple[Agent[Any], RunConfig, RunState]:
+    """The definition checked; the recorded clone of ``agent``, the run config
+    with its models recorded, and the run's shared state."""
+    config = run_config or RunConfig()
+    _check_definition(ctx, agent, config)
+    state = RunState(
+        ctx, retry or ctx._default_step_retry, prices or DEFAULT_PRICES, parallel_tools
+    )
+    provider = RecordedProvider(config.model_provider, state)
+    model = config.model
+    if isinstance(model, Model):
+        model = RecordedModel(model, state)
+    config = dataclasses.replace(config, model_provider=provider, model=model)
+    return recorded_agent(agent, state), config, state
 
 
 def run_sync(
