@@ -45,7 +45,7 @@ def tool_runs(counts: Path) -> Counter[str]:
     return Counter(line.split()[0] for line in lines)
 
 
-def support_task(app: Cairn, base_url: str, **options: Any) -> TaskDef[..., str]:
+def support_task(app: Cairn, base_url: str, **options: Any) -> TaskDef[..., Any]:
     @app.task(name="support", retry=None)
     async def support(ctx: Context) -> str:
         agent = support_agent(base_url)
