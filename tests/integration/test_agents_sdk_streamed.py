@@ -16,6 +16,7 @@ from cairn import Cairn, Context, TaskDef
 from cairn.agent.costs import cost_report
 from cairn.agent.simulate import SimulatedModelServer
 from cairn.clock import FakeClock
+from cairn.engine.observer import Event
 from cairn.integrations.openai_agents import run_streamed
 from cairn.testing import set_fault_hook
 from tests.agent_server import Crash, crash_at, resume
@@ -46,7 +47,7 @@ def test_a_streamed_run_resumes_without_a_recorded_request_and_streams_the_rest(
     """Crashed after its second recorded response, the streamed run resumes in
     a new app: the server gets only the requests not recorded yet, each
     streamed (four in all, none twice), each tool runs once per call, the
-    answer's text arrives as deltas live, and cairn cost counts what the
+    answer's text arrives as deltas live (and to the app's observer), and cairn cost counts what the
     server counted; on every backend."""
     notes = Notes()
     with SimulatedModelServer(script()) as server:
@@ -62,12 +63,16 @@ def test_a_streamed_run_resumes_without_a_recorded_request_and_streams_the_rest(
         assert first.count("response.completed") == 1  # the second was never handed over
         resumed: list[str] = []
         with resume(store_url, clock) as other:
+            told: list[Event] = []
+            other.observer = told.append
             task = streamed_task(other, lambda: agent_of(model, notes), resumed)
             result = other.run(task, task_id="t", goal="x")
             report = cost_report(other.store)
         assert (server.requests, server.repeats, server.streams) == (4, 0, 4)
         counted = (server.prompt_tokens, server.completion_tokens)
     assert result == {"answer": ANSWER, "streamed": ANSWER}
+    # The live text went to the app's observer too (the lane's source, cairn.observe.lane).
+    assert "".join(str(e.value) for e in told if e.point == "call_chunk") == ANSWER
     assert notes.calls == [0, 1, 2]
     # Two replayed calls (their completed events only), two live ones.
     assert resumed.count("response.completed") == 4

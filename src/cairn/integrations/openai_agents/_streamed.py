@@ -24,7 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 from agents import ModelResponse, ModelSettings, Usage
 from agents.items import TResponseStreamEvent
-from openai.types.responses import Response, ResponseCompletedEvent, ResponseUsage
+from openai.types.responses import (
+    Response,
+    ResponseCompletedEvent,
+    ResponseTextDeltaEvent,
+    ResponseUsage,
+)
 
 from cairn.agent.provider_errors import behind_framework
 from cairn.engine.run import adrive
@@ -48,6 +53,7 @@ async def recorded_stream(
     """The events of one streamed model call, recorded (see the module doc)."""
     live: asyncio.Queue[TResponseStreamEvent] = asyncio.Queue()
     sent = [0]
+    run, entry = state.run, f"agents-sdk model {name}"
 
     async def send() -> dict[str, Any]:
         completed: Response | None = None
@@ -56,8 +62,11 @@ async def recorded_stream(
                 sent[0] += 1
                 if isinstance(event, ResponseCompletedEvent):
                     completed = event.response
-                else:
-                    live.put_nowait(event)
+                    continue
+                live.put_nowait(event)
+                if isinstance(event, ResponseTextDeltaEvent):
+                    # To watchers as it arrives (cairn.observe.lane); never stored.
+                    run.observe("call_chunk", run.seq, "llm", entry, value=event.delta)
         except Exception as exc:
             mapped = behind_framework(exc, provider="openai-agents")
             if mapped is None:
@@ -67,8 +76,7 @@ async def recorded_stream(
             raise RuntimeError("the model's stream ended before its response.completed event")
         return encode(_model_response(completed))
 
-    run = state.run
-    machine = step_machine(run, "llm", f"agents-sdk model {name}", send, (), {}, state.retry)
+    machine = step_machine(run, "llm", entry, send, (), {}, state.retry)
     recording = asyncio.ensure_future(adrive(machine, run.clock))
     async for event in _until_done(live, recording):
         yield event
