@@ -57,7 +57,7 @@ def test_a_streamed_calls_text_reaches_watchers_before_it_is_recorded(tmp_path: 
             seen: list[dict[str, Any]] = []
             watcher = threading.Thread(target=lambda: seen.extend(tail(lane.url, "t")))
             watcher.start()
-            assert wait_until(lambda: lane._watchers.get("t"), WAIT)
+            assert wait_until(lambda: lane.watching("t") == 1, WAIT)
             answer: list[str] = []
             runner = threading.Thread(target=lambda: answer.append(app.run(talk, task_id="t")))
             runner.start()
@@ -71,7 +71,7 @@ def test_a_streamed_calls_text_reaches_watchers_before_it_is_recorded(tmp_path: 
                 )
             )
             cli.start()
-            assert wait_until(lambda: len(lane._watchers.get("t", [])) == 2, WAIT)
+            assert wait_until(lambda: lane.watching("t") == 2, WAIT)
             rows = app.store.load_messages("t", "main", 0, 100)
             assert [r.role for r in rows] == ["user"]  # no reply row yet
             assert not [s for s in app.store.load_history("t").values() if s.kind == "llm"]

@@ -113,6 +113,11 @@ class TokenLane:
             with contextlib.suppress(queue.Full):
                 watcher.put_nowait(shown)
 
+    def watching(self, task_id: str) -> int:
+        """How many watchers ``task_id`` has now."""
+        with self._lock:
+            return len(self._watchers.get(task_id, ()))
+
     def watch(self, task_id: str) -> Iterator[dict[str, Any]]:
         """What the lane shows of ``task_id`` from now on, as it comes."""
         mine: queue.Queue[dict[str, Any]] = queue.Queue(BACKLOG)
