@@ -171,3 +171,43 @@ def test_fidelity_replays_the_fallback_as_the_live_conversation_made_it(tmp_path
     )
     assert any("[Summary of the earlier part" in str(c) for c in contexts.values())
     assert [contexts[i] for i in calls] == sent
+
+
+def test_a_kept_summary_that_would_leave_the_context_over_the_bound_gives_way(
+    app: Cairn,
+) -> None:
+    """A summary within its budget but so big that, kept, the context would be
+    over the bound: the fallback folds instead, saying why, and the call sent
+    is within the bound."""
+
+    def wordy(request: SummaryRequest) -> str:
+        return "Goal: note things. " + "detail " * 600  # ~700 tokens, under summary_tokens
+
+    with model_server(Scripted(["Noted."])) as server:
+
+        @app.task(name="wordy")
+        def talk(ctx: Context) -> list[str]:
+            conv = ctx.conversation(
+                "main",
+                threshold=800,
+                keep_tail=400,
+                max_context=1000,
+                summary_tokens=2000,
+                summarizer=wordy,
+                client=openai_client(server),
+            )
+            for i in range(12):
+                conv.append(user(f"note {i}: " + "the figures for the quarter. " * 8))
+                ctx.llm(conv, model="gpt-4o-mini")
+            return [
+                str(r.meta["fallback_reason"])
+                for r in conv.history()
+                if r.kind == "summary" and r.meta
+            ]
+
+        reasons = app.run(talk, task_id="w")
+        largest = max(count_messages(body["messages"]) for body in server.bodies)
+    assert largest <= 1000
+    assert reasons
+    assert reasons[0].startswith("the summary left ")
+    assert reasons[0].endswith("tokens, over the bound of 1000")

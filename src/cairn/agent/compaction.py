@@ -178,7 +178,7 @@ def compaction_machine(conv: Conversation, *, force: bool = False) -> Machine[Co
         raise conv._run.poisoned
     if not _due(conv, force):
         return None
-    if _over(conv) and (_held(conv) or _plan(conv) is None):
+    if _over(conv) and (_held(conv) or _plan(conv) is None) and not _parts_recorded(conv):
         # The summarizer is held off (or has nothing to fold): straight to the fallback.
         fn: Callable[[], Any] = _direct_fallback(conv)
         return (yield from _recorded(conv, fn))
@@ -193,6 +193,13 @@ def compaction_machine(conv: Conversation, *, force: bool = False) -> Machine[Co
     else:
         fn = _sync_compact(conv, plan, parts)
     return (yield from _recorded(conv, fn))
+
+
+def _parts_recorded(conv: Conversation) -> bool:
+    """Whether the record holds a compaction in parts here (one a cairn without
+    the bound made): it replays as recorded, never as a direct fallback."""
+    upcoming = conv._run.history.get(conv._run.seq + 1)
+    return upcoming is not None and upcoming.name == part_name(_entry_name(conv), 1)
 
 
 def _recorded(conv: Conversation, fn: Callable[[], Any]) -> Machine[Compaction]:
@@ -415,18 +422,19 @@ def _summarizer_name(conv: Conversation) -> str:
 def _finish(conv: Conversation, plan: _Plan, result: SummaryResult, *, parts: int = 0) -> Outcome:
     """Write the summary row of ``result`` (unless it is rejected) and return the
     outcome. A summary folded in ``parts`` records no usage: each part's entry
-    holds its own. Over the bound, a summary rejected, or one that would leave
-    the context over it, gives way to the fallback's."""
+    holds its own. Over the bound, a summary rejected gives way to the
+    fallback's, and so does one that would leave the context over it."""
     summary = as_summary(result)
     text = summary.text.strip()
     paid = {"parts": parts} if parts else _usage_fields(conv, summary.usage, summary.model)
     rejected = _rejected(conv, summary, text)
-    if rejected is None and _over(conv):
-        after = _tokens_after(conv, plan, count_message(summary_message(text), conv.counter))
-        if after > conv.max_context:
-            rejected = f"the summary left {after} tokens, over the bound of {conv.max_context}"
     if rejected is not None:
         return _missed(conv, plan, rejected, paid)
+    after = _tokens_after(conv, plan, count_message(summary_message(text), conv.counter))
+    if after > conv.max_context:
+        # Kept, it would leave the context over the bound, over it already or not.
+        reason = f"the summary left {after} tokens, over the bound of {conv.max_context}"
+        return _fall_back(conv, reason, paid, asked=True)
     return _summary_row(conv, plan, text, paid)
 
 

@@ -243,7 +243,8 @@ def simulated_contexts(
             cut, text = (0, None)
             if due:
                 cut, text = _summarized(window, summarizer, keep_tail, counter, summary_tokens)
-            if text is not None and over and _after(window, cut, text, counter) > bound:
+            too_big = text is not None and _after(window, cut, text, counter) > bound
+            if too_big:
                 text = None  # it would leave the context over the bound
             if text is not None:
                 _fold(window, cut, text, counter, idx)
@@ -252,7 +253,7 @@ def simulated_contexts(
                     hold = hold_after(misses, window.tokens(), keep_tail)
                 else:
                     misses, hold = 0, 0
-            elif over:
+            elif over or too_big:
                 misses += int(due)
                 _fall_back(window, bound, keep_tail, counter, summary_tokens, idx)
                 hold = hold_after(max(1, misses), window.tokens(), keep_tail)
