@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from cairn.agent._window import Row, split_point
 from cairn.agent.chunked import Parts, described, in_parts, part_name, parts_machine
-from cairn.agent.fallback import FALLBACK, extractive_text, fallback_cut, summary_row_tokens
+from cairn.agent.fallback import FALLBACK, extractive_text, fallback_cut, header_tokens
 from cairn.agent.pricing import Usage
 from cairn.agent.summarize import (
     TRUNCATED,
@@ -121,15 +121,16 @@ def _held(conv: Conversation) -> bool:
     return conv._failed_at == conv.position or conv.tokens < conv._hold_until
 
 
-def _fallback_plan(conv: Conversation) -> _Plan | None:
-    """The head the fallback folds (``cairn.agent.fallback.fallback_cut``)."""
+def _fallback_plan(conv: Conversation) -> tuple[_Plan, int] | None:
+    """The head the fallback folds, and its summary's budget
+    (``cairn.agent.fallback.fallback_cut``)."""
     window = conv._window
     system = 0 if window.system is None else window.system.tokens
-    room = conv.max_context - system - summary_row_tokens(conv.summary_tokens, conv.counter)
-    cut = fallback_cut(window.tail, conv.keep_tail, room)
+    room = conv.max_context - system - header_tokens(conv.counter)
+    cut, budget = fallback_cut(window.tail, conv.keep_tail, room, conv.summary_tokens)
     if cut == 0:
         return None
-    return _Plan(window.tail[:cut], window.tail[cut:], conv.tokens)
+    return _Plan(window.tail[:cut], window.tail[cut:], conv.tokens), budget
 
 
 def _entry_name(conv: Conversation) -> str:
@@ -364,11 +365,12 @@ def _fall_back(conv: Conversation, reason: str, paid: dict[str, Any], *, asked: 
     bound (``cairn.agent.fallback``); ``reason`` says why the summarizer's
     would not do, ``paid`` carries the usage of its calls, ``asked`` whether
     it was asked (a miss more, so a longer hold)."""
-    plan = _fallback_plan(conv)
-    if plan is None:
+    planned = _fallback_plan(conv)
+    if planned is None:
         return {**_failed(conv, None, f"{reason}; and nothing can be folded"), **paid}
+    plan, budget = planned
     messages = [row.message for row in plan.head]
-    text = extractive_text(conv.summary, messages, conv.summary_tokens, conv.counter)
+    text = extractive_text(conv.summary, messages, budget, conv.counter)
     misses = conv._misses + int(asked)
     extra = {"fallback": FALLBACK, "fallback_reason": reason, **paid}
     outcome = _summary_row(conv, plan, text, extra, misses=max(1, misses))

@@ -17,11 +17,13 @@ compaction; the summary row and the compaction's entry say it was a fallback
 and why (``fallback``, ``fallback_reason``), ``cairn conversation`` shows it,
 and a replay reads the recorded outcome, so it takes the same path.
 
-The head is cut as usual, keeping ``keep_tail`` tokens; when even that leaves
-the context over the bound (a tail of huge messages), it keeps only the last
-message, with the tool results answering it. If that last message alone does
-not fit, nothing can: ``ctx.llm`` then refuses to send the context, with an
-error that says so (``over_bound_error``), rather than exceed the bound.
+The head is cut as usual, keeping ``keep_tail`` tokens, when that leaves room
+under the bound for a summary (``fallback_cut``); else (a tail of huge
+messages, or a bound close to ``keep_tail``) only the last message is kept,
+with the tool results answering it. The summary gets what room is left, at
+most ``summary_tokens``. If the last message alone does not fit, nothing can:
+``ctx.llm`` then refuses to send the context, with an error that says so
+(``over_bound_error``), rather than exceed the bound.
 """
 
 from __future__ import annotations
@@ -48,15 +50,30 @@ def bound_of(name: str, threshold: int, max_context: int | None) -> int:
     return bound
 
 
-def fallback_cut(tail: Sequence[Row], keep_tail: int, room: int) -> int:
+# The fallback keeps the usual tail only if that leaves its summary at least
+# this many tokens (or summary_tokens, if smaller); else it keeps the last message.
+MIN_SUMMARY = 100
+# Tokens kept free for how the summary's text and its header count together.
+_SLACK = 4
+
+
+def fallback_cut(
+    tail: Sequence[Row], keep_tail: int, room: int, summary_tokens: int
+) -> tuple[int, int]:
     """Where the fallback cuts ``tail`` (the index of the first row kept; 0:
-    nothing to fold): after ``keep_tail`` tokens as usual, or after the last
-    message (and its tool results) when the usual tail is over ``room``."""
+    nothing to fold) and the summary's budget, for ``room`` tokens of context
+    left for the kept rows and the summary's text: after ``keep_tail`` tokens
+    as usual if that leaves the summary room enough (``MIN_SUMMARY``), else
+    after the last message (and its tool results); the budget is what is
+    left, at most ``summary_tokens``."""
     cut = split_point(tail, keep_tail)
-    if cut > 0 and sum(row.tokens for row in tail[cut:]) <= room:
-        return cut
-    tight = split_point(tail, 1)
-    return tight if tight > 0 else cut
+    if cut > 0:
+        left = room - sum(row.tokens for row in tail[cut:]) - _SLACK
+        if left >= min(summary_tokens, MIN_SUMMARY):
+            return cut, min(summary_tokens, left)
+    tight = split_point(tail, 1) or cut
+    left = room - sum(row.tokens for row in tail[tight:]) - _SLACK
+    return tight, max(1, min(summary_tokens, left))
 
 
 def extractive_text(
@@ -68,10 +85,9 @@ def extractive_text(
     return summarizer(SummaryRequest(previous, messages, budget, counter)).text.strip()
 
 
-def summary_row_tokens(budget: int, counter: TokenCounter) -> int:
-    """At most how many tokens a fallback summary's row takes in the context
-    (its text within ``budget``, with the summary header and the framing)."""
-    return count_message(summary_message(""), counter) + budget
+def header_tokens(counter: TokenCounter) -> int:
+    """The tokens a summary row takes beside its text (the header, the framing)."""
+    return count_message(summary_message(""), counter)
 
 
 def over_bound_error(name: str, tokens: int, bound: int) -> str:

@@ -28,7 +28,7 @@ from typing import Any
 from cairn.agent._window import Row, Window, split_point
 from cairn.agent.archive import StoredMessage
 from cairn.agent.compaction import hold_after, margin, rejection
-from cairn.agent.fallback import extractive_text, fallback_cut, summary_row_tokens
+from cairn.agent.fallback import extractive_text, fallback_cut, header_tokens
 from cairn.agent.messages import Message
 from cairn.agent.summarize import (
     SUMMARY_HEADER,
@@ -313,10 +313,10 @@ def _fall_back(
 ) -> None:
     """The extractive fallback's fold, as cairn.agent.compaction makes it."""
     system = 0 if window.system is None else window.system.tokens
-    room = bound - system - summary_row_tokens(summary_tokens, counter)
-    cut = fallback_cut(window.tail, keep_tail, room)
+    room = bound - system - header_tokens(counter)
+    cut, budget = fallback_cut(window.tail, keep_tail, room, summary_tokens)
     if cut == 0:
         return
     head = [row.message for row in window.tail[:cut]]
-    text = extractive_text(_previous(window), head, summary_tokens, counter)
+    text = extractive_text(_previous(window), head, budget, counter)
     _fold(window, cut, text, counter, idx)
