@@ -51,7 +51,8 @@ from cairn.errors import (
     UnknownTask,
 )
 from cairn.keys import op_key
-from cairn.limits import Concurrency, Rate
+from cairn.budgets import Budget
+from cairn.limits import Concurrency, Rate, TokenRate
 from cairn.operations import operation
 from cairn.outside_errors import is_transient
 from cairn.redaction import register_secret
@@ -66,6 +67,7 @@ __all__ = [
     "BlobError",
     "BlobMissing",
     "Cairn",
+    "Budget",
     "CairnControl",
     "CairnError",
     "Cancelled",
@@ -112,6 +114,7 @@ __all__ = [
     "TaskNotRegistered",
     "TaskWaiting",
     "TimeLimitExceeded",
+    "TokenRate",
     "TransferError",
     "Transient",
     "UnknownTask",

@@ -120,6 +120,7 @@ def _prepare(engine: EngineConfig, record: TaskRecord) -> _Prepared:
         engine=engine,
         group=_group_of(engine),
         run_number=record.run,
+        budget=task.budget,
     )
     run.on_change, run.rerun_models = engine.change_policy(task)
     ctx = engine.make_context(run)

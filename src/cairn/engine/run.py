@@ -51,6 +51,7 @@ from cairn.errors import (
     NonDeterminismError,
     TimeLimitExceeded,
 )
+from cairn.budgets import Budget
 from cairn.limits import NO_LIMITS, LimitBook
 from cairn.names import check_name
 from cairn.redaction import redact_value
@@ -275,6 +276,10 @@ class TaskRun:
     # Which run of the task this is: 1, until a rerun from a step makes the
     # next (``ctx.run_key`` puts it in the keys it derives).
     run_number: int = 1
+    # The task's own budget (TaskDef.budget), and the budgets its model calls
+    # count against, found once per run (cairn.engine.budgets).
+    budget: Budget | None = None
+    budget_scopes: tuple[str, ...] | None = None
 
     # Whether the codec is cairn's JSON (inside a blob-store wrapper or not): its
     # ints and null are written here, without a call into the codec.
