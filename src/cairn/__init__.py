@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cairn.app import Cairn
+from cairn.budgets import Budget
 from cairn.clock import Clock, SystemClock
 from cairn.codec import Codec, JsonCodec, PickleCodec
 from cairn.context import Context
@@ -51,7 +52,6 @@ from cairn.errors import (
     UnknownTask,
 )
 from cairn.keys import op_key
-from cairn.budgets import Budget
 from cairn.limits import Concurrency, Rate, TokenRate
 from cairn.operations import operation
 from cairn.outside_errors import is_transient

@@ -20,6 +20,7 @@ from cairn.blobs import (
     default_blobs_url,
     open_blobs,
 )
+from cairn.budgets import Budget, batch_scope
 from cairn.callsite import CallSite, outside_caller
 from cairn.clock import Clock, SystemClock
 from cairn.codec import Codec, codec_for
@@ -45,7 +46,6 @@ from cairn.errors import (
     TaskWaiting,
     UnknownTask,
 )
-from cairn.budgets import Budget, batch_scope
 from cairn.limits import Limit, LimitBook, checked_limits
 from cairn.names import check_name
 from cairn.progress import choose_progress

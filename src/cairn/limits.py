@@ -211,7 +211,9 @@ class LimitBook:
             )
         return limit
 
-    def for_model(self, provider: str, model: str, named: str | None) -> tuple[str, TokenRate] | None:
+    def for_model(
+        self, provider: str, model: str, named: str | None
+    ) -> tuple[str, TokenRate] | None:
         """The token limit a model call counts against, and its name in the store:
         the one it names (``limit=``), else one declared as ``"provider:model"``,
         else one declared as ``"provider"``, counted apart for each model (as

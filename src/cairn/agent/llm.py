@@ -341,17 +341,7 @@ def _conversation_call(
         return {"idx": row.idx, **meta}
 
     send = _sender(provider, prepare, finish, model, tools, params, chunks)
-    meter = meter_for(
-        conv._run,
-        provider=provider.name,
-        model=model,
-        tools=tools,
-        params=params,
-        prices=prices,
-        counter=conv.counter,
-        messages=lambda: None if conv.replaying else conv.messages,
-        limit=limit,
-    )
+    meter = _conversation_meter(conv, provider, model, tools, params, prices, limit)
     outcome = yield from step_machine(
         conv._run,
         "llm",
@@ -368,6 +358,30 @@ def _conversation_call(
         conv.diverge(row, f"the reply of a call to {model!r}")
     conv.take(row)
     return Reply.from_record(row.message, outcome)
+
+
+def _conversation_meter(
+    conv: Conversation,
+    provider: Provider,
+    model: str,
+    tools: Tools,
+    params: Mapping[str, Any],
+    prices: PriceTable,
+    limit: str | None,
+) -> Meter | None:
+    """The call's token limit and budgets: its prompt is the conversation's
+    active context right before each try (none while it replays a stored reply)."""
+    return meter_for(
+        conv._run,
+        provider=provider.name,
+        model=model,
+        tools=tools,
+        params=params,
+        prices=prices,
+        counter=conv.counter,
+        messages=lambda: None if conv.replaying else conv.messages,
+        limit=limit,
+    )
 
 
 def llm(

@@ -41,7 +41,8 @@ def max_output(params: Mapping[str, Any], default: int) -> int:
 
 
 def prompt_tokens(
-    messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None,
     counter: TokenCounter,
 ) -> int:
     """A prompt's tokens: its messages, and its tool schemas as JSON text."""

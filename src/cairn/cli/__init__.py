@@ -20,11 +20,11 @@ from ._errors import CairnGroup
 from .audit import audit_command
 from .backup import backup_command
 from .batches import batches_command
+from .budget import budget_command
 from .cancel import cancel_command
 from .chaos import chaos_command
 from .check import check_command
 from .conversation import conversation_command
-from .budget import budget_command
 from .cost import cost_command
 from .demo import demo_command
 from .diff import diff_command

@@ -71,8 +71,8 @@ def cost_command(
             }
         )
         return
-    for view in budgets:
-        note(budget_line(view))
+    for budget in budgets:
+        note(budget_line(budget))
     if not report.lines:
         note("no recorded model calls")
         return

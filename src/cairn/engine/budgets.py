@@ -134,6 +134,5 @@ def _warning_text(budget: BudgetRecord) -> str:
     if budget.tokens:
         parts.append(f"{budget.spent_tokens} of {budget.tokens} tokens")
     return (
-        f"budget {budget.scope!r} passed {budget.warn_at:.0%} of its cap: "
-        f"{', '.join(parts)} spent"
+        f"budget {budget.scope!r} passed {budget.warn_at:.0%} of its cap: {', '.join(parts)} spent"
     )

@@ -34,6 +34,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar
 
 from cairn.blobs.offload import WARN_ABOVE, BlobCodec, Offloader, warn_if_large
+from cairn.budgets import Budget
 from cairn.clock import Clock
 from cairn.codec import Codec, JsonCodec
 from cairn.engine.errortext import describe_error
@@ -51,7 +52,6 @@ from cairn.errors import (
     NonDeterminismError,
     TimeLimitExceeded,
 )
-from cairn.budgets import Budget
 from cairn.limits import NO_LIMITS, LimitBook
 from cairn.names import check_name
 from cairn.redaction import redact_value

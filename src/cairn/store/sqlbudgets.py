@@ -69,9 +69,7 @@ WAKE_PARKED = (
 )
 DROP_PARKS = "DELETE FROM budget_parks WHERE scope = ?"
 GET_BUDGET = f"SELECT {BUDGET_COLUMNS} FROM budgets WHERE scope = ?"
-BUDGETS_LIKE = (
-    f"SELECT {BUDGET_COLUMNS} FROM budgets WHERE scope LIKE ? ESCAPE '\\' ORDER BY scope"
-)
+BUDGETS_LIKE = f"SELECT {BUDGET_COLUMNS} FROM budgets WHERE scope LIKE ? ESCAPE '\\' ORDER BY scope"
 MARK_ALERT = "UPDATE budgets SET {column} = ? WHERE scope = ? AND {column} IS NULL"
 _ALERT_COLUMNS = {"warned": "warned_at", "reached": "reached_at"}
 
