@@ -38,16 +38,21 @@ class Hold:
     tokens: int
 
 
+def declare(run: TaskRun) -> None:
+    """Make the task's own budget in the store, if its task has one, as it starts
+    (before it spawns anything: its children count against it)."""
+    budget = run.budget
+    if budget is not None:
+        run.store.declare_budget(
+            task_scope(run.task_id), budget.usd_nanos, budget.tokens, budget.warn, run.now()
+        )
+
+
 def scopes_of(run: TaskRun) -> tuple[str, ...]:
     """The budgets ``run``'s model calls count against (found once per run)."""
     if run.budget_scopes is not None:
         return run.budget_scopes
     store = run.store
-    if run.budget is not None:
-        budget = run.budget
-        store.declare_budget(
-            task_scope(run.task_id), budget.usd_nanos, budget.tokens, budget.warn, run.now()
-        )
     candidates = [batch_scope(run.batch)] if run.batch else []
     task_id: str | None = run.task_id
     seen: set[str] = set()

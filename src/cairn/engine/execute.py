@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from cairn.engine.claim import release
 from cairn.engine.errortext import describe_error
 from cairn.engine.observer import tell
+from cairn.engine import budgets
 from cairn.engine.run import Call, Machine, TaskRun, Wait, adrive, current, drive
 from cairn.errors import (
     CairnControl,
@@ -123,6 +124,7 @@ def _prepare(engine: EngineConfig, record: TaskRecord) -> _Prepared:
         budget=task.budget,
     )
     run.on_change, run.rerun_models = engine.change_policy(task)
+    budgets.declare(run)
     ctx = engine.make_context(run)
     kwargs = run.decode(record.args, "task arguments")
     retry = task.retry or engine.task_retry
