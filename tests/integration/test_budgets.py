@@ -118,7 +118,7 @@ def test_a_task_budget_holds_its_childrens_calls(tmp_path: Path) -> None:
 
         with app:
             report = app.run_batch("p", parent, [{}], concurrency=1, progress=False)
-            view = budget_view(app.store, budget_scope(task_id="p/-"))
+            view = budget_view(app.store, budget_scope(task_id="p/"))
             statuses = sorted(t.status for t in app.store.list_tasks(batch="p"))
     assert server.requests == 2
     assert report.counts == {"completed": 2, "waiting": 2}
