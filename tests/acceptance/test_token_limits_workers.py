@@ -188,7 +188,8 @@ def test_workers_never_pass_the_providers_tpm_and_rpm(
 def test_a_sigkilled_workers_reservation_comes_back_with_its_lease(
     pg_url: str, tmp_path: Path, workers: list[subprocess.Popen[bytes]]
 ) -> None:
-    """The cap (300 tokens in 3 s) has room for one call at a time. A worker is
+    """The cap (150 tokens in 3 s) has room for one call at a time (each
+    reserves about 90: its prompt plus max_tokens=60). A worker is
     SIGKILLed while its call is at the server (the server holds the answer):
     its reservation keeps the limit full until its lease (2 s) has run out and
     the window after it has passed, then another worker takes it and finishes
@@ -205,11 +206,11 @@ def test_a_sigkilled_workers_reservation_comes_back_with_its_lease(
         return reply(request)
 
     with SimulatedModelServer(
-        holding, tokens_per_window=300, requests_per_window=10, window=3.0
+        holding, tokens_per_window=150, requests_per_window=10, window=3.0
     ) as server:
         env = {
             "CAIRN_TEST_MODEL_URL": server.base_url,
-            "CAIRN_TEST_TPM": "300",
+            "CAIRN_TEST_TPM": "150",
             "CAIRN_TEST_RPM": "10",
             "CAIRN_TEST_WINDOW": "3",
             "CAIRN_TEST_LEASE": "2",
@@ -228,7 +229,7 @@ def test_a_sigkilled_workers_reservation_comes_back_with_its_lease(
     assert statuses(pg_url, "kill") == {"completed": 3}
     assert answered == 4  # the killed call, answered after its client died, and sent again
     assert refused == 0
-    assert tokens <= 300
+    assert tokens <= 150
 
 
 # -- a budget ---------------------------------------------------------------------------------
