@@ -21,6 +21,7 @@ from cairn.admin.budgets import budget_scope, budget_view, raise_budget
 from cairn.agent import Price, PriceTable
 from cairn.agent.simulate import SimulatedModelServer
 from cairn.budgets import nanos_to_usd
+from cairn.store import admin
 
 MODEL = "m-priced"
 # Dollars per million tokens: big enough that each call costs a visible amount.
@@ -81,12 +82,12 @@ def test_a_batch_over_budget_parks_alerts_once_and_finishes_after_a_raise(
         with app:
             first = app.run_batch("b", ask, items, concurrency=3, progress=False,
                                   budget=Budget(usd=0.5))  # fmt: skip
-            parked = budget_view(app.store, budget_scope("b"))
+            parked = budget_view(admin(app.store), budget_scope("b"))
             before = server.requests
             assert server_cost(server) <= 0.5
-            raised = raise_budget(app.store, budget_scope("b"), app.clock.now(), usd=5.0)
+            raised = raise_budget(admin(app.store), budget_scope("b"), app.clock.now(), usd=5.0)
             second = app.run_batch("b", ask, [], concurrency=3, progress=False)
-            after = budget_view(app.store, budget_scope("b"))
+            after = budget_view(admin(app.store), budget_scope("b"))
     assert first.counts.get("failed", 0) == 0
     assert first.counts["waiting"] == 10 - before
     assert parked is not None
@@ -118,8 +119,8 @@ def test_a_task_budget_holds_its_childrens_calls(tmp_path: Path) -> None:
 
         with app:
             report = app.run_batch("p", parent, [{}], concurrency=1, progress=False)
-            view = budget_view(app.store, budget_scope(task_id="p/"))
-            statuses = sorted(t.status for t in app.store.list_tasks(batch="p"))
+            view = budget_view(admin(app.store), budget_scope(task_id="p/"))
+            statuses = sorted(t.status for t in admin(app.store).list_tasks(batch="p"))
     assert server.requests == 2
     assert report.counts == {"completed": 2, "waiting": 2}
     assert statuses == ["completed", "completed", "waiting", "waiting"]
@@ -151,7 +152,7 @@ def test_failed_attempts_spend_counts_and_errors_cost_nothing(tmp_path: Path) ->
         with app:
             server.fail_next(1, 500)
             report = app.run_batch("f", flaky, [{}], progress=False, budget=Budget(usd=10))
-            view = budget_view(app.store, budget_scope("f"))
+            view = budget_view(admin(app.store), budget_scope("f"))
     assert report.counts == {"completed": 1}
     assert server.requests == 3
     assert view is not None

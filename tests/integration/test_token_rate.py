@@ -30,6 +30,7 @@ from cairn.agent.simulate import SimulatedModelServer
 from cairn.clock import FakeClock
 from cairn.limits import LimitBook
 from cairn.retry import NO_RETRY
+from cairn.store import admin
 
 REPLY = "word " * 20
 MODEL = "gpt-4o-mini"
@@ -70,7 +71,7 @@ def test_a_model_call_finds_its_token_limit_by_provider_and_model() -> None:
     assert book.for_model("openai", "small", None) == ("openai:small", exact)
     assert book.for_model("anthropic", "claude", None) is None
     assert book.for_model("anthropic", "claude", "openai") == ("openai", rate)
-    with pytest.raises(ConfigurationError, match="must name a cairn.TokenRate"):
+    with pytest.raises(ConfigurationError, match=r"must name a cairn\.TokenRate"):
         book.for_model("openai", "big", "api")
     assert TokenRate(10, per=timedelta(minutes=1)) == TokenRate(10, per=60)
 
@@ -105,7 +106,7 @@ def test_agents_on_threads_never_pass_the_servers_tpm_or_rpm(tmp_path: Path) -> 
             )
             attempts = {
                 step.attempts
-                for task in app.store.list_tasks(batch="agents")
+                for task in admin(app.store).list_tasks(batch="agents")
                 for step in app.store.load_history(task.id).values()
             }
     assert report.counts == {"completed": 12}
@@ -180,6 +181,6 @@ def test_a_call_bigger_than_its_limit_fails_saying_what_to_change(tmp_path: Path
             )  # fmt: skip
             return str(answer.content)
 
-        with app, pytest.raises(TaskFailed, match="more than limit 'small'.*lower max_tokens"):
+        with app, pytest.raises(TaskFailed, match=r"more than limit 'small'.*lower max_tokens"):
             app.run(ask)
     assert server.requests == 0

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from cairn.agent.messages import Message
 from cairn.agent.pricing import PriceTable, Usage
-from cairn.agent.tokens import TokenCounter, count_messages
+from cairn.agent.tokens import TokenCounter, count_messages, counter_for
 from cairn.budgets import usd_to_nanos
 from cairn.engine.budgets import scopes_of
 from cairn.engine.meter import Meter
@@ -89,3 +89,36 @@ def meter_for(
         return Metered(tokens, usd_to_nanos(float(cost or 0.0)))
 
     return Meter(need, used, rate)
+
+
+def framework_meter(
+    run: TaskRun,
+    *,
+    provider: str,
+    model: str,
+    prices: PriceTable,
+    prompt: Callable[[], object],
+    max_tokens: object,
+) -> Meter | None:
+    """The meter of a model call an agent framework makes (the integrations):
+    its input is the framework's own objects, so what it reserves is their
+    JSON text counted with the model's counter, an estimate above the prompt
+    the provider sees rather than its exact count."""
+    counter = counter_for(model)
+
+    def messages() -> list[Message]:
+        text = json.dumps(prompt(), default=str, ensure_ascii=False)
+        return [{"role": "user", "content": text}]
+
+    params = {"max_tokens": max_tokens} if isinstance(max_tokens, int) else {}
+    return meter_for(
+        run,
+        provider=provider,
+        model=model,
+        tools=None,
+        params=params,
+        prices=prices,
+        counter=counter,
+        messages=messages,
+        limit=None,
+    )

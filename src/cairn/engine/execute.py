@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
+from cairn.engine import budgets
 from cairn.engine.claim import release
 from cairn.engine.errortext import describe_error
 from cairn.engine.observer import tell
-from cairn.engine import budgets
 from cairn.engine.run import Call, Machine, TaskRun, Wait, adrive, current, drive
 from cairn.errors import (
     CairnControl,

@@ -29,9 +29,7 @@ def store(store_backend: Backend) -> Iterator[Store]:
     opened.close()
 
 
-def take(
-    store: Store, permit: str, amount: int, now: datetime, *, requests: int = 100
-) -> object:
+def take(store: Store, permit: str, amount: int, now: datetime, *, requests: int = 100) -> object:
     """Ask for ``amount`` tokens of a 1,000-token, ``requests``-call limit."""
     return store.acquire_permit(
         "tpm", requests, WINDOW, permit, OWNER, "task-1", now, now + LEASE,
