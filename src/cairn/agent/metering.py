@@ -75,10 +75,10 @@ def meter_for(
             return None
         tokens = prompt_tokens(prompt, tools, counter)
         cost = prices.cost(model, Usage(tokens, output))
-        if cost is None and scopes_of(run):
+        if cost is None and scopes_of(run) and run.budget_in_usd:
             raise Permanent(
-                f"model {model!r} has no price, and this call counts against a budget: "
-                "pass prices=PriceTable({...}) (cairn.agent.pricing) with its price"
+                f"model {model!r} has no price, and this call counts against a budget "
+                "in dollars: pass prices=PriceTable({...}) (cairn.agent.pricing) with its price"
             )
         return Metered(tokens + output, usd_to_nanos(cost or 0.0))
 

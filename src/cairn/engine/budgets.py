@@ -61,7 +61,9 @@ def scopes_of(run: TaskRun) -> tuple[str, ...]:
         candidates.append(task_scope(task_id))
         record = store.get_task(task_id)
         task_id = None if record is None else record.parent_id
-    run.budget_scopes = tuple(s for s in candidates if store.get_budget(s) is not None)
+    found = [(s, store.get_budget(s)) for s in candidates]
+    run.budget_scopes = tuple(s for s, budget in found if budget is not None)
+    run.budget_in_usd = any(b is not None and b.usd_nanos is not None for _, b in found)
     return run.budget_scopes
 
 

@@ -280,6 +280,8 @@ class TaskRun:
     # count against, found once per run (cairn.engine.budgets).
     budget: Budget | None = None
     budget_scopes: tuple[str, ...] | None = None
+    # Whether one of those caps dollars (a model call then needs a price).
+    budget_in_usd: bool = False
 
     # Whether the codec is cairn's JSON (inside a blob-store wrapper or not): its
     # ints and null are written here, without a call into the codec.
