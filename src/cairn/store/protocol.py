@@ -271,6 +271,10 @@ class Store(Protocol):
         """Every budget whose scope starts with ``prefix``."""
         ...
 
+    def budget_park(self, task_id: str) -> str | None:
+        """The budget the waiting task ``task_id`` is parked on, or None."""
+        ...
+
     def mark_budget_alert(self, scope: str, which: str, now: datetime) -> bool:
         """Note that alert ``which`` ('warned' or 'reached') of budget ``scope``
         fired; True for the one caller that noted it first."""

@@ -63,6 +63,10 @@ PARKED = (
     "SELECT p.task_id FROM budget_parks p JOIN tasks t ON t.id = p.task_id "
     "WHERE p.scope = ? AND t.status = 'waiting' ORDER BY p.task_id"
 )
+PARK_OF = (
+    "SELECT p.scope FROM budget_parks p JOIN tasks t ON t.id = p.task_id "
+    "WHERE p.task_id = ? AND t.status = 'waiting'"
+)
 WAKE_PARKED = (
     "UPDATE tasks SET status = 'pending', wake_at = NULL, updated_at = ? "
     "WHERE id = ? AND status = 'waiting'"
@@ -201,6 +205,10 @@ class SQLBudgets(SQLCore):
     def budgets_like(self, prefix: str) -> list[BudgetRecord]:
         pattern = prefix.replace("%", r"\%").replace("_", r"\_") + "%"
         return [self._budget(row) for row in self._exec(BUDGETS_LIKE, (pattern,)).rows]
+
+    def budget_park(self, task_id: str) -> str | None:
+        rows = self._exec(PARK_OF, (task_id,)).rows
+        return str(rows[0][0]) if rows else None
 
     def mark_budget_alert(self, scope: str, which: str, now: datetime) -> bool:
         statement = MARK_ALERT.format(column=_ALERT_COLUMNS[which])
