@@ -9,18 +9,21 @@ task's budget holds its children's calls too, and the calls of failed attempts.
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
+from typer.testing import CliRunner
 
 from cairn import Budget, Cairn, ConfigurationError, Context, Retry
 from cairn.admin.budgets import budget_scope, budget_view, raise_budget
 from cairn.agent import Price, PriceTable
 from cairn.agent.simulate import SimulatedModelServer
 from cairn.budgets import nanos_to_usd
+from cairn.cli import app as cli_app
 from cairn.store import admin
 
 MODEL = "m-priced"
@@ -157,3 +160,52 @@ def test_failed_attempts_spend_counts_and_errors_cost_nothing(tmp_path: Path) ->
     assert server.requests == 3
     assert view is not None
     assert nanos_to_usd(round(view.spent_usd * 1e9)) == pytest.approx(server_cost(server))
+
+
+def test_the_warning_fires_once_when_spend_passes_its_share(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One call at a time under Budget(usd=5, warn=0.1): the warning is logged
+    once, by the call whose settled spend first passes 10%, and names the
+    budget and the spend; no "reached" alert, nothing parks."""
+    caplog.set_level(logging.WARNING, logger="cairn.budget")
+    with SimulatedModelServer(reply) as server:
+        app, ask = make_app(tmp_path, server)
+        with app:
+            report = app.run_batch(
+                "w", ask, [{"n": n} for n in range(10)], concurrency=1, progress=False,
+                budget=Budget(usd=5, warn=0.1),
+            )  # fmt: skip
+    warned = [r.getMessage() for r in caplog.records if "passed 10%" in r.getMessage()]
+    assert report.counts == {"completed": 10}
+    assert len(warned) == 1
+    assert warned[0].startswith("budget 'batch:w' passed 10% of its cap: $0.")
+    assert not [r for r in caplog.records if "reached" in r.getMessage()]
+
+
+def test_cairn_budget_shows_raises_and_refuses_bad_input(tmp_path: Path) -> None:
+    """``cairn budget``: the budget as JSON; --raise sets the cap and says how
+    many parked tasks it woke; a bad --raise, a batch with no budget, and a
+    batch and a task at once are each refused with one line saying what to do."""
+    url = f"sqlite:///{tmp_path / 'cairn.db'}"
+    with SimulatedModelServer(reply) as server:
+        app, ask = make_app(tmp_path, server)
+        with app:
+            app.run_batch("b", ask, [{"n": 0}], progress=False, budget=Budget(tokens=10))
+    runner = CliRunner()
+    shown = runner.invoke(cli_app, ["budget", "b", "--json", f"--store={url}"])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.stdout)["parked"] == ["b/n=0"]
+    raised = runner.invoke(cli_app, ["budget", "b", "--raise", "tokens=1000", f"--store={url}"])
+    assert raised.exit_code == 0, raised.output
+    assert "raised batch:b to tokens=1000; woke 1 parked task(s)" in raised.stdout
+    for arguments, says in [
+        (["budget", "b", "--raise", "dollars=3"], "--raise takes usd=AMOUNT or tokens=COUNT"),
+        (["budget", "b", "--raise", "usd=-1"], "the new usd cap must be positive"),
+        (["budget", "nope"], "batch:nope has no budget; declare one"),
+        (["budget", "b", "--task", "t"], "name a batch (cairn budget BATCH) or a task"),
+    ]:
+        result = runner.invoke(cli_app, [*arguments, f"--store={url}"])
+        assert result.exit_code == 2
+        assert says in " ".join(result.output.split())
+        assert "Traceback" not in result.output
