@@ -119,11 +119,21 @@ def test_agents_on_threads_never_pass_the_servers_tpm_or_rpm(tmp_path: Path) -> 
 
 
 # -- 429 -------------------------------------------------------------------------------
-def test_a_429_closes_the_limit_for_every_task_not_only_the_caller(tmp_path: Path) -> None:
-    """Task A's call is answered 429 with Retry-After: 5 (and A gives up on it).
-    Task B, started afterwards, does not send until those 5 seconds have passed
-    (its request reaches the server at A's time + 5 or later, by the fake clock),
-    and B's call spends one attempt."""
+@pytest.mark.parametrize(
+    ("headers", "seconds"),
+    [
+        ({"Retry-After": "5"}, 5),
+        ({"x-ratelimit-reset-requests": "120ms", "x-ratelimit-reset-tokens": "1m30s"}, 90),
+    ],
+)
+def test_a_429_closes_the_limit_for_every_task_not_only_the_caller(
+    tmp_path: Path, headers: dict[str, str], seconds: int
+) -> None:
+    """Task A's call is answered 429 with Retry-After (or, without it, OpenAI's
+    rate-limit reset headers: the longer one counts), and A gives up on it.
+    Task B, started afterwards, does not send until that wait has passed (its
+    request reaches the server at A's time + the wait or later, by the fake
+    clock), and B's call spends one attempt."""
     clock = FakeClock()
     arrivals: list[Any] = []
 
@@ -150,14 +160,14 @@ def test_a_429_closes_the_limit_for_every_task_not_only_the_caller(tmp_path: Pat
             return str(answer.content)
 
         with app:
-            server.fail_next(1, 429, headers={"Retry-After": "5"})
+            server.fail_next(1, 429, headers=headers)
             told = clock.now()
             with pytest.raises(TaskFailed, match="429"):
                 app.run(ask, who="a", task_id="a")
             assert app.run(ask, who="b", task_id="b") == REPLY
             (step,) = app.store.load_history("b").values()
     assert server.requests == 2
-    assert arrivals[0] >= told + timedelta(seconds=5)
+    assert arrivals[0] >= told + timedelta(seconds=seconds)
     assert step.attempts == 1
 
 
