@@ -24,7 +24,10 @@ from cairn.agent import Price, PriceTable
 from cairn.agent.simulate import SimulatedModelServer
 from cairn.budgets import nanos_to_usd
 from cairn.cli import app as cli_app
+from cairn.observe.notifiers import WebhookNotifier
+from cairn.observe.stalls import StallWatcher
 from cairn.store import admin
+from tests.servers import WebhookServer
 
 MODEL = "m-priced"
 # Dollars per million tokens: big enough that each call costs a visible amount.
@@ -209,3 +212,30 @@ def test_cairn_budget_shows_raises_and_refuses_bad_input(tmp_path: Path) -> None
         assert result.exit_code == 2
         assert says in " ".join(result.output.split())
         assert "Traceback" not in result.output
+
+
+def test_cairn_watch_posts_each_budget_alert_once_until_a_raise(tmp_path: Path) -> None:
+    """A batch whose budget refused a call: the watcher posts its "reached"
+    alert to the webhook once (a second check posts nothing), with the budget's
+    fields; after a raise and a second refusal, the new "reached" is posted once."""
+    with SimulatedModelServer(reply) as server, WebhookServer() as hook:
+        app, ask = make_app(tmp_path, server)
+        with app:
+            app.run_batch("b", ask, [{"n": 0}], progress=False, budget=Budget(tokens=10))
+            watcher = StallWatcher(app, [WebhookNotifier(hook.url)])
+            first = watcher.check()
+            again = watcher.check()
+            raise_budget(admin(app.store), budget_scope("b"), app.clock.now(), tokens=20)
+            app.run_batch("b", ask, [], progress=False)
+            after = watcher.check()
+        posts = [post.json() for post in hook.delivered]
+    assert first.budgets == ["budget/batch:b/reached-0"]
+    assert again.budgets == []
+    assert after.budgets == ["budget/batch:b/reached-1"]
+    assert [(p["kind"], p["alert"], p["budget"]) for p in posts] == [
+        ("budget", "reached", "batch:b"),
+        ("budget", "reached", "batch:b"),
+    ]
+    assert posts[0]["tokens"] == 10
+    assert posts[0]["parked"] == 1
+    assert "cairn budget b --raise" in posts[0]["text"]
