@@ -126,10 +126,11 @@ def _refusal_text(refused: BudgetRefused, usd_nanos: int, tokens: int) -> str:
         need = f"${nanos_to_usd(usd_nanos):.6f}"
     else:
         spent, need = f"{refused.spent} of {refused.cap} tokens", f"{tokens} tokens"
+    kind, _, name = refused.scope.partition(":")
+    command = f"cairn budget {name}" if kind == "batch" else f"cairn budget --task {name}"
     return (
         f"budget {refused.scope!r} reached: {spent} spent or reserved; a call needing "
-        f"{need} did not start and its task parks. Raise it to go on: cairn budget "
-        f"{refused.scope.split(':', 1)[1]} --raise ..."
+        f"{need} did not start and its task parks. Raise it to go on: {command} --raise ..."
     )
 
 
