@@ -284,5 +284,8 @@ def test_a_batch_over_budget_parks_and_completes_after_cairn_budget_raise(
     assert server.requests == 24
     assert cost.returncode == 0, cost.stderr
     (budget,) = json.loads(cost.stdout)["budgets"]
+    print(f"\nbudget: {requests_before} requests before the raise (${cost_before:.6f} measured "
+          f"by the server, budget $0.25); spend ${budget['spent_usd']:.6f} against "
+          f"${measured:.6f} measured")  # fmt: skip
     assert budget["spent_usd"] == pytest.approx(measured, rel=0.01)
     assert budget["status"] == "ok"
