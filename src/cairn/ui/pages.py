@@ -88,6 +88,7 @@ def batch(config: UIConfig, query: Query) -> Page:
             # What `cairn cost` says of the batch's budget, and who is parked on it.
             "budget": None if budget is None else budget_line(budget),
             "parked": [] if budget is None else list(budget.parked[:COST_TASKS]),
+            "csrf": config.csrf,
         }
 
     context = {"view": view}
