@@ -31,7 +31,7 @@ RELEASED = {
     "postgres/0005_reruns_and_audit.sql": (
         "288180c7087001c6b893f6f190e7e5a43e417483b113bc3b02a2b2e712b0bcfe"
     ),
-    "postgres/0006_token_limits_and_budgets.sql": (
+    "postgres/0007_token_limits_and_budgets.sql": (
         "0a86e925edec254ab544337f05ed1d0b63543ea98b1a502190787b0546da1a6b"
     ),
     "sqlite/0001_initial.sql": ("349d82616b1eb61253e11592a348213d2e256fe6e5d4e5626d4c7a3b9fe8a862"),
@@ -47,7 +47,7 @@ RELEASED = {
     "sqlite/0005_reruns_and_audit.sql": (
         "60c0f56a8593dcfbc1f88295af1cc3ca07bcacdcea2cfeb735d07b6bd6a21d1d"
     ),
-    "sqlite/0006_token_limits_and_budgets.sql": (
+    "sqlite/0007_token_limits_and_budgets.sql": (
         "b70600be1e2bb1fda6903eb8a4106ec9566617f4c07feb27d3f81383afce9d78"
     ),
 }

@@ -375,7 +375,7 @@ GET_OP = f"SELECT {OP_COLUMNS} FROM operations WHERE scope = ? AND key = ?"
 # already serialises writers), drop the permits that no longer count, count the
 # rest, and insert ours if there is room.
 ENSURE_LIMIT = "INSERT INTO limits (name) VALUES (?) ON CONFLICT (name) DO NOTHING"
-# The lock also reads until when a provider's 429 closed the limit (schema 6).
+# The lock also reads until when a provider's 429 closed the limit (schema 7).
 LOCK_LIMIT = "SELECT closed_until FROM limits WHERE name = ?{lock}"
 # A permit counts until ends_at plus the window (zero for a concurrency limit).
 DROP_SPENT_PERMITS = "DELETE FROM permits WHERE limit_name = ? AND ends_at <= ?"

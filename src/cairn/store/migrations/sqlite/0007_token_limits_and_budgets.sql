@@ -1,4 +1,4 @@
--- cairn schema 6: token-aware shared limits (cairn.limits.TokenRate) and
+-- cairn schema 7: token-aware shared limits (cairn.limits.TokenRate) and
 -- budgets (cairn.budgets). Both count with the permits that shared limits
 -- already hold, so a reservation is taken, renewed by the heartbeat, given
 -- back and settled exactly as a permit is.

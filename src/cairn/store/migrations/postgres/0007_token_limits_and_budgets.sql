@@ -1,4 +1,4 @@
--- cairn schema 6: token-aware shared limits and budgets; see the SQLite
+-- cairn schema 7: token-aware shared limits and budgets; see the SQLite
 -- schema for the meaning of each column.
 ALTER TABLE permits ADD COLUMN amount BIGINT NOT NULL DEFAULT 0;
 
