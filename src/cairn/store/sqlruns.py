@@ -98,7 +98,9 @@ class SQLRuns(SQLCore):
             return [task_id, *_generations(tx, task_id, sqlforks.CANCELLED_WITH, (), (stamp,))]
 
         with self._writing():
-            return self._atomically_once(cancel, cancelled_before)
+            cancelled = self._atomically_once(cancel, cancelled_before)
+        self._after_bulk_change(len(cancelled))
+        return cancelled
 
     # -- the audit trail ----------------------------------------------------------------
     def begin_audit(
