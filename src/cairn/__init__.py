@@ -8,6 +8,7 @@ from cairn.codec import Codec, JsonCodec, PickleCodec
 from cairn.context import Context
 from cairn.engine.batch import BatchReport, Failure
 from cairn.engine.children import ChildTask
+from cairn.engine.once import before_send_here as before_send
 from cairn.engine.waits import Signal
 from cairn.errors import (
     BlobCorrupt,
@@ -117,6 +118,7 @@ __all__ = [
     "TransferError",
     "Transient",
     "UnknownTask",
+    "before_send",
     "is_transient",
     "op_key",
     "operation",

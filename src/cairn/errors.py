@@ -111,9 +111,7 @@ class BlobStoreFull(StoreError):
         self.inline: str | None = None
         whose = f" ({what})" if what else ""
         saved = (
-            " That value was kept in the store itself, so it is not computed again."
-            if kept
-            else ""
+            " That value was kept in the store itself, so it is not computed again." if kept else ""
         )
         super().__init__(
             f"the disk holding the blob store {path} is full ({reason}) writing a value "

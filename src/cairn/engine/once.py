@@ -289,6 +289,17 @@ def before_send(run: TaskRun) -> None:
         raise LeaseLost(run.task_id)
 
 
+def before_send_here() -> None:
+    """``cairn.before_send()``: ``ctx.before_send()`` for an operation's function
+    that has no ``ctx`` at hand (a plain function passed to ``ctx.once``, an
+    ``@operation``). Inside an operation's function it guards that operation;
+    anywhere else it does nothing (no key is claimed there, so there is no
+    claim to lose), so the same function still runs when called directly."""
+    acting = _sending.get()
+    if acting is not None:
+        before_send(acting[0])
+
+
 def _settle_failure(run: TaskRun, scope: str, key: str, calls: int, error: Exception) -> None:
     """``fn`` raised: record claim ``calls`` as failed (a call that raised counts
     as not having happened), unless the task is no longer ours."""
