@@ -61,7 +61,8 @@ def test_a_full_blob_store_stops_the_worker_with_one_line_and_the_same_command_g
         errors = [line for line in stopped.stderr.splitlines() if line.startswith("error: ")]
         assert len(errors) == 1, stopped.stderr
         assert f"the disk holding the blob store {blobs} is full" in errors[0]
-        assert "Free space there" in errors[0] and "then run again" in errors[0]
+        assert "Free space there" in errors[0]
+        assert "then run again" in errors[0]
         assert stopped.stderr.count("Traceback (most recent call last)") <= 1, stopped.stderr
         listed = cairn("tasks", f"--store={store}", "--status=failed", env=env)
         assert "big" not in listed.stdout, listed.stdout

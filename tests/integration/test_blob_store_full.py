@@ -71,8 +71,8 @@ def test_a_full_blob_store_hands_the_task_back_and_the_same_call_goes_on(
 
         def run() -> int:
             if mode == "sync":
-                return app.run(big, task_id="big")
-            return asyncio.run(app.arun(big, task_id="big"))
+                return int(app.run(big, task_id="big"))
+            return int(asyncio.run(app.arun(big, task_id="big")))
 
         with pytest.raises(BlobStoreFull) as full:
             run()
@@ -83,7 +83,8 @@ def test_a_full_blob_store_hands_the_task_back_and_the_same_call_goes_on(
         assert "No space left on device" in message
         assert "step 'part 1' (position 2) of task 'big'" in message
         assert "kept in the store itself, so it is not computed again" in message
-        assert "Free space there" in message and "then run again" in message
+        assert "Free space there" in message
+        assert "then run again" in message
 
         task = app.store.get_task("big")
         assert task is not None
@@ -93,7 +94,8 @@ def test_a_full_blob_store_hands_the_task_back_and_the_same_call_goes_on(
             ("part 0", "completed"),
             ("part 1", "completed"),
         ]
-        assert history[1].output is not None and history[1].output.startswith("!blob:")
+        assert history[1].output is not None
+        assert history[1].output.startswith("!blob:")
         assert history[2].output == '"' + "1" * BIG + '"'  # kept inline
         assert calls == [0, 1]
 

@@ -89,6 +89,6 @@ def test_the_dashboards_resolve_warns_and_goes_on_only_when_confirmed(dash: Dash
     assert 'name="confirmed" value="1"' in page
     assert "Call it again anyway" in page
     assert _status(dash.app) == "claimed"
-    status, where, page = dash.confirmed("/ops/resolve", form)
+    status, _where, page = dash.confirmed("/ops/resolve", form)
     assert status == 303, page
     assert _status(dash.app) == "released"

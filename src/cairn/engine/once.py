@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import json
 import shlex
-from contextvars import ContextVar
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
