@@ -27,6 +27,7 @@ The hierarchy::
     ├── NonDeterminismError         replay asked for something else at a position
     │   └── AgentDefinitionChanged  an Agents SDK run resumed with another agent definition
     ├── CodecError                  a value cannot be encoded or decoded
+    │   └── RecordCorrupt           a recorded entry does not match its checksum
     ├── BlobError                   a value offloaded to the blob store cannot be used
     │   ├── BlobMissing             the record points at a blob that is not there
     │   └── BlobCorrupt             the blob's bytes do not match the recorded sha256
@@ -267,6 +268,18 @@ class ChildFailed(TaskFailed):
 
 class CodecError(CairnError):
     """A value could not be encoded for the record, or decoded from it."""
+
+
+class RecordCorrupt(CodecError):
+    """A history entry read back does not match the checksum written with it:
+    the store was changed on disk (an edit in place, bytes written over the
+    file, a failing disk). The entry is never replayed; the task fails with
+    this error, naming the task and the position."""
+
+    def __init__(self, message: str, *, task_id: str, seq: int) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+        self.seq = seq
 
 
 class BlobError(CairnError):

@@ -25,6 +25,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from cairn.testing.servers import WebhookServer, wait_until
 
@@ -80,6 +81,7 @@ def kill_at_random(
     """Start the run once per planned kill and SIGKILL it at its moment (a run
     that ends first is not killed). Returns how many runs were killed."""
     killed = 0
+    codes: list[int] = []
     for kill in plan:
         process = start()
         wait_until(
@@ -91,4 +93,16 @@ def kill_at_random(
             os.kill(process.pid, signal.SIGKILL)
         process.communicate(timeout=WAIT_SECONDS)
         killed += process.returncode == -signal.SIGKILL
+        codes.append(process.returncode)
+    _note(plan, codes)
     return killed
+
+
+def _note(plan: list[Kill], codes: list[int]) -> None:
+    """With ``CAIRN_TEST_KILL_LOG`` set, append the seed, plan and kills made
+    there, to see where repeated runs landed."""
+    log = os.environ.get("CAIRN_TEST_KILL_LOG")
+    if log:
+        with Path(log).open("a") as out:
+            test = os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0]
+            out.write(f"{test} seed={seed()} plan={[k.requests for k in plan]} exits={codes}\n")

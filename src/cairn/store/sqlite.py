@@ -35,6 +35,7 @@ import sqlite3
 import threading
 import time
 import weakref
+from zlib import crc32
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -367,11 +368,13 @@ class SQLiteStore(SQLStore):
             and step.kept is None
         ):
             insert: str | None = sql.INSERT_CLEAN_STEP
-            task_id = step.task_id
+            task_id, kind, name, output = step.task_id, step.kind, step.name, step.output
             params: tuple[Any, ...] = (
-                task_id, step.seq, step.kind, step.name, step.status, step.output,
+                task_id, step.seq, kind, name, step.status, output,
                 step.attempts, step.task_attempt, step.run_attempts,
                 _stamp(step.started_at), _stamp(step.finished_at), step.fingerprint,
+                # sql.entry_checksum, inline: a call costs more than the CRC here.
+                crc32(f"{kind}\0{name}\0{output}".encode("utf-8", "surrogatepass")),
                 task_id, fence,
             )  # fmt: skip
         elif first:
@@ -474,6 +477,7 @@ def _step_params(step: StepRecord, fence: int) -> tuple[Any, ...]:
         step.deferred,
         step.fingerprint,
         step.kept,
+        sql.entry_checksum(step.kind, step.name, step.output),
         step.task_id,
         fence,
     )
@@ -503,6 +507,7 @@ def _step_insert(step: StepRecord, fence: int) -> tuple[str, tuple[Any, ...]]:
         _stamp(step.started_at),
         _stamp(step.finished_at),
         step.fingerprint,
+        sql.entry_checksum(step.kind, step.name, step.output),
         step.task_id,
         fence,
     )
