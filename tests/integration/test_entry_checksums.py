@@ -17,13 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from cairn import Cairn, Context, RecordCorrupt, TaskFailed
+from cairn import Cairn, Context, TaskFailed
 from cairn.clock import FakeClock
+from cairn.task import TaskDef
 
 SECRET = "the-recorded-value-0123456789"
 
 
-def _app(url: str, seen: list[str]) -> tuple[Cairn, object]:
+def _app(url: str, seen: list[str]) -> tuple[Cairn, TaskDef[..., str]]:
     app = Cairn(url, clock=FakeClock())
 
     @app.task

@@ -35,11 +35,11 @@ import sqlite3
 import threading
 import time
 import weakref
-from zlib import crc32
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, NoReturn, TypeVar
+from zlib import crc32
 
 from cairn.clock import to_iso
 from cairn.errors import NotACairnStore, SchemaTooNew, StoreError, StoreReadOnly
