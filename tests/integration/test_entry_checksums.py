@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from cairn import Cairn, Context, TaskFailed
+from cairn import Cairn, Context, StoreError, TaskFailed
 from cairn.clock import FakeClock
+from cairn.store.driver_errors import sqlite_error
 from cairn.task import TaskDef
 
 SECRET = "the-recorded-value-0123456789"
@@ -72,10 +73,13 @@ def test_a_same_length_edit_in_place_is_corruption(store_url: str) -> None:
     _fails_as_corrupt(store_url, [SECRET])
 
 
-def test_random_bytes_written_into_the_file_are_corruption(tmp_path: Path) -> None:
-    """16 random printable bytes (seeded) written over the recorded value inside
-    the SQLite file itself, with every page checkpointed into it: the task run
-    again fails with RecordCorrupt, not with the damaged value."""
+@pytest.mark.parametrize("noise", ["letters", "bytes"])
+def test_random_bytes_written_into_the_file_are_corruption(noise: str, tmp_path: Path) -> None:
+    """16 random bytes (seeded: ASCII letters, which still read as text, or bytes
+    from 0x80 up, which do not) written over the recorded value inside the
+    SQLite file itself, with every page checkpointed into it: the task run
+    again fails with RecordCorrupt naming the position, not with the damaged
+    value and not with the driver's decoding error."""
     path = tmp_path / "c.db"
     url = f"sqlite:///{path}"
     _recorded(url)
@@ -84,8 +88,11 @@ def test_random_bytes_written_into_the_file_are_corruption(tmp_path: Path) -> No
     data = bytearray(path.read_bytes())
     at = data.find(SECRET.encode())
     assert at > 0
-    noise = random.Random(34).choices(string.ascii_letters.encode(), k=16)
-    data[at + 4 : at + 20] = bytes(noise)
+    rng = random.Random(34)
+    if noise == "letters":
+        data[at + 4 : at + 20] = bytes(rng.choices(string.ascii_letters.encode(), k=16))
+    else:
+        data[at + 4 : at + 20] = bytes(rng.randrange(0x80, 0x100) for _ in range(16))
     path.write_bytes(bytes(data))
     _retry(url)
     _fails_as_corrupt(url, [SECRET])
@@ -109,3 +116,15 @@ def _sql(url: str, statement: str, *params: object) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SET search_path TO cairn")
         conn.execute(statement.replace("?", "%s"), params)
+
+
+def test_text_sqlite_cannot_decode_elsewhere_is_said_to_be_damage(tmp_path: Path) -> None:
+    """Outside a history (a task row read for a claim, say), text that is not
+    UTF-8 is one line saying the file was changed on disk and how to recover,
+    not the driver's bare "refused a statement"."""
+    raised = sqlite3.OperationalError("Could not decode to UTF-8 column 'result' with text 'x'")
+    error = sqlite_error(raised, tmp_path / "c.db", "", 5.0)
+    assert isinstance(error, StoreError)
+    assert "holds text that is not valid UTF-8" in str(error)
+    assert "changed on disk or is damaged" in str(error)
+    assert "Restore it from a backup" in str(error)

@@ -45,7 +45,7 @@ from cairn.clock import to_iso
 from cairn.errors import NotACairnStore, SchemaTooNew, StoreError, StoreReadOnly
 from cairn.store import sql
 from cairn.store.capabilities import Capabilities
-from cairn.store.driver_errors import sqlite_busy, sqlite_error, unstorable_text
+from cairn.store.driver_errors import sqlite_busy, sqlite_error, undecodable, unstorable_text
 from cairn.store.migrate import latest_version, migrations
 from cairn.store.records import StepRecord
 from cairn.store.sqlbase import SQLStore
@@ -324,6 +324,32 @@ class SQLiteStore(SQLStore):
             self._failed(exc)
         except UnicodeEncodeError as exc:
             raise unstorable_text(exc) from exc
+
+    def load_history(self, task_id: str) -> dict[int, StepRecord]:
+        try:
+            return super().load_history(task_id)
+        except StoreError as exc:
+            if not undecodable(exc.__cause__ or exc):
+                raise
+            return self._damaged_history(task_id, exc)
+
+    def _damaged_history(self, task_id: str, exc: StoreError) -> NoReturn:
+        """The history holds bytes that are not UTF-8 (written over the file):
+        read it again with those bytes kept as escapes, so the entry that holds
+        them fails its checksum and is reported with its position
+        (``RecordCorrupt``); one without a checksum (written before schema 6)
+        leaves the store's own error."""
+        conn = self._conn()
+        conn.text_factory = lambda raw: raw.decode("utf-8", "surrogateescape")
+        try:
+            sql.history_of(
+                task_id,
+                conn.execute(sql.LOAD_OP_HISTORY, (task_id,)).fetchall(),
+                conn.execute(sql.LOAD_HISTORY, (task_id,)).fetchall(),
+            )
+        finally:
+            conn.text_factory = str
+        raise exc
 
     def _atomically(self, work: Callable[[Tx], T]) -> T:
         # A read-only store reads in a plain (deferred) transaction: one snapshot,
