@@ -141,9 +141,7 @@ def once_machine(
         try:
             if not _still_claimant(run, scope, key, calls):
                 continue  # another attempt took the key while we were away: look again
-            # What ctx.before_send() checks, from inside fn (set back, not reset
-            # by token: a generator may be resumed in another context).
-            outer = _sending.get()
+            outer = _sending.get()  # for ctx.before_send() inside fn; set back below
             _sending.set((run, scope, key, calls))
             try:
                 value = yield Call(fn, (key, *args), kwargs)
