@@ -8,11 +8,13 @@ from cairn.codec import Codec, JsonCodec, PickleCodec
 from cairn.context import Context
 from cairn.engine.batch import BatchReport, Failure
 from cairn.engine.children import ChildTask
+from cairn.engine.once import before_send_here as before_send
 from cairn.engine.waits import Signal
 from cairn.errors import (
     BlobCorrupt,
     BlobError,
     BlobMissing,
+    BlobStoreFull,
     CairnControl,
     CairnError,
     Cancelled,
@@ -30,6 +32,7 @@ from cairn.errors import (
     OperationError,
     OperationFailed,
     Permanent,
+    RecordCorrupt,
     ResultTimeout,
     RetryAfter,
     SchemaTooNew,
@@ -65,6 +68,7 @@ __all__ = [
     "BlobCorrupt",
     "BlobError",
     "BlobMissing",
+    "BlobStoreFull",
     "Cairn",
     "CairnControl",
     "CairnError",
@@ -92,6 +96,7 @@ __all__ = [
     "Permanent",
     "PickleCodec",
     "Rate",
+    "RecordCorrupt",
     "ResultTimeout",
     "Retry",
     "RetryAfter",
@@ -115,6 +120,7 @@ __all__ = [
     "TransferError",
     "Transient",
     "UnknownTask",
+    "before_send",
     "is_transient",
     "op_key",
     "operation",

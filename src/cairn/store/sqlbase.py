@@ -361,6 +361,7 @@ class SQLStore(SQLAdmin, SQLTransfer, SQLRuns):
             step.deferred,
             step.fingerprint,
             step.kept,
+            sql.entry_checksum(step.kind, step.name, step.output),
             step.task_id,
             fence,
         )
@@ -380,6 +381,7 @@ class SQLStore(SQLAdmin, SQLTransfer, SQLRuns):
             self._ts(step.started_at),
             self._ts(step.finished_at),
             step.fingerprint,
+            sql.entry_checksum(step.kind, step.name, step.output),
             step.task_id,
             fence,
         )

@@ -55,6 +55,7 @@ class SQLRuns(SQLCore):
                 task_id,
                 tx.exec(sql.LOAD_OP_HISTORY, (task_id,)).rows,
                 tx.exec(sql.LOAD_HISTORY, (task_id,)).rows,
+                checked=False,  # moved aside, not replayed: a corrupt one may go too
             )
             superseded = [
                 (task_id, run, seq, entry.kind, entry.name, entry_text(entry))
