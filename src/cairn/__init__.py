@@ -9,11 +9,13 @@ from cairn.codec import Codec, JsonCodec, PickleCodec
 from cairn.context import Context
 from cairn.engine.batch import BatchReport, Failure
 from cairn.engine.children import ChildTask
+from cairn.engine.once import before_send_here as before_send
 from cairn.engine.waits import Signal
 from cairn.errors import (
     BlobCorrupt,
     BlobError,
     BlobMissing,
+    BlobStoreFull,
     CairnControl,
     CairnError,
     Cancelled,
@@ -31,6 +33,7 @@ from cairn.errors import (
     OperationError,
     OperationFailed,
     Permanent,
+    RecordCorrupt,
     ResultTimeout,
     RetryAfter,
     SchemaTooNew,
@@ -66,6 +69,7 @@ __all__ = [
     "BlobCorrupt",
     "BlobError",
     "BlobMissing",
+    "BlobStoreFull",
     "Budget",
     "Cairn",
     "CairnControl",
@@ -94,6 +98,7 @@ __all__ = [
     "Permanent",
     "PickleCodec",
     "Rate",
+    "RecordCorrupt",
     "ResultTimeout",
     "Retry",
     "RetryAfter",
@@ -118,6 +123,7 @@ __all__ = [
     "TransferError",
     "Transient",
     "UnknownTask",
+    "before_send",
     "is_transient",
     "op_key",
     "operation",

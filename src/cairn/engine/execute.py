@@ -61,6 +61,8 @@ def _task_machine(
             if run.poisoned is not None:
                 raise run.poisoned  # swallowed by the task's code; still fatal
             output = run.encode(result, f"task {task.name!r} result")
+            if run.poisoned is not None:
+                raise run.poisoned  # the blob store had no room for the result
         except StoreError:
             raise  # the store is unreachable: not the task's failure, spend no attempt
         except Exception as exc:

@@ -362,6 +362,7 @@ class SQLStore(SQLAdmin, SQLTransfer, SQLRuns, SQLBudgets):
             step.deferred,
             step.fingerprint,
             step.kept,
+            sql.entry_checksum(step.kind, step.name, step.output),
             step.task_id,
             fence,
         )
@@ -381,6 +382,7 @@ class SQLStore(SQLAdmin, SQLTransfer, SQLRuns, SQLBudgets):
             self._ts(step.started_at),
             self._ts(step.finished_at),
             step.fingerprint,
+            sql.entry_checksum(step.kind, step.name, step.output),
             step.task_id,
             fence,
         )

@@ -185,6 +185,10 @@ STEPS = Table(
         # Schema 3: what produced the entry, and the code that kept it when changed.
         _text("fingerprint", nullable=True),
         _text("kept", nullable=True),
+        # Schema 6: CRC-32 of kind, name and output (sql.entry_checksum), checked
+        # when the history is loaded; the store's own, never in a record or an
+        # export (an imported or moved entry has none, and is not checked).
+        Column("checksum", "integer", nullable=True, internal=True, wide=True),
     ),
 )
 

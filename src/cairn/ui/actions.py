@@ -42,6 +42,10 @@ class Outcome:
     title: str = ""
     message: str = ""
     back: str = "/"
+    # A refusal that a confirmation can overturn: the form to post again (its
+    # action, and its fields with ``confirmed`` set), shown under the message.
+    confirm_action: str | None = None
+    confirm_fields: tuple[tuple[str, str], ...] = ()
 
 
 def _field(form: Form, name: str) -> str:
@@ -155,9 +159,16 @@ def resolve(config: UIConfig, form: Form) -> Outcome:
         permanent=_field(form, "permanent") == "1",
         now=config.now(),
         actor=config.actor(),
+        confirmed=_field(form, "confirmed") == "1",
     )
     if not done.found:
         return _refused(HTTPStatus.NOT_FOUND, "Not found", done.message, back)
+    if done.needs_confirmation:
+        fields = tuple((name, _field(form, name)) for name in sorted(form) if name != "confirmed")
+        return Outcome(
+            None, HTTPStatus.CONFLICT, "Confirm: the claimant may still act", done.message,
+            back, confirm_action="/ops/resolve", confirm_fields=(*fields, ("confirmed", "1")),
+        )  # fmt: skip
     if not done.changed:
         return _refused(HTTPStatus.CONFLICT, "Nothing done", done.message, back)
     return Outcome(redirect=back)
