@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cairn.app import Cairn
+from cairn.budgets import Budget
 from cairn.clock import Clock, SystemClock
 from cairn.codec import Codec, JsonCodec, PickleCodec
 from cairn.context import Context
@@ -54,7 +55,7 @@ from cairn.errors import (
     UnknownTask,
 )
 from cairn.keys import op_key
-from cairn.limits import Concurrency, Rate
+from cairn.limits import Concurrency, Rate, TokenRate
 from cairn.operations import operation
 from cairn.outside_errors import is_transient
 from cairn.redaction import register_secret
@@ -69,6 +70,7 @@ __all__ = [
     "BlobError",
     "BlobMissing",
     "BlobStoreFull",
+    "Budget",
     "Cairn",
     "CairnControl",
     "CairnError",
@@ -117,6 +119,7 @@ __all__ = [
     "TaskNotRegistered",
     "TaskWaiting",
     "TimeLimitExceeded",
+    "TokenRate",
     "TransferError",
     "Transient",
     "UnknownTask",

@@ -442,8 +442,10 @@ class Context:
 
         Options: ``tools``, ``client``, ``prices``, ``retry``, ``stream`` and
         ``on_chunk`` (the reply's text handed over as it arrives; on replay, the
-        recorded text as one chunk), and any request parameter (``temperature``,
-        ``max_tokens``, ...); see ``cairn.agent.llm``.
+        recorded text as one chunk), ``limit`` (the ``TokenRate`` it counts
+        against, by name; default: one declared for its provider and model), and
+        any request parameter (``temperature``, ``max_tokens``, ...); see
+        ``cairn.agent.llm`` and docs/budgets.md.
         """
         from cairn.agent.llm import llm
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
+from cairn.engine import budgets
 from cairn.engine.claim import release
 from cairn.engine.errortext import describe_error
 from cairn.engine.observer import tell
@@ -122,8 +123,10 @@ def _prepare(engine: EngineConfig, record: TaskRecord) -> _Prepared:
         engine=engine,
         group=_group_of(engine),
         run_number=record.run,
+        budget=task.budget,
     )
     run.on_change, run.rerun_models = engine.change_policy(task)
+    budgets.declare(run)
     ctx = engine.make_context(run)
     kwargs = run.decode(record.args, "task arguments")
     retry = task.retry or engine.task_retry

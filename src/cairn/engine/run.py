@@ -34,6 +34,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar
 
 from cairn.blobs.offload import WARN_ABOVE, BlobCodec, Offloader, warn_if_large
+from cairn.budgets import Budget
 from cairn.clock import Clock
 from cairn.codec import Codec, JsonCodec
 from cairn.engine.errortext import describe_error
@@ -276,6 +277,12 @@ class TaskRun:
     # Which run of the task this is: 1, until a rerun from a step makes the
     # next (``ctx.run_key`` puts it in the keys it derives).
     run_number: int = 1
+    # The task's own budget (TaskDef.budget), and the budgets its model calls
+    # count against, found once per run (cairn.engine.budgets).
+    budget: Budget | None = None
+    budget_scopes: tuple[str, ...] | None = None
+    # Whether one of those caps dollars (a model call then needs a price).
+    budget_in_usd: bool = False
 
     # Whether the codec is cairn's JSON (inside a blob-store wrapper or not): its
     # ints and null are written here, without a call into the codec.

@@ -410,18 +410,32 @@ GET_OP = f"SELECT {OP_COLUMNS} FROM operations WHERE scope = ? AND key = ?"
 # already serialises writers), drop the permits that no longer count, count the
 # rest, and insert ours if there is room.
 ENSURE_LIMIT = "INSERT INTO limits (name) VALUES (?) ON CONFLICT (name) DO NOTHING"
-LOCK_LIMIT = "SELECT name FROM limits WHERE name = ?{lock}"
+# The lock also reads until when a provider's 429 closed the limit (schema 7).
+LOCK_LIMIT = "SELECT closed_until FROM limits WHERE name = ?{lock}"
 # A permit counts until ends_at plus the window (zero for a concurrency limit).
 DROP_SPENT_PERMITS = "DELETE FROM permits WHERE limit_name = ? AND ends_at <= ?"
 HAS_PERMIT = "SELECT 1 FROM permits WHERE limit_name = ? AND permit = ?"
-# Counted permits, how many are still held, and when the first ended one stops counting.
+# Counted permits, how many are still held, when the first ended one stops
+# counting, and the amount (tokens) they hold in all.
 COUNT_PERMITS = (
     "SELECT COUNT(*), COALESCE(SUM(held), 0), "
-    "MIN(CASE WHEN held = 0 THEN ends_at END) FROM permits WHERE limit_name = ?"
+    "MIN(CASE WHEN held = 0 THEN ends_at END), COALESCE(SUM(amount), 0) "
+    "FROM permits WHERE limit_name = ?"
 )
 INSERT_PERMIT = (
-    "INSERT INTO permits (limit_name, permit, owner, task_id, held, granted_at, ends_at) "
-    "VALUES (?, ?, ?, ?, 1, ?, ?)"
+    "INSERT INTO permits (limit_name, permit, owner, task_id, held, granted_at, ends_at, amount) "
+    "VALUES (?, ?, ?, ?, 1, ?, ?, ?)"
+)
+# A call that held an amount ended: from now on its permit counts what the
+# provider reported it used (cairn.limits.TokenRate, budgets), for the window.
+SETTLE_PERMIT = (
+    "UPDATE permits SET held = 0, ends_at = ?, amount = ? "
+    "WHERE limit_name = ? AND permit = ? AND held = 1"
+)
+# A provider's 429 with Retry-After: nothing more is lent until then, to anyone.
+CLOSE_LIMIT = (
+    "UPDATE limits SET closed_until = ? WHERE name = ? "
+    "AND (closed_until IS NULL OR closed_until < ?)"
 )
 # The call ended: from now on the permit counts only for the window after this.
 RELEASE_PERMIT = (

@@ -51,6 +51,7 @@ ACTIONS: dict[str, ActionHandler] = {
     "/ops/resolve": actions.resolve,
     "/task/rerun": actions.rerun,
     "/bulk": actions.bulk,
+    "/batch/budget": actions.raise_batch_budget,
 }
 
 
