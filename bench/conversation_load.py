@@ -11,7 +11,7 @@ compaction: every row is read.
 
     .venv/bin/python -m bench.conversation_load [--turns 1000] [--rounds 60]
 
-Target (issue 19): cairn's load at or below the SDK's (ratio <= 1.0).
+Target: cairn's load at or below the SDK's (ratio <= 1.0).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """What a step's fingerprint costs: the same step loop with fingerprints and
-without, alternating in one process (docs/versions.md, issue 20).
+without, alternating in one process (docs/versions.md).
 
 "Without" empties the cache of fingerprints and replaces
 ``cairn.engine.steps.fingerprint_of`` by a function that returns None, so no

@@ -25,7 +25,7 @@ the server. cairn's own writes have exactly the floor's durability.
 ``--with-once`` adds async tasks whose every step is a ``ctx.once`` (a claim
 committed before the call, then its record), both grouped with group commit on.
 
-Target (issue 19): >= 3x 1/(raw commit latency) on SQLite with 100 async tasks
+Target: >= 3x 1/(raw commit latency) on SQLite with 100 async tasks
 and with 16 threads, and on PostgreSQL.
 """
 

@@ -5,7 +5,7 @@
     (each its own commit) into a 4-column table keyed like cairn's step rows, in
     the same database over the same kind of connection. Raw and cairn runs
     alternate; the ratio is taken per pair, then the median over pairs is
-    printed. Target (issue 19): a step costs at most 1.3x the raw commit (the
+    printed. Target: a step costs at most 1.3x the raw commit (the
     first build's target was 1.5x).
     For scale: a widely used peer was measured here at about 3.2 ms per step
     where a raw commit is about 0.35-0.4 ms (8-9x). ``--both`` also runs (a)

@@ -12,7 +12,7 @@ returns its recorded output and only the task's claim and end are committed.
     .venv/bin/python -m bench.step_overhead [--runs 7] [--steps 2000]
         [--synchronous NORMAL|FULL | --both] [--profile] [--no-replay] [--dir DIR]
 
-Targets (issue 19): a first-run step costs at most 1.3x the raw commit (wall,
+Targets: a first-run step costs at most 1.3x the raw commit (wall,
 whole app.run); a replayed step at most 0.15x (the loop inside the task).
 """
 

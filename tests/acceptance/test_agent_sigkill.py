@@ -25,7 +25,7 @@ from cairn.store import open_store
 from tests.agent_server import model_server
 from tests.servers import wait_until
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "agent_tools.py"
 DOCS = 24

@@ -26,7 +26,7 @@ from cairn.agent.simulate import SimulatedModelServer
 from tests.agent_server import model_server
 from tests.crashes import finish_child, start_child
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
 TIMEOUT = 90
 ANSWER = "Filed, and read."

@@ -17,7 +17,7 @@ import pytest
 
 from cairn import Cairn
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [str(Path(sys.executable).with_name("cairn"))]

@@ -35,7 +35,7 @@ from cairn.store.sqlcore import Tx
 from tests.acceptance.outage_app import TASK_NAME
 from tests.servers import ApiServer, wait_until
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 BATCH = "big"

@@ -31,7 +31,7 @@ import pytest
 from cairn.portable import export_batch
 from cairn.store import open_store
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 BIG, SMALL = "big", "small"

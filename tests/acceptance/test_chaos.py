@@ -18,7 +18,7 @@ import pytest
 
 from cairn.chaos import run_chaos
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
 CAIRN = str(Path(sys.executable).with_name("cairn"))
 ROOT = Path(__file__).resolve().parents[2]

@@ -29,7 +29,7 @@ from cairn.store.records import OperationRecord, TaskRecord
 from tests.acceptance.charge_script import BATCH, item_name, pay_key, task_id
 from tests.servers import PaymentServer
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
 SCRIPT = Path(__file__).with_name("charge_script.py")
 ITEMS = 60

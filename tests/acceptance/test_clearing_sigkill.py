@@ -22,7 +22,7 @@ from cairn.store import open_store
 from tests.agent_server import model_server
 from tests.integration.test_tool_clearing import PAGES, fetcher_model
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
 TIMEOUT = 60
 CHILD = """

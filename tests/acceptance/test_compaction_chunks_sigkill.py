@@ -35,7 +35,7 @@ from tests.agent_server import Scripted, model_server
 from tests.crashes import finish_child, start_child
 from tests.fixtures.chunked_compaction.make import SUMMARY
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
 TIMEOUT = 60
 CHUNKS = 8

@@ -42,7 +42,7 @@ from cairn.store import open_store
 from tests.agent_server import DocReader, model_server
 from tests.crashes import finish_child, start_child
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
 DOCS = 12
 GOAL = "Read every document and report."

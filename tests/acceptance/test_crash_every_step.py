@@ -21,7 +21,7 @@ import pytest
 from cairn.testing import CleanRunFailed, CrashReport, crash_at_every_step
 from cairn.testing.plugin import CrashCheck
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))

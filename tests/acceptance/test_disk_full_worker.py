@@ -6,7 +6,7 @@ it. The worker stops with the clear line ("the disk holding the SQLite store
 ... is full ... Free space, then run again") and exit code 2. Each task's
 failed hand-back (the full disk refuses it too) is one line; the error's
 traceback is logged once, for whoever debugs it, not once per thread and
-chained with each hand-back's (issue 34: about 250 lines for one event).
+chained with each hand-back's (before: about 250 lines for one event).
 """
 
 from __future__ import annotations

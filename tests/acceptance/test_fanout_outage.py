@@ -35,7 +35,7 @@ from tests.acceptance.fanout_app import CHILDREN, ITEMS, make_app
 from tests.pgcluster import Cluster
 from tests.servers import LocalServer, RequestHandler, wait_until
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER_APP = "tests.acceptance.fanout_app:app"

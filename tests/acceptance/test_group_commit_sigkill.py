@@ -30,7 +30,7 @@ import pytest
 from cairn.store import open_store
 from cairn.testing.servers import LocalServer
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
 SCRIPT = Path(__file__).with_name("groupcommit_script.py")
 TASKS = 12

@@ -23,7 +23,7 @@ from cairn.store import open_store
 from tests.acceptance.limits_app import RATE, make_app
 from tests.servers import ApiServer, busiest_window, wait_until
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT_SECONDS = 90

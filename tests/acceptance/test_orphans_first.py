@@ -26,7 +26,7 @@ from tests.acceptance.test_workers_postgres import (
 )
 from tests.servers import wait_until
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
 TASKS = 1004
 HELD_BY_A = 2

@@ -40,7 +40,7 @@ from tests.acceptance.test_pause_once import (
 )
 from tests.servers import PaymentServer, wait_until
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
 ITEMS = [f"item-{i:02d}" for i in range(4)]
 

@@ -1,4 +1,4 @@
-"""Issue 34: a path to PostgreSQL that goes silent strands no worker.
+"""A path to PostgreSQL that goes silent strands no worker.
 
 Three real ``cairn worker --burst`` processes (six threads each) run 11 tasks
 of six steps on a private PostgreSQL cluster (tests/pgcluster.py), through one

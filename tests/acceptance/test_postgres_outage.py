@@ -1,4 +1,4 @@
-"""Issue 14: a short PostgreSQL outage must not run any step twice.
+"""A short PostgreSQL outage must not run any step twice.
 
 Three real ``cairn worker`` processes (six threads each) run 11 tasks of six
 steps on a private PostgreSQL cluster (tests/pgcluster.py), with cairn's
@@ -40,7 +40,7 @@ from tests.acceptance.outage_app import STEPS, make_app
 from tests.pgcluster import Cluster
 from tests.servers import ApiServer, wait_until
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER_APP = "tests.acceptance.outage_app:app"

@@ -32,7 +32,7 @@ from cairn.store import admin
 from cairn.testing import crash_at_every_step
 from tests.servers import wait_until
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 FIRED_AT = datetime(2026, 11, 28, 4, 30, tzinfo=TOKYO)

@@ -22,7 +22,7 @@ import pytest
 from cairn.store import open_store
 from tests.servers import wait_until
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.acceptance.schedule_app:app"

@@ -31,7 +31,7 @@ from cairn.store import Store, admin, open_store
 from cairn.store.records import TaskRecord
 from tests.acceptance.batch_script import BATCH, STEPS, first_value, step_output, task_id
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
 SCRIPT = Path(__file__).with_name("batch_script.py")
 TASKS = 8

@@ -26,7 +26,7 @@ from cairn.agent.simulate import SimulatedModelServer
 from cairn.store import open_store
 from tests.agent_server import Scripted, model_server
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
 PLAN = "First read the ledger, then count the late entries."
 REPORT = "The ledger balances: forty two entries, none of them late."

@@ -31,7 +31,7 @@ import pytest
 from cairn.store import open_store
 from tests.servers import ApiServer, PaymentServer, wait_until
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.acceptance.wait_app:app"

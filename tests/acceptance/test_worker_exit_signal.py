@@ -5,7 +5,7 @@ A supervisor or a CI job may send SIGTERM just as the worker ends on its own
 (it drained the queue). The worker's handler only notes a signal; but while
 the interpreter shuts down, Python puts the default action back for the
 signals it handled, and a SIGTERM then ended the process by signal 15 after a
-clean run (issue 34: 6 of 6 within 50 ms of the summary). Here the test sends
+clean run (measured: 6 of 6 within 50 ms of the summary). Here the test sends
 SIGTERM every millisecond from the moment the summary line appears until the
 process is gone: every one of those signals lands in the worker's last moments.
 """

@@ -31,7 +31,7 @@ from tests.acceptance.worker_app import STEPS, make_app
 from tests.pgcluster import Cluster
 from tests.servers import wait_until
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 # A private PostgreSQL cluster a test may stop and start (never the shared server).
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""``cairn enqueue MODULE:APP BATCH TASK ITEMS.jsonl`` (issue 21): one task per line,
+"""``cairn enqueue MODULE:APP BATCH TASK ITEMS.jsonl``: one task per line,
 checked whole first, so a bad line is named by its number and nothing is enqueued;
 the enqueued batch is then run by ``cairn worker``.
 """

@@ -1,5 +1,5 @@
 """A newcomer's first mistakes are refused where they are made, with a sentence
-that says what to write instead (issue 21): a task without ``ctx``, items that
+that says what to write instead: a task without ``ctx``, items that
 are not mappings, ``ctx.step`` without a name, a malformed store URL, and any
 error left over in the CLI as one red line with exit code 2.
 """

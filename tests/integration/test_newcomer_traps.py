@@ -1,4 +1,4 @@
-"""No traps for a newcomer (issue 21): the store a run or command creates is named
+"""No traps for a newcomer: the store a run or command creates is named
 on stderr (with a warning for the relative default store), ``cairn --version``,
 ``cairn migrate`` says what it did, ``cairn import`` creates the store it needs,
 and a running task whose owner is gone says so.

@@ -31,6 +31,12 @@ RELEASED = {
     "postgres/0005_reruns_and_audit.sql": (
         "288180c7087001c6b893f6f190e7e5a43e417483b113bc3b02a2b2e712b0bcfe"
     ),
+    "postgres/0006_entry_checksums.sql": (
+        "dc7b59a2b8326191c6db6156c04e0fc50f7116457fa5bf050d3e3b3751b8f348"
+    ),
+    "postgres/0007_token_limits_and_budgets.sql": (
+        "e926c88c5d14b6a7913a6dea2395c1cfa1dc612fe3ce18a4d7af144c8f49d23c"
+    ),
     "sqlite/0001_initial.sql": ("349d82616b1eb61253e11592a348213d2e256fe6e5d4e5626d4c7a3b9fe8a862"),
     "sqlite/0002_claims_and_late_outcomes.sql": (
         "47640a9a877925cb04764c7c792a3d808a19c7d827ca7904bb47b04c645fe54e"
@@ -43,6 +49,12 @@ RELEASED = {
     ),
     "sqlite/0005_reruns_and_audit.sql": (
         "60c0f56a8593dcfbc1f88295af1cc3ca07bcacdcea2cfeb735d07b6bd6a21d1d"
+    ),
+    "sqlite/0006_entry_checksums.sql": (
+        "b79fb681e3d599a8c18e45b37e07861ca2eaa516889e7e4be80dce2ddb70fc89"
+    ),
+    "sqlite/0007_token_limits_and_budgets.sql": (
+        "b79538eec684cf08b803d631e770e7f33a1ce0960ca4a79ce0a96109004049d6"
     ),
 }
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import cairn
 
 SOURCE = Path(cairn.__file__).parent
-# Issue 15: a function longer than this is split into named parts.
+# A function longer than this is split into named parts.
 MAX_FUNCTION_LINES = 60
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
@@ -57,7 +57,7 @@ def test_the_scan_sees_long_and_nested_functions(tmp_path: Path) -> None:
 
 def test_no_function_is_longer_than_sixty_lines() -> None:
     """Every function in cairn, methods and nested functions included, is at most
-    60 lines: one you can read without scrolling (STYLE.md, issue 15)."""
+    60 lines: one you can read without scrolling (STYLE.md)."""
     offenders = long_functions(SOURCE, MAX_FUNCTION_LINES)
     assert not offenders, (
         f"functions over {MAX_FUNCTION_LINES} lines; split each into named parts:\n"

@@ -144,6 +144,8 @@ class TaskView:
     attempts: int
     children: list[str]
     conversations: list[ConversationSummary]
+    # The budget a waiting task is parked on (cairn.budgets), or None.
+    parked_on: str | None = None
 
 
 def _spawned(step: StepRecord, codec: str) -> str | None:
@@ -205,4 +207,5 @@ def task_view(store: AdminStore, task_id: str) -> TaskView | None:
         attempts=task.attempts - task.retry_base,
         children=children,
         conversations=store.conversation_summaries(task_id),
+        parked_on=store.budget_park(task_id) if task.status == "waiting" else None,
     )

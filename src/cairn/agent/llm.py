@@ -21,6 +21,13 @@ its entry records the reply message with the usage.
 Both return the reply, or an awaitable of it when the client (or the
 conversation's summarizer) is async, as ``ctx.step`` does for async functions.
 
+Token limits and budgets (``cairn.agent.metering``): a call counts against the
+app's ``TokenRate`` it names with ``limit=`` (else one declared for its
+provider and model, or its provider) and against its batch's and task's
+budgets; it reserves its prompt plus ``max_tokens`` before it is sent, waits
+(no attempt spent) while the limit has no room, parks its task when a budget
+has none, and settles both to the reported usage when it returns.
+
 Streaming: ``stream=True`` (or an ``on_chunk=`` callback, which implies it)
 sends the request with ``stream=True`` and hands each piece of the reply's text
 to ``on_chunk`` as it arrives; the entry is recorded when the stream has ended,
@@ -47,6 +54,7 @@ from cairn.agent.clearing import Cleared
 from cairn.agent.compaction import compaction_machine
 from cairn.agent.fallback import over_bound_error
 from cairn.agent.messages import Message, normalize
+from cairn.agent.metering import meter_for
 from cairn.agent.pricing import DEFAULT_PRICES, PriceTable, Usage
 from cairn.agent.providers import (
     Completion,
@@ -58,7 +66,8 @@ from cairn.agent.providers import (
 )
 from cairn.agent.reply import Reply
 from cairn.agent.summarize import is_async_summarizer
-from cairn.agent.tokens import count_message, describe_counter, is_exact
+from cairn.agent.tokens import count_message, counter_for, describe_counter, is_exact
+from cairn.engine.meter import Meter
 from cairn.engine.run import Machine, adrive, drive, in_event_loop
 from cairn.engine.steps import step_machine
 from cairn.errors import ConfigurationError, Permanent
@@ -315,6 +324,7 @@ def _conversation_call(
     retry: Retry,
     prices: PriceTable,
     chunks: Chunks | None = None,
+    limit: str | None = None,
 ) -> Machine[Reply]:
     yield from compaction_machine(conv)
     # Decided once per call, before the first attempt (a retry sends the same
@@ -346,6 +356,7 @@ def _conversation_call(
         return {"idx": row.idx, **meta}
 
     send = _sender(provider, prepare, finish, model, tools, params, chunks)
+    meter = _conversation_meter(conv, provider, model, tools, params, prices, limit)
     outcome = yield from step_machine(
         conv._run,
         "llm",
@@ -354,6 +365,7 @@ def _conversation_call(
         (),
         {},
         retry,
+        limit=meter,
         fingerprint=model_fingerprint(model, conv.system_prompt, tools),
     )
     row = conv.row_at(int(outcome["idx"]))
@@ -361,6 +373,30 @@ def _conversation_call(
         conv.diverge(row, f"the reply of a call to {model!r}")
     conv.take(row)
     return Reply.from_record(row.message, outcome)
+
+
+def _conversation_meter(
+    conv: Conversation,
+    provider: Provider,
+    model: str,
+    tools: Tools,
+    params: Mapping[str, Any],
+    prices: PriceTable,
+    limit: str | None,
+) -> Meter | None:
+    """The call's token limit and budgets: its prompt is the conversation's
+    active context right before each try (none while it replays a stored reply)."""
+    return meter_for(
+        conv._run,
+        provider=provider.name,
+        model=model,
+        tools=tools,
+        params=params,
+        prices=prices,
+        counter=conv.counter,
+        messages=lambda: None if conv.replaying else conv.messages,
+        limit=limit,
+    )
 
 
 def llm(
@@ -374,6 +410,7 @@ def llm(
     retry: Retry | None = None,
     stream: bool = False,
     on_chunk: OnText | None = None,
+    limit: str | None = None,
     **params: Any,
 ) -> Reply | Awaitable[Reply]:
     """``ctx.llm``: compact if due, send ``conv``'s active context, append the reply."""
@@ -388,6 +425,7 @@ def llm(
         retry or ctx._default_step_retry,
         prices or conv.prices,
         chunks,
+        limit,
     )
     run: TaskRun = ctx._run
     if provider.is_async or is_async_summarizer(conv.summarizer):
@@ -408,6 +446,7 @@ def llm_call(
     name: str = "llm",
     stream: bool = False,
     on_chunk: OnText | None = None,
+    limit: str | None = None,
     **params: Any,
 ) -> Reply | Awaitable[Reply]:
     """``ctx.llm_call``: one recorded request, outside any conversation."""
@@ -426,16 +465,32 @@ def llm_call(
     send = _sender(provider, prepare, finish, model, tools, params, chunks)
     run: TaskRun = ctx._run
     printed = model_fingerprint(model, _system_of(request), tools)
-    machine = _single_call(run, name, send, retry or ctx._default_step_retry, printed)
+    meter = meter_for(
+        run,
+        provider=provider.name,
+        model=model,
+        tools=tools,
+        params=params,
+        prices=table,
+        counter=counter_for(model),
+        messages=lambda: request,
+        limit=limit,
+    )
+    machine = _single_call(run, name, send, retry or ctx._default_step_retry, printed, meter)
     if provider.is_async:
         return _handed_back(adrive(machine, run.clock), chunks)
     return _handed_back(drive(machine, run.clock), chunks)
 
 
 def _single_call(
-    run: TaskRun, name: str, send: Callable[[], Any], retry: Retry, fingerprint: str
+    run: TaskRun,
+    name: str,
+    send: Callable[[], Any],
+    retry: Retry,
+    fingerprint: str,
+    meter: Meter | None = None,
 ) -> Machine[Reply]:
     outcome = yield from step_machine(
-        run, "llm", name, send, (), {}, retry, fingerprint=fingerprint
+        run, "llm", name, send, (), {}, retry, limit=meter, fingerprint=fingerprint
     )
     return Reply.from_record(outcome["message"], outcome)

@@ -20,6 +20,7 @@ from ._errors import CairnGroup
 from .audit import audit_command
 from .backup import backup_command
 from .batches import batches_command
+from .budget import budget_command
 from .cancel import cancel_command
 from .chaos import chaos_command
 from .check import check_command
@@ -106,6 +107,7 @@ app.command("migrate")(migrate_command)
 app.command("schedules")(schedules_command)
 app.command("conversation")(conversation_command)
 app.command("cost")(cost_command)
+app.command("budget")(budget_command)
 app.command("fidelity")(fidelity_command)
 app.command("backup")(backup_command)
 app.command("export")(export_command)

@@ -55,7 +55,8 @@ def watch_command(
     store: StoreOption = DEFAULT_URL,
 ) -> None:
     """Watch running tasks; raise an alert once per stall (logged, and posted to each
-    --slack/--webhook URL), and a recovery message once it clears. Safe to restart:
+    --slack/--webhook URL), and a recovery message once it clears; post each budget
+    alert (spend past its warning share, a call refused) once. Safe to restart:
     alerts already sent are recorded in the store and never sent twice."""
     try:
         threshold = parse_duration(stall_after)

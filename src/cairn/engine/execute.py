@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
+from cairn.engine import budgets
 from cairn.engine.claim import release
 from cairn.engine.errortext import describe_error
 from cairn.engine.observer import tell
@@ -60,6 +61,8 @@ def _task_machine(
             if run.poisoned is not None:
                 raise run.poisoned  # swallowed by the task's code; still fatal
             output = run.encode(result, f"task {task.name!r} result")
+            if run.poisoned is not None:
+                raise run.poisoned  # the blob store had no room for the result
         except StoreError:
             raise  # the store is unreachable: not the task's failure, spend no attempt
         except Exception as exc:
@@ -120,8 +123,10 @@ def _prepare(engine: EngineConfig, record: TaskRecord) -> _Prepared:
         engine=engine,
         group=_group_of(engine),
         run_number=record.run,
+        budget=task.budget,
     )
     run.on_change, run.rerun_models = engine.change_policy(task)
+    budgets.declare(run)
     ctx = engine.make_context(run)
     kwargs = run.decode(record.args, "task arguments")
     retry = task.retry or engine.task_retry

@@ -27,6 +27,7 @@ from cairn.clock import to_iso
 from cairn.context import Context
 from cairn.errors import CairnError
 from cairn.keys import op_key
+from cairn.observe.budget_alerts import budget_alerts
 from cairn.observe.notifiers import Message, Notifier
 from cairn.observe.text import in_words, moment
 from cairn.store.admin import AdminStore, admin
@@ -59,6 +60,8 @@ class CheckResult:
     stalls: list[Stall] = field(default_factory=list)
     raised: list[str] = field(default_factory=list)
     cleared: list[str] = field(default_factory=list)
+    # The budget alerts posted (their alert ids, cairn.observe.budget_alerts).
+    budgets: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
 
@@ -149,7 +152,8 @@ class StallWatcher:
 
     # -- one check ----------------------------------------------------------------
     def check(self) -> CheckResult:
-        """Raise an alert for every new stall, clear those that moved on."""
+        """Raise an alert for every new stall, clear those that moved on, and post
+        every budget alert not posted yet."""
         result = CheckResult(stalls=find_stalls(self.app, self.stall_after))
         stalled = {s.task.task_id: to_iso(s.task.checkpoint) for s in result.stalls}
         for stall in result.stalls:
@@ -164,6 +168,7 @@ class StallWatcher:
             if stalled.get(task_id) == checkpoint:
                 continue  # the same stall, still there
             self._recovered(result, task_id, checkpoint)
+        self._budgets(result)
         return result
 
     def _recovered(self, result: CheckResult, task_id: str, checkpoint: str) -> None:
@@ -201,9 +206,33 @@ class StallWatcher:
     ) -> None:
         prefix = RAISED if kind == "stall" else CLEARED
         alert_id = f"{prefix}{task_id}/{checkpoint}"
+        sent = self._send_once(result, alert_id, kind, task_id, checkpoint, text, fields, title)
+        if sent:
+            (result.raised if kind == "stall" else result.cleared).append(task_id)
+
+    def _budgets(self, result: CheckResult) -> None:
+        """Post each budget alert (cairn.observe.budget_alerts) once."""
+        for alert in budget_alerts(admin(self.app.store, "budget alerts")):
+            budget = (alert.scope, alert.checkpoint, alert.text, alert.fields, alert.title)
+            if self._send_once(result, alert.alert_id, "budget", *budget):
+                result.budgets.append(alert.alert_id)
+
+    def _send_once(
+        self,
+        result: CheckResult,
+        alert_id: str,
+        kind: str,
+        task_id: str,
+        checkpoint: str,
+        text: str,
+        fields: dict[str, Any],
+        title: str,
+    ) -> bool:
+        """Run alert task ``alert_id`` (which posts the message once); True if it
+        was sent now, False if it had been or could not be (in ``result.errors``)."""
         record = self.app.store.get_task(alert_id)
         if record is not None and record.status == "completed":
-            return  # sent before, by this watcher or an earlier one
+            return False  # sent before, by this watcher or an earlier one
         if record is not None and record.status == "failed":
             # The last try gave up (a webhook down): try again at this check.
             admin(self.app.store, "stall checks").retry_task(alert_id, self.app.clock.now())
@@ -221,8 +250,8 @@ class StallWatcher:
         except CairnError as exc:
             log.warning("could not send %s alert for %s: %s", kind, task_id, exc)
             result.errors.append(f"{alert_id}: {exc}")
-            return
-        (result.raised if kind == "stall" else result.cleared).append(task_id)
+            return False
+        return True
 
     # -- the loop -----------------------------------------------------------------
     def run_forever(self, interval: float) -> None:

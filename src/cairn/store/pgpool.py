@@ -3,7 +3,7 @@
 A lease is only as good as the heartbeat that renews it, so after an outage every
 thread must be writing again within about a second of the server accepting
 connections. A general-purpose pool has its own reconnect backoff, which can
-keep a live worker silent long enough for its leases to lapse (issue 14). This
+keep a live worker silent long enough for its leases to lapse. This
 one does only what the store needs:
 
 * Connections are opened on demand, up to ``size``, in autocommit mode and with

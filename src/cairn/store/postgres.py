@@ -198,6 +198,7 @@ class PostgresStore(SQLStore):
     claim_lock_clause: ClassVar[str] = " FOR UPDATE SKIP LOCKED"
     row_lock_clause: ClassVar[str] = " FOR UPDATE"
     share_lock_clause: ClassVar[str] = " FOR SHARE"
+    refresh_task_statistics: ClassVar[str | None] = "ANALYZE tasks"
 
     def __init__(
         self,

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from cairn.admin.actions import CANCEL, RETRY
 from cairn.admin.batches import batch_view
+from cairn.admin.budgets import budget_line, budget_scope, budget_view
 from cairn.admin.conversations import call_costs, conversation_detail, costs, probe_costs
 from cairn.admin.lineage import lineage
 from cairn.admin.listing import BadCursor, batch_page, task_page
@@ -78,11 +79,16 @@ def batch(config: UIConfig, query: Query) -> Page:
     def cost() -> dict[str, object]:
         # What `cairn cost` says of the batch (its line), and `cairn cost --batch` of its tasks.
         report = costs(config.store, batch=name)
+        budget = budget_view(config.store, budget_scope(name))
         return {
             "name": name,
             "cost": _cost(report.total, name) if report.lines else None,
             "task_costs": [line.cells() for line in report.lines[:COST_TASKS]],
             "more_costs": max(0, len(report.lines) - COST_TASKS),
+            # What `cairn cost` says of the batch's budget, and who is parked on it.
+            "budget": None if budget is None else budget_line(budget),
+            "parked": [] if budget is None else list(budget.parked[:COST_TASKS]),
+            "csrf": config.csrf,
         }
 
     context = {"view": view}

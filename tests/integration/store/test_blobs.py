@@ -47,6 +47,7 @@ def big_then_small(calls: list[str], rows: int) -> Any:
     return task
 
 
+@pytest.mark.slow  # 20 MB through each store: 10-20 s
 def test_a_20_mb_step_output_goes_to_blobs_and_resumes_from_there(
     first: Cairn, url: str, clock: FakeClock, blobs_dir: Path
 ) -> None:

@@ -19,6 +19,7 @@ from agents.items import TResponseOutputItem, TResponseStreamEvent
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 from pydantic import TypeAdapter
 
+from cairn.agent.metering import framework_meter
 from cairn.agent.pricing import Usage as CairnUsage
 from cairn.agent.provider_errors import behind_framework
 from cairn.engine.run import adrive
@@ -28,6 +29,8 @@ from cairn.integrations.openai_agents._streamed import recorded_stream, with_usa
 from cairn.redaction import register_from
 
 if TYPE_CHECKING:
+    from cairn.engine.meter import Meter
+    from cairn.engine.run import TaskRun
     from cairn.integrations.openai_agents._state import RunState
 
 _OUTPUT_ITEM: TypeAdapter[TResponseOutputItem] = TypeAdapter(TResponseOutputItem)
@@ -112,7 +115,9 @@ class RecordedModel(Model):
             return encode_response(response, name, state)
 
         run = state.run
-        machine = step_machine(run, "llm", f"agents-sdk model {name}", send, (), {}, state.retry)
+        meter = _meter(run, name, state, args, kwargs)
+        label = f"agents-sdk model {name}"
+        machine = step_machine(run, "llm", label, send, (), {}, state.retry, limit=meter)
         try:
             recorded = await adrive(machine, run.clock)
         except CairnError as exc:
@@ -136,6 +141,23 @@ class RecordedModel(Model):
 
     async def close(self) -> None:
         await self.inner.close()
+
+
+def _meter(
+    run: TaskRun, name: str, state: RunState, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Meter | None:
+    """The call's token limit (the app's for provider "openai" and this model)
+    and budgets: what it reserves is its system instructions and input
+    counted as JSON text, plus the model settings' max_tokens."""
+    settings = args[2] if len(args) > 2 else kwargs.get("model_settings")
+    return framework_meter(
+        run,
+        provider="openai",
+        model=name,
+        prices=state.prices,
+        prompt=lambda: [args[:2], kwargs.get("system_instructions"), kwargs.get("input")],
+        max_tokens=getattr(settings, "max_tokens", None),
+    )
 
 
 class RecordedProvider(ModelProvider):
