@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from cairn.app import Cairn
+from cairn.budgets import Budget
 from cairn.clock import Clock, SystemClock
 from cairn.codec import Codec, JsonCodec, PickleCodec
 from cairn.context import Context
 from cairn.engine.batch import BatchReport, Failure
 from cairn.engine.children import ChildTask
+from cairn.engine.once import before_send_here as before_send
 from cairn.engine.waits import Signal
 from cairn.errors import (
     BlobCorrupt,
     BlobError,
     BlobMissing,
+    BlobStoreFull,
     CairnControl,
     CairnError,
     Cancelled,
@@ -30,6 +33,7 @@ from cairn.errors import (
     OperationError,
     OperationFailed,
     Permanent,
+    RecordCorrupt,
     ResultTimeout,
     RetryAfter,
     SchemaTooNew,
@@ -51,7 +55,7 @@ from cairn.errors import (
     UnknownTask,
 )
 from cairn.keys import op_key
-from cairn.limits import Concurrency, Rate
+from cairn.limits import Concurrency, Rate, TokenRate
 from cairn.operations import operation
 from cairn.outside_errors import is_transient
 from cairn.redaction import register_secret
@@ -65,6 +69,8 @@ __all__ = [
     "BlobCorrupt",
     "BlobError",
     "BlobMissing",
+    "BlobStoreFull",
+    "Budget",
     "Cairn",
     "CairnControl",
     "CairnError",
@@ -92,6 +98,7 @@ __all__ = [
     "Permanent",
     "PickleCodec",
     "Rate",
+    "RecordCorrupt",
     "ResultTimeout",
     "Retry",
     "RetryAfter",
@@ -112,9 +119,11 @@ __all__ = [
     "TaskNotRegistered",
     "TaskWaiting",
     "TimeLimitExceeded",
+    "TokenRate",
     "TransferError",
     "Transient",
     "UnknownTask",
+    "before_send",
     "is_transient",
     "op_key",
     "operation",

@@ -20,6 +20,7 @@ from cairn.blobs import (
     default_blobs_url,
     open_blobs,
 )
+from cairn.budgets import Budget, batch_scope
 from cairn.callsite import CallSite, outside_caller
 from cairn.clock import Clock, SystemClock
 from cairn.codec import Codec, codec_for
@@ -235,6 +236,7 @@ class Cairn:
         max_duration: float | timedelta | None = None,
         on_change: ChangePolicy | None = None,
         rerun_models: bool | None = None,
+        budget: Budget | None = None,
     ) -> Callable[[Callable[Concatenate[Context, P], R]], TaskDef[P, R]]: ...
 
     def task(
@@ -246,6 +248,7 @@ class Cairn:
         max_duration: float | timedelta | None = None,
         on_change: ChangePolicy | None = None,
         rerun_models: bool | None = None,
+        budget: Budget | None = None,
     ) -> Any:
         """Register a task function. Its name (default: the function's name) is
         what the store records, so keep it stable across deploys.
@@ -255,8 +258,10 @@ class Cairn:
         ``TimeLimitExceeded``, which no retry policy retries. ``on_change``
         overrides the app's policy for a step whose code changed while the task
         was in flight, ``rerun_models`` whether ``rerun`` may send a
-        ``ctx.llm_call`` again (docs/versions.md)."""
+        ``ctx.llm_call`` again (docs/versions.md). ``budget`` caps what its model
+        calls spend, its children's and every attempt's included (docs/budgets.md)."""
         limit = _positive_seconds(max_duration, "max_duration")
+        _check_budget(budget)
         policy = checked_policy(on_change, f"task {name or getattr(fn, '__name__', '')!r}")
 
         def register(func: Callable[..., Any]) -> TaskDef[..., Any]:
@@ -267,6 +272,7 @@ class Cairn:
                 max_duration=limit,
                 on_change=policy,
                 rerun_models=rerun_models,
+                budget=budget,
             )
             check_name("task name", task_def.name)
             check_task_function(task_def.name, func)
@@ -624,15 +630,19 @@ class Cairn:
         items: Iterable[Mapping[str, Any]],
         *,
         key: ItemKey | None = None,
+        budget: Budget | None = None,
     ) -> int:
         """Add one task per item to ``batch``; an item key already there is skipped.
 
         A list is checked whole before anything is written; an iterator is
         streamed in chunks (each chunk checked before it is written), so a huge
-        batch never sits in memory.
+        batch never sits in memory. ``budget`` caps what the batch's model calls
+        spend (docs/budgets.md); given again, it leaves the budget as it stands
+        (a raise stays raised).
         """
         task_def = self._definition(task)
         check_name("batch name", batch)
+        _check_budget(budget)
         existing = self.store.batch_task_name(batch)
         if existing is not None and existing != task_def.name:
             raise TaskConflict(
@@ -649,6 +659,10 @@ class Cairn:
             return NewTask(tid, task_def.name, args, self.codec.name, batch, ikey, version=version)
 
         now = self.clock.now()
+        if budget is not None:
+            self.store.declare_budget(
+                batch_scope(batch), budget.usd_nanos, budget.tokens, budget.warn, now
+            )
         tasks: Iterable[NewTask]
         if isinstance(items, Sequence):
             tasks = [new_task(index, item) for index, item in enumerate(items)]
@@ -665,6 +679,7 @@ class Cairn:
         concurrency: int = 4,
         key: ItemKey | None = None,
         progress: bool | None = None,
+        budget: Budget | None = None,
     ) -> BatchReport:
         """Enqueue ``items`` into ``batch`` and run every unfinished task of it.
 
@@ -675,7 +690,7 @@ class Cairn:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
         task_def = self._definition(task)
-        self.enqueue(batch, task_def, items, key=key)
+        self.enqueue(batch, task_def, items, key=key, budget=budget)
         shown = choose_progress(progress)
         if task_def.is_async:
             return asyncio.run(_batch.run_async(self.engine(), batch, concurrency, shown))
@@ -690,12 +705,13 @@ class Cairn:
         concurrency: int = 4,
         key: ItemKey | None = None,
         progress: bool | None = None,
+        budget: Budget | None = None,
     ) -> BatchReport:
         """``run_batch`` for async tasks, from inside an event loop."""
         task_def = self._definition(task)
         if not task_def.is_async:
             raise TaskConflict(f"task {task_def.name!r} is not async; use run_batch for sync tasks")
-        self.enqueue(batch, task_def, items, key=key)
+        self.enqueue(batch, task_def, items, key=key, budget=budget)
         return await _batch.run_async(self.engine(), batch, concurrency, choose_progress(progress))
 
 
@@ -711,6 +727,13 @@ def _check_item(task_def: TaskDef[..., Any], index: int, item: object) -> None:
         "item as a dict of the task's arguments after ctx, for example "
         '[{"app_id": "a1"}, {"app_id": "a2"}].'
     )
+
+
+def _check_budget(budget: object) -> None:
+    if budget is not None and not isinstance(budget, Budget):
+        raise ConfigurationError(
+            f"budget= must be a cairn.Budget(usd=..., tokens=...), not {budget!r}"
+        )
 
 
 def _positive_seconds(value: float | timedelta | None, what: str) -> float | None:

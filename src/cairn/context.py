@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from cairn.engine import fanout as _fanout
 from cairn.engine.children import ChildTask, join_machine, spawn
 from cairn.engine.config import EngineConfig
-from cairn.engine.once import OncePolicy, OnDoubt, Reconcile, once_machine
+from cairn.engine.once import OncePolicy, OnDoubt, Reconcile, before_send, once_machine
 from cairn.engine.patches import patched
 from cairn.engine.run import TaskRun, adrive, current, drive, in_event_loop
 from cairn.engine.steps import run_step, sleep_machine, step_machine
@@ -243,6 +243,15 @@ class Context:
         return run_step(self._run, "input", name, fn, (), {}, NO_RETRY)  # type: ignore[no-any-return]
 
     # -- side effects, at most once per key ------------------------------------------
+    def before_send(self) -> None:
+        """Call right before an operation's request leaves the machine (after
+        building it, refreshing a token, resolving the host): raises
+        ``LeaseLost``, and the request must not be sent, if this process may
+        have lost its task since ``ctx.once`` called the function (paused past
+        its lease). Costs a few microseconds while the lease is fresh; renews
+        it (one round trip) when it is not. See docs/operations.md."""
+        before_send(self._run)
+
     @overload
     def once(
         self,
@@ -419,8 +428,10 @@ class Context:
         ``summarizer``, ``counter`` (or ``model``: the counter for that model's
         tokens, exact for OpenAI models with the ``tokens`` extra, see
         ``cairn.agent.tokens``), ``prices``, ``client``, ``start_from`` (a
-        handoff document), ``summary_tokens`` and ``clear_tool_results`` (a
-        ``ToolResultClearing``); see ``cairn.agent.conversation``.
+        handoff document), ``summary_tokens``, ``clear_tool_results`` (a
+        ``ToolResultClearing``) and ``max_context`` (the hard bound on the
+        active context, twice ``threshold``: ``cairn.agent.fallback``); see
+        ``cairn.agent.conversation``.
         """
         from cairn.agent.conversation import open_conversation
 
@@ -433,8 +444,10 @@ class Context:
 
         Options: ``tools``, ``client``, ``prices``, ``retry``, ``stream`` and
         ``on_chunk`` (the reply's text handed over as it arrives; on replay, the
-        recorded text as one chunk), and any request parameter (``temperature``,
-        ``max_tokens``, ...); see ``cairn.agent.llm``.
+        recorded text as one chunk), ``limit`` (the ``TokenRate`` it counts
+        against, by name; default: one declared for its provider and model), and
+        any request parameter (``temperature``, ``max_tokens``, ...); see
+        ``cairn.agent.llm`` and docs/budgets.md.
         """
         from cairn.agent.llm import llm
 

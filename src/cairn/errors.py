@@ -10,6 +10,7 @@ The hierarchy::
     │   ├── StoreUnavailable        unreachable or busy right now; nothing was lost, try later
     │   ├── StoreReadOnly           the store can be read but not written
     │   ├── NotACairnStore          the file or database is not cairn's
+    │   ├── BlobStoreFull           the blob store's disk is full; free space, run again
     │   └── SchemaTooNew            written by a newer cairn; upgrade cairn
     ├── TaskError                   about one task
     │   ├── UnknownTask             no task with that id
@@ -26,6 +27,7 @@ The hierarchy::
     ├── NonDeterminismError         replay asked for something else at a position
     │   └── AgentDefinitionChanged  an Agents SDK run resumed with another agent definition
     ├── CodecError                  a value cannot be encoded or decoded
+    │   └── RecordCorrupt           a recorded entry does not match its checksum
     ├── BlobError                   a value offloaded to the blob store cannot be used
     │   ├── BlobMissing             the record points at a blob that is not there
     │   └── BlobCorrupt             the blob's bytes do not match the recorded sha256
@@ -91,6 +93,33 @@ class StoreUnavailable(StoreError):
 class StoreReadOnly(StoreError):
     """The store can be read but not written (a read-only file or directory, a
     read-only mount, a replica). Reading commands work; running does not."""
+
+
+class BlobStoreFull(StoreError):
+    """The disk under the blob store is full (or its quota used up): the value
+    was not written there. A store error, not the task's: no attempt is spent,
+    and the task is handed back to resume once space is freed.
+
+    ``inline`` is the encoded value that did not fit, when the codec that tried
+    to offload it knows it; the engine then records it in the store itself, so
+    the step that produced it is not called again (``what`` names that entry,
+    ``kept`` says it was recorded)."""
+
+    def __init__(
+        self, *, path: str, reason: str, size: int, what: str = "", kept: bool = False
+    ) -> None:
+        self.path, self.reason, self.size, self.what = path, reason, size, what
+        self.inline: str | None = None
+        whose = f" ({what})" if what else ""
+        saved = (
+            " That value was kept in the store itself, so it is not computed again." if kept else ""
+        )
+        super().__init__(
+            f"the disk holding the blob store {path} is full ({reason}) writing a value "
+            f"of {size:,} bytes{whose}.{saved} Free space there (or give the app a blob "
+            "store on a larger disk: Cairn(blobs=...) or CAIRN_BLOBS), then run again: "
+            "every task resumes from its last checkpoint."
+        )
 
 
 class NotACairnStore(StoreError):
@@ -239,6 +268,18 @@ class ChildFailed(TaskFailed):
 
 class CodecError(CairnError):
     """A value could not be encoded for the record, or decoded from it."""
+
+
+class RecordCorrupt(CodecError):
+    """A history entry read back does not match the checksum written with it:
+    the store was changed on disk (an edit in place, bytes written over the
+    file, a failing disk). The entry is never replayed; the task fails with
+    this error, naming the task and the position."""
+
+    def __init__(self, message: str, *, task_id: str, seq: int) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+        self.seq = seq
 
 
 class BlobError(CairnError):

@@ -5,6 +5,11 @@ Declared once on the app, used by steps::
     app = Cairn(limits={"ads-api": Rate(10, per=60), "db": Concurrency(4)})
     ctx.step("fetch", fetch_ads, account, limit="ads-api")
 
+and, in tokens, by model calls (``TokenRate``, a provider's TPM and RPM)::
+
+    app = Cairn(limits={"openai": TokenRate(200_000, per=60, requests=500)})
+    ctx.llm(conv, model="gpt-4o-mini", max_tokens=500)  # counts against it
+
 A limit holds across every thread, process and host that shares the store: each
 call takes a *permit* in one store transaction (on PostgreSQL under a lock on the
 limit's row), so two workers can never both take the last one. A step that finds
@@ -22,6 +27,12 @@ How a permit counts:
   exact as the outside server sees it: every request a call sends arrives between
   the permit's grant and the call's end, so no window of ``per`` seconds at the
   server can hold more than ``count`` of them, however the network delays them.
+* ``TokenRate(tokens, per, requests=)``: as ``Rate`` for its ``requests``, and
+  each permit also holds an amount of tokens: the call's prompt plus its
+  ``max_tokens`` while it runs, then the tokens the provider reported, for
+  ``per`` seconds after it ended. A call is let through only if the amounts
+  counted now leave room for its own. A 429 with ``Retry-After`` closes the
+  limit for every caller until then (``cairn.engine.permits``).
 """
 
 from __future__ import annotations
@@ -104,7 +115,58 @@ class Concurrency:
         return hash((Concurrency, self.n))
 
 
-Limit = Rate | Concurrency
+class TokenRate:
+    """At most ``tokens`` model tokens (prompt plus reply), and at most
+    ``requests`` calls if given, in any ``per`` seconds: a provider's TPM and RPM.
+
+    A model call (``ctx.llm``, ``ctx.llm_call``, the integrations' model calls)
+    reserves its prompt's tokens, counted exactly before it is sent, plus its
+    ``max_tokens`` (``output`` when it sets none); when it returns, the
+    reservation is settled to the usage the provider reported and the rest
+    is free at once. ``output`` is also what a call without ``max_tokens``
+    may really use: set it to the reply size you expect at most.
+    """
+
+    __slots__ = ("output", "per", "requests", "tokens")
+
+    def __init__(
+        self,
+        tokens: int,
+        per: float | timedelta = 60.0,
+        *,
+        requests: int | None = None,
+        output: int = 1024,
+    ) -> None:
+        what = f"TokenRate({tokens!r}, per={per!r}, requests={requests!r})"
+        self.tokens = _whole(tokens, what, "tokens")
+        self.per = _seconds(per, what)
+        self.requests = None if requests is None else _whole(requests, what, "requests")
+        self.output = _whole(output, what, "output")
+
+    @property
+    def capacity(self) -> int:
+        """Calls in a window: ``requests``, or no cap on calls (one per token)."""
+        return self.tokens if self.requests is None else self.requests
+
+    @property
+    def window(self) -> timedelta:
+        return timedelta(seconds=self.per)
+
+    def __repr__(self) -> str:
+        requests = "" if self.requests is None else f", requests={self.requests}"
+        return f"TokenRate({self.tokens}, per={self.per:g}{requests}, output={self.output})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TokenRate) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash((TokenRate, *self._key()))
+
+    def _key(self) -> tuple[int, float, int | None, int]:
+        return (self.tokens, self.per, self.requests, self.output)
+
+
+Limit = Rate | Concurrency | TokenRate
 
 
 def checked_limits(limits: object) -> dict[str, Limit]:
@@ -120,10 +182,10 @@ def checked_limits(limits: object) -> dict[str, Limit]:
         if not (isinstance(name, str) and name.strip()):
             raise ConfigurationError(f"limit names must be non-empty text, not {name!r}")
         check_name("limit name", name)
-        if not isinstance(limit, Rate | Concurrency):
+        if not isinstance(limit, Rate | Concurrency | TokenRate):
             raise ConfigurationError(
-                f"limit {name!r} is {limit!r}; declare it as cairn.Rate(count, per=seconds) "
-                "or cairn.Concurrency(n)"
+                f"limit {name!r} is {limit!r}; declare it as cairn.Rate(count, per=seconds), "
+                "cairn.Concurrency(n) or cairn.TokenRate(tokens, per=seconds, requests=n)"
             )
         checked[name] = limit
     return checked
@@ -148,6 +210,28 @@ class LimitBook:
                 "the step's limit= name."
             )
         return limit
+
+    def for_model(
+        self, provider: str, model: str, named: str | None
+    ) -> tuple[str, TokenRate] | None:
+        """The token limit a model call counts against, and its name in the store:
+        the one it names (``limit=``), else one declared as ``"provider:model"``,
+        else one declared as ``"provider"``, counted apart for each model (as
+        providers count). None when none applies."""
+        if named is not None:
+            limit = self.get(named)
+            if not isinstance(limit, TokenRate):
+                raise ConfigurationError(
+                    f"limit {named!r} is {limit!r}; a model call's limit= must name a "
+                    "cairn.TokenRate(tokens, per=seconds, requests=n)"
+                )
+            return named, limit
+        exact = f"{provider}:{model}"
+        for declared in (exact, provider):
+            found = self.limits.get(declared)
+            if isinstance(found, TokenRate):
+                return exact, found
+        return None
 
 
 NO_LIMITS = LimitBook({}, "", timedelta(seconds=30))

@@ -10,6 +10,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
+from cairn.budgets import Budget
 from cairn.codec import Codec, JsonCodec
 from cairn.context import Context, current_context
 from cairn.engine.config import CHANGE_POLICIES, ChangePolicy
@@ -42,6 +43,9 @@ class TaskDef(Generic[P, R]):
     on_change: ChangePolicy | None = None
     # Whether on_change='rerun' may send ctx.llm_call again; None: the app's.
     rerun_models: bool | None = None
+    # What the task's model calls may spend, its children's and every attempt's
+    # included (cairn.budgets); None: no budget of its own.
+    budget: Budget | None = None
 
     @property
     def is_async(self) -> bool:

@@ -4,7 +4,8 @@ The pause acceptance tests run this file as a program, against the
 ``PaymentServer`` of ``tests/servers.py`` that the test process serves::
 
     python pause_script.py --store URL --server URL [--policy reconcile|retry|raise]
-        [--lease 2] [--stop-at after_claim|after_act --marker PATH] [--suspend-file PATH]
+        [--lease 2] [--stop-at after_claim|in_function|after_act --marker PATH] [--guard]
+        [--suspend-file PATH]
         [--items N [--hold-all --marker PATH]] [--group-commit] [--async]
 
 Batch ``paused`` has one task, ``paused/item=item-00`` (``--items N``: N tasks,
@@ -15,9 +16,12 @@ step ``price``, then ``ctx.once(op_key("pay", item), charge)``, which POSTs to
 PostgreSQL), so the writes of tasks that meet share commits.
 
 ``--stop-at`` makes the run hold inside the operation, at ``after_claim`` (the
-key is claimed, nothing sent yet) or ``after_act`` (the charge was made, its
-answer not yet recorded): it writes ``--marker`` and waits there until the
-marker is gone. ``--hold-all`` holds every item's charge, even items after
+key is claimed, nothing sent yet), ``in_function`` (inside the operation's own
+function, its request built but not sent: the window ``ctx.once``'s own check
+cannot cover) or ``after_act`` (the charge was made, its answer not yet
+recorded): it writes ``--marker`` and waits there until the marker is gone.
+``--guard``: the operation's function calls ``ctx.before_send()`` right before
+it sends. ``--hold-all`` holds every item's charge, even items after
 their claim and odd ones after their call, each with marker ``--marker``.ITEM
 (an async run's first hold blocks its event loop, so there only the first
 item to get there holds). A charge holds once: woken, the run goes on. The
@@ -66,7 +70,7 @@ BATCH = "paused"
 ITEM = "item-00"
 TASK_ID = f"{BATCH}/item={ITEM}"
 KEY = pay_key(ITEM)
-STOP_POINTS = ("after_claim", "after_act")
+STOP_POINTS = ("after_claim", "after_act", "in_function")
 
 
 def holder(holds: dict[str, tuple[str, Path]], *, first_only: bool = False) -> Any:
@@ -101,7 +105,7 @@ def holds_of(options: argparse.Namespace, items: list[str]) -> dict[str, tuple[s
     if options.hold_all:
         return {
             pay_key(item): (
-                STOP_POINTS[i % 2],
+                STOP_POINTS[i % 2],  # after_claim, after_act
                 options.marker.with_name(f"{options.marker.name}.{item}"),
             )
             for i, item in enumerate(items)
@@ -139,18 +143,37 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--hold-all", action="store_true", help="every item holds")
     parser.add_argument("--group-commit", action="store_true", help="Cairn(group_commit=True)")
     parser.add_argument("--async", dest="use_async", action="store_true", help="async tasks")
+    parser.add_argument("--guard", action="store_true", help="ctx.before_send() before sending")
     return parser.parse_args(argv)
 
 
-def charge_task(app: Cairn, payments: PaymentClient, use_async: bool, policy: Any) -> Any:
+def charge_task(
+    app: Cairn,
+    payments: PaymentClient,
+    use_async: bool,
+    policy: Any,
+    *,
+    hook: Any = None,
+    guard: bool = False,
+) -> Any:
     """The batch's task: price, charge once, receipt. Async: every function is
     a coroutine function, so each write is awaited (an async task's path
     through group commit) and the charge leaves from a thread while the event
-    loop runs the other tasks."""
+    loop runs the other tasks. ``hook`` (sync only) is called at point
+    ``in_function`` inside the operation's function, before it sends;
+    ``guard``: the function then calls ``ctx.before_send()``."""
 
     def charge_item(ctx: Context, item: str) -> dict[str, Any]:
         amount = ctx.step("price", price, item)
-        charge = ctx.once(pay_key(item), payments.charge, item, amount, **policy)
+
+        def pay(key: str, item: str, amount: int) -> dict[str, Any]:
+            if hook is not None:
+                hook("in_function", ctx.task_id, 0, key)  # the request is built
+            if guard:
+                ctx.before_send()
+            return payments.charge(key, item, amount)
+
+        charge = ctx.once(pay_key(item), pay, item, amount, **policy)
         return ctx.step("receipt", receipt, item, amount, charge)
 
     async def aprice(item: str) -> int:
@@ -183,8 +206,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     items = [f"item-{i:02d}" for i in range(options.items)]
     # An async run's hold blocks its event loop: only its first hold is kept.
-    set_fault_hook(app, holder(holds_of(options, items), first_only=options.use_async))
-    task = charge_task(app, payments, options.use_async, once_policy(options.policy, payments))
+    hook = holder(holds_of(options, items), first_only=options.use_async)
+    set_fault_hook(app, hook)
+    policy = once_policy(options.policy, payments)
+    task = charge_task(app, payments, options.use_async, policy, hook=hook, guard=options.guard)
     with app, payments:
         rows = [{"item": item} for item in items]
         report = app.run_batch(BATCH, task, rows, concurrency=len(items), progress=False)

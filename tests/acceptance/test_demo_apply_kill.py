@@ -114,6 +114,6 @@ def test_a_kill_inside_apply_changes_each_app_once_and_the_report_says_so(
     assert "apply: one operation key per app (1 key)" in said
     # A call cut off before the platform acted is made again, and the report
     # says it is the design; one that took effect is called once.
-    assert ("0 called once, 1 called again" in said) is twice
-    assert ("as designed: the kill cut that call off" in said) is twice
+    assert ("(1 key); 1 took a second call, by design:" in said) is twice
+    assert ("the kill cut its first call off before the platform acted" in said) is twice
     assert ("(1 key), each called once" in said) is not twice

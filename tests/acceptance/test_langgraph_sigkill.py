@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -24,6 +25,7 @@ import pytest
 
 from cairn.agent.simulate import SimulatedModelServer
 from cairn.integrations.langgraph import CairnSaver
+from tests.acceptance.random_kills import POST_TOOL_RUN, ToolServer, kill_at_random, kill_plan, seed
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
@@ -79,16 +81,56 @@ sys.exit(module.main(["--store", store, "--docs", docs, "--calls-file", calls], 
 """
 
 
+# The child of the random-kill test: the example with its tool posting each run
+# to the test's tool server (before it reads), and no kill of its own.
+CHILD_POSTING = (
+    POST_TOOL_RUN
+    + """
+import importlib.util, sys
+
+example, store, calls, docs = sys.argv[1:5]
+spec = importlib.util.spec_from_file_location("langgraph_agent", example)
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+read_document = module.read_document
+
+def posted(name):
+    post_tool_run(name)
+    return read_document(name)
+
+module.read_document = posted
+sys.exit(module.main(["--store", store, "--docs", docs, "--calls-file", calls]))
+"""
+)
+
+
 def start(
-    tmp: Path, server: SimulatedModelServer, point: str = "-", nth: int = 0, store: str = ""
+    tmp: Path,
+    server: SimulatedModelServer,
+    point: str = "-",
+    nth: int = 0,
+    store: str = "",
+    tools: ToolServer | None = None,
 ) -> subprocess.Popen[str]:
     """The example in a subprocess on the test's store, with the test's server
-    as its OpenAI-compatible endpoint (through the environment, as a user would)."""
+    as its OpenAI-compatible endpoint (through the environment, as a user would);
+    with ``tools``, its tool runs posted there, and no kill point."""
     env = {
         **os.environ,
         "OPENAI_BASE_URL": server.base_url,
         "OPENAI_API_KEY": "sk-test",
     }
+    if tools is not None:
+        env["CAIRN_TEST_TOOL_URL"] = tools.url
+        arguments = [str(EXAMPLE), store or f"sqlite:///{tmp / 'lg.db'}", str(tmp / "calls.txt")]
+        return subprocess.Popen(
+            [sys.executable, "-c", CHILD_POSTING, *arguments, str(DOCS)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).parents[2],
+            env=env,
+        )
     marker = tmp / f"{point.replace(' ', '_')}.{nth}.killed"
     arguments = [str(EXAMPLE), store or f"sqlite:///{tmp / 'lg.db'}", str(tmp / "calls.txt")]
     return subprocess.Popen(
@@ -203,3 +245,28 @@ def stopped_between_steps(store: str) -> str:
     assert state.next == ()
     assert [bool(task.result) for task in state.tasks] == [True]
     return str(state.tasks[0].name)
+
+
+@pytest.mark.slow
+def test_killed_at_seeded_random_moments_each_kill_costs_at_most_one_step(
+    tmp_path: Path, store_url: str
+) -> None:
+    """SIGKILLed four times at moments drawn from a seeded generator (anywhere:
+    a model request, a tool, a checkpoint write, the startup), then run to its
+    end: the uninterrupted answer, every document read, and each kill cost at
+    most the one step in flight, counted at the test's servers: a request sent
+    again (the model server's repeats) or a tool run again (the tool server's
+    extra runs), never both, never a step that had finished. On both stores."""
+    rng = random.Random(seed())
+    with SimulatedModelServer(model()) as server, ToolServer() as tools:
+        kills = kill_at_random(
+            kill_plan(DOCS + 1, 4, rng),
+            lambda: start(tmp_path, server, store=store_url, tools=tools),
+            lambda: server.requests,
+        )
+        code, stdout, stderr = finish(start(tmp_path, server, store=store_url, tools=tools))
+        assert code == 0, stderr
+        assert stdout.strip() == ANSWER
+        runs = tools.runs()
+        assert set(runs) == {f"doc-{i:02d}" for i in range(DOCS)}
+        assert server.repeats + sum(runs.values()) - DOCS <= kills, (kills, runs, server.repeats)

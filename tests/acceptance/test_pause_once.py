@@ -170,7 +170,9 @@ def _settle_as_operator(scene: Scene, b: subprocess.CompletedProcess[str]) -> No
     assert json.loads(b.stdout)["failures"] == ["cairn.errors.InDoubtOperation"], b.stdout
     charge = scene.server.charge_for(KEY)
     if charge is None:
-        resolved = _cli(scene, "ops", "resolve", KEY, "--retry")
+        # --yes: the claim is seconds old, so resolve warns that its claimant may
+        # still act; the operator knows A is held before ctx.once's own check.
+        resolved = _cli(scene, "ops", "resolve", KEY, "--retry", "--yes")
     else:
         resolved = _cli(scene, "ops", "resolve", KEY, "--result", json.dumps(charge))
     assert resolved.returncode == 0, resolved.stderr

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -27,6 +28,13 @@ import pytest
 from cairn.agent.costs import cost_report
 from cairn.agent.simulate import SimulatedModelServer
 from cairn.store import open_store
+from tests.acceptance.random_kills import (
+    POST_TOOL_RUN,
+    ToolServer,
+    kill_at_random,
+    kill_plan,
+    seed,
+)
 from tests.servers import wait_until
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
@@ -45,7 +53,9 @@ TIMEOUT = 90
 # counted in a file of the test's (the tool calls read_text through the module).
 # A fault hook SIGKILLs the process the nth time it reaches a point (once: a
 # marker file).
-CHILD = """
+CHILD = (
+    POST_TOOL_RUN
+    + """
 import importlib.util, json, os, signal, sys
 from cairn.testing import set_fault_hook
 
@@ -58,6 +68,8 @@ text_of = module.read_text
 def counted(name):
     with open(reads, "a") as file:
         file.write(name + "\\n")
+    if os.environ.get("CAIRN_TEST_TOOL_URL"):
+        post_tool_run(name)
     return text_of(name)
 
 module.read_text = counted
@@ -80,6 +92,7 @@ with module.app:
                             docs=int(docs))
 print(json.dumps(result))
 """
+)
 
 
 class Files:
@@ -101,7 +114,11 @@ class Files:
 
 
 def start(
-    files: Files, server: SimulatedModelServer, point: str = "-", nth: int = 0
+    files: Files,
+    server: SimulatedModelServer,
+    point: str = "-",
+    nth: int = 0,
+    tools: ToolServer | None = None,
 ) -> subprocess.Popen[str]:
     """The example in a subprocess, its endpoint the test's server (through the
     environment, as a user would set it)."""
@@ -112,6 +129,7 @@ def start(
         "CAIRN_EXAMPLE_LEDGER": str(files.ledger),
         "OPENAI_BASE_URL": server.base_url,
         "OPENAI_API_KEY": "sk-test",
+        **({} if tools is None else {"CAIRN_TEST_TOOL_URL": tools.url}),
     }
     arguments = [str(EXAMPLE), point, str(nth), str(marker), str(files.reads), str(DOCS)]
     return subprocess.Popen(
@@ -209,3 +227,33 @@ def test_killed_from_outside_at_random_moments_it_repeats_at_most_what_was_in_fl
     reads = files.read_counts()
     assert set(reads) == {f"doc-{n:02d}" for n in range(DOCS)}
     assert sum(reads.values()) <= DOCS + kills  # a kill can catch one read in flight
+
+
+# Reads run together in a turn (two a turn): a kill can catch both in flight.
+READS_A_TURN = 2
+
+
+@pytest.mark.slow
+def test_killed_at_seeded_random_moments_only_the_step_in_flight_repeats(tmp_path: Path) -> None:
+    """SIGKILLed four times at moments drawn from a seeded generator (anywhere:
+    a model request, a tool, the delegation, the startup), then run to its end:
+    the uninterrupted answer; at the model server, at most one request repeated
+    per kill; at the test's tool server, every document read, and at most a
+    turn's reads repeated per kill (no read recorded before a kill runs again);
+    one report in the ledger."""
+    files = Files(tmp_path)
+    rng = random.Random(seed())
+    with SimulatedModelServer(researcher()) as server, ToolServer() as tools:
+        kills = kill_at_random(
+            kill_plan(REQUESTS, 4, rng),
+            lambda: start(files, server, tools=tools),
+            lambda: server.requests,
+        )
+        code, stdout, stderr = finish(start(files, server, tools=tools))
+        assert code == 0, stderr
+        assert server.repeats <= kills
+        reads = tools.runs()
+    assert json.loads(stdout)["answer"] == ANSWER
+    assert set(reads) == {f"doc-{n:02d}" for n in range(DOCS)}
+    assert sum(reads.values()) - DOCS <= READS_A_TURN * kills, (kills, reads)
+    assert [line["report"] for line in files.ledger_lines()] == [REPORT]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import secrets
 import sqlite3
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -22,7 +23,7 @@ import pytest
 
 from cairn import Cairn, Context
 from cairn.admin.reruns import ForkPoint, apply_rerun, plan_rerun
-from cairn.store import admin
+from cairn.store import admin, open_store
 from cairn.store.migrate import latest_version, migrations
 from cairn.store.records import InFlightNote
 from cairn.versions import check_app
@@ -246,3 +247,46 @@ def test_the_kept_postgres_store_of_schema_1_upgrades_to_the_canonical_schema(
         row = conn.execute("SELECT value FROM cairn.cairn_meta").fetchone()
     assert row is not None
     assert int(row[0]) == latest_version("postgres")
+
+
+def test_a_sqlite_store_of_schema_5_keeps_its_rate_permits_through_schema_7(
+    tmp_path: Path,
+) -> None:
+    """A store made by migrations 1 to 5, holding a Rate permit that still counts
+    (ended a second ago, in a 60-second window), upgraded to the latest schema (token
+    amounts, closed limits, budgets): the permit holds amount 0 and still fills
+    its Rate(1), the limit is not closed, and the new tables are there, empty."""
+    path = tmp_path / "five.db"
+    conn = sqlite3.connect(path)
+    try:
+        for migration in migrations("sqlite")[:5]:
+            conn.executescript(migration.sql)
+        conn.execute("INSERT INTO cairn_meta (key, value) VALUES ('schema_version', '5')")
+        now = datetime.now(UTC)
+        ended = (now - timedelta(seconds=1)).isoformat()
+        conn.execute("INSERT INTO limits (name) VALUES ('api')")
+        conn.execute(
+            "INSERT INTO permits (limit_name, permit, owner, task_id, held, granted_at, ends_at)"
+            " VALUES ('api', 'old', 'o', 't', 0, ?, ?)",
+            (ended, ended),
+        )
+        conn.commit()
+    finally:
+        conn.close()
+    store = open_store(f"sqlite:///{path}")
+    try:
+        window, lease = timedelta(seconds=60), now + timedelta(seconds=10)
+        refused = store.acquire_permit("api", 1, window, "new", "o", "t", now, lease)
+        assert refused is not None
+        assert refused.held == 0
+        assert store.get_budget("batch:any") is None
+    finally:
+        store.close()
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("SELECT amount FROM permits").fetchall() == [(0,)]
+        assert conn.execute("SELECT closed_until FROM limits").fetchall() == [(None,)]
+        version = conn.execute("SELECT value FROM cairn_meta WHERE key = 'schema_version'")
+        assert int(version.fetchone()[0]) == latest_version("sqlite")
+    finally:
+        conn.close()

@@ -9,12 +9,14 @@ import http.client
 import re
 from collections.abc import Iterator
 from html import unescape
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 
-from cairn import Cairn, Context
+from cairn import Budget, Cairn, Context
 from cairn.admin import FIDELITY_TASK, fidelity_task_id, probe_costs
+from cairn.admin.budgets import budget_line, budget_views
 from cairn.agent.simulate import SimulatedModelServer
 from cairn.clock import FakeClock
 from cairn.store import admin
@@ -117,3 +119,35 @@ def test_probe_costs_are_this_tasks_runs_only(costly: tuple[Cairn, int]) -> None
     assert listed == ours[::-1]
     for line in lines:
         assert line.cells() == cairn_cost(app.store_url, "--task", line.label)[line.label]
+
+
+def test_a_batch_page_shows_its_budget_and_the_tasks_parked_on_it(tmp_path: Path) -> None:
+    """A batch whose budget parked a task: its page carries ``cairn cost``'s
+    budget line and links the parked task, with the command that raises it."""
+    with SimulatedModelServer() as server:
+        app = Cairn(f"sqlite:///{tmp_path / 'cairn.db'}", clock=FakeClock())
+        client = openai_client(server)
+
+        @app.task
+        def ask(ctx: Context) -> str:
+            answer = ctx.llm_call(
+                [{"role": "user", "content": "hi"}], model="gpt-4o", client=client
+            )
+            return str(answer.content)
+
+        with app:
+            app.run_batch("capped", ask, [{}], progress=False, budget=Budget(tokens=10))
+            server_ui = DashboardServer(("127.0.0.1", 0), UIConfig(admin(app.store), app.clock.now))
+            thread = serve_in_thread(server_ui)
+            try:
+                status, html = _get(server_ui.server_address[1], "/batch?name=capped")
+            finally:
+                server_ui.shutdown()
+                server_ui.server_close()
+                thread.join()
+            line = budget_line(budget_views(admin(app.store), "capped")[0])
+    assert status == 200
+    text = unescape(re.sub(r"<[^>]+>", "", html))
+    assert line in text
+    assert "capped/" in text
+    assert "cairn budget capped --raise usd=AMOUNT" in text

@@ -13,11 +13,13 @@ from urllib.parse import urlencode
 
 import pytest
 
-from cairn import Cairn, Context
+from cairn import Budget, Cairn, Context
 from cairn.admin.audit import audit_page
+from cairn.agent.simulate import SimulatedModelServer
 from cairn.clock import FakeClock
 from cairn.store import admin
 from cairn.ui.server import DashboardServer, UIConfig, serve_in_thread
+from tests.agent_server import openai_client
 
 BATCH = "reviews"
 TOKEN = "night-shift-token-0123456789"
@@ -170,3 +172,52 @@ def test_a_task_rerun_from_its_page(dash: Dash) -> None:
     status, _, audit = dash.request("GET", "/audit")
     assert status == 200
     assert f"task {task_id}" in audit
+
+
+def test_a_batchs_budget_is_raised_from_its_page_and_its_parked_tasks_go_on(
+    app: Cairn, clock: FakeClock
+) -> None:
+    """A batch whose budget (in tokens) parked its task: its page has the raise
+    form; posted without the form secret it is refused, with a cap that is not a
+    number it says so; posted right, the budget is raised (one audit entry as
+    ui:night-shift), the task is woken, and a run of the batch completes it."""
+    with SimulatedModelServer() as model:
+        client = openai_client(model)
+
+        @app.task(name="ask")
+        def ask(ctx: Context) -> str:
+            answer = ctx.llm_call(
+                [{"role": "user", "content": "hi"}], model="gpt-4o", client=client
+            )
+            return str(answer.content)
+
+        app.run_batch("capped", ask, [{}], progress=False, budget=Budget(tokens=10))
+        config = UIConfig(admin(app.store), clock.now, token=TOKEN, actor_name="night-shift")
+        server = DashboardServer(("127.0.0.1", 0), config)
+        thread = serve_in_thread(server)
+        try:
+            dash = Dash(app, server)
+            page = dash.request("GET", "/batch?name=capped")[2]
+            form = {"batch": "capped", "tokens": "100000"}
+            stale = dash.request("POST", "/batch/budget", form)
+            bad = dash.request(
+                "POST", "/batch/budget", {**form, "tokens": "lots", "csrf": config.csrf}
+            )
+            done = dash.request("POST", "/batch/budget", {**form, "csrf": config.csrf})
+        finally:
+            server.shutdown()
+            server.server_close()
+            thread.join()
+        woken = dash.statuses()
+        report = app.run_batch("capped", ask, [], progress=False)
+    assert 'action="/batch/budget"' in page
+    assert stale[0] == 403
+    assert bad[0] == 400
+    assert "the new tokens cap must be a number, not &#39;lots&#39;" in bad[2]
+    assert (done[0], done[1]) == (303, "/batch?name=capped")
+    assert woken == {"capped/": "pending"}
+    assert report.counts == {"completed": 1}
+    (entry,) = audit_page(admin(app.store)).rows
+    assert (entry.actor, entry.action, entry.target, entry.count) == (
+        "ui:night-shift", "budget", "batch:capped", 1,
+    )  # fmt: skip

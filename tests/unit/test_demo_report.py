@@ -39,16 +39,17 @@ def _printed(verdict: Verdict) -> list[str]:
 
 
 def test_keys_called_again_after_the_kill_are_counted_and_explained() -> None:
-    """120 apps, 3 keys called again: the line counts 117 called once and 3
-    again, says it is by design and why, and the ledger line still says each
-    app was applied once; no line is wrapped."""
+    """120 apps, 3 keys called again: the line says 3 took a second call, by
+    design, and why, with no "117/120"-like count that reads as a shortfall;
+    the ledger line still says each app was applied once; no line is wrapped."""
     lines = _printed(_verdict(120, 3))
     text = "\n".join(lines)
     assert "every step ran exactly once: 720/720" in text
-    assert "apply: one operation key per app (120 keys): 117 called once, 3 called again" in text
-    assert "as designed: the kill cut those calls off before the platform acted," in text
-    assert "found no change and called" in text
-    assert "A call that took effect is never made twice, as the ledger shows:" in text
+    assert "apply: one operation key per app (120 keys); 3 took a second call, by design:" in text
+    assert "117" not in text
+    assert "the kill cut their first call off before the platform acted" in text
+    assert "found no change, and they took the call" in text
+    assert "No change reached it twice, as its ledger shows:" in text
     assert lines[-1] == "ad platform: each app's settings applied exactly once (120/120)"
     assert max(len(line) for line in lines) <= 80
 
@@ -56,8 +57,9 @@ def test_keys_called_again_after_the_kill_are_counted_and_explained() -> None:
 def test_one_key_called_again_reads_in_the_singular() -> None:
     """One key called again: "that call", not "those calls"."""
     text = "\n".join(_printed(_verdict(30, 1)))
-    assert "(30 keys): 29 called once, 1 called again" in text
-    assert "the kill cut that call off" in text
+    assert "(30 keys); 1 took a second call, by design:" in text
+    assert "the kill cut its first call off" in text
+    assert "and it took the call" in text
 
 
 def test_no_key_called_again_is_one_line() -> None:

@@ -31,8 +31,14 @@ RELEASED = {
     "postgres/0005_reruns_and_audit.sql": (
         "288180c7087001c6b893f6f190e7e5a43e417483b113bc3b02a2b2e712b0bcfe"
     ),
+    "postgres/0006_entry_checksums.sql": (
+        "dc7b59a2b8326191c6db6156c04e0fc50f7116457fa5bf050d3e3b3751b8f348"
+    ),
+    "postgres/0007_token_limits_and_budgets.sql": (
+        "e926c88c5d14b6a7913a6dea2395c1cfa1dc612fe3ce18a4d7af144c8f49d23c"
+    ),
     "postgres/0009_in_flight_logs_and_hours.sql": (
-        "2092c1b6389201fd956d19e84f6739f32c5ee229c4891a1ba582d429e9410be1"
+        "9c2d039b2e41441a1eccd02e99cf3130bb2909468a08a16e2da6c5f3a5fdd50b"
     ),
     "sqlite/0001_initial.sql": ("349d82616b1eb61253e11592a348213d2e256fe6e5d4e5626d4c7a3b9fe8a862"),
     "sqlite/0002_claims_and_late_outcomes.sql": (
@@ -47,8 +53,14 @@ RELEASED = {
     "sqlite/0005_reruns_and_audit.sql": (
         "60c0f56a8593dcfbc1f88295af1cc3ca07bcacdcea2cfeb735d07b6bd6a21d1d"
     ),
+    "sqlite/0006_entry_checksums.sql": (
+        "b79fb681e3d599a8c18e45b37e07861ca2eaa516889e7e4be80dce2ddb70fc89"
+    ),
+    "sqlite/0007_token_limits_and_budgets.sql": (
+        "b79538eec684cf08b803d631e770e7f33a1ce0960ca4a79ce0a96109004049d6"
+    ),
     "sqlite/0009_in_flight_logs_and_hours.sql": (
-        "3ffe230956239305bf6b83db57acd65bc560c1cc33edb6424ed5bf33c139bbf9"
+        "cd39eb9480757b575054f69688c8b386aae87d326a103da4bf29fa09825b5fbe"
     ),
 }
 

@@ -20,7 +20,12 @@ from typing import Any
 from cairn.admin.audit import Actor, audit
 from cairn.clock import SystemClock
 from cairn.codec import JsonCodec, codec_for
-from cairn.engine.owners import DEFAULT_LEASE_SECONDS, claim_abandoned, takeover_grace
+from cairn.engine.owners import (
+    DEFAULT_LEASE_SECONDS,
+    claim_abandoned,
+    claimant_may_act,
+    takeover_grace,
+)
 from cairn.errors import CairnError
 from cairn.store import AdminStore
 from cairn.store.records import OperationRecord, TaskRecord
@@ -126,6 +131,9 @@ class Resolved:
     changed: bool
     messages: list[str]
     note: str | None = None
+    # Nothing was done because the key's claimant may still act: settling it
+    # as not happened needs the operator's confirmation (``confirmed=True``).
+    needs_confirmation: bool = False
 
     @property
     def message(self) -> str:
@@ -185,15 +193,19 @@ def resolve(
     permanent: bool,
     now: datetime,
     actor: Actor | None = None,
+    confirmed: bool = False,
 ) -> Resolved:
     """Settle a key that is not completed: ``completed`` with ``result`` (it
     happened), ``released`` (it did not; call again) or ``failed`` (give up).
     A failed claiming task goes back to pending, unless the key was given up on.
+    ``released`` for a key whose claimant may still wake and act (its process
+    still exists here, or it claimed the key only a few leases ago) is refused
+    with a warning (``needs_confirmation``) unless ``confirmed``.
     Written to the audit trail as ``actor``."""
     target = f"operation {key}" + (f" (scope {scope})" if scope else "")
-    detail = {"status": status, "permanent": permanent}
+    detail = {"status": status, "permanent": permanent, "confirmed": confirmed}
     with audit(store, actor, "resolve", target, now, detail) as entry:
-        done = _resolve(store, scope, key, status, result, permanent, now)
+        done = _resolve(store, scope, key, status, result, permanent, now, confirmed)
         entry.done(int(done.changed), "; ".join(done.messages))
     return done
 
@@ -206,6 +218,7 @@ def _resolve(
     result: Any,
     permanent: bool,
     now: datetime,
+    confirmed: bool,
 ) -> Resolved:
     op = store.get_operation(scope, key)
     if op is None:
@@ -217,6 +230,10 @@ def _resolve(
     refusal = _refusal(op, task, now)
     if refusal is not None:
         return Resolved(True, False, [refusal])
+    if status == "released" and not confirmed:
+        warning = _may_still_act(op, task, now)
+        if warning is not None:
+            return Resolved(True, False, [warning], needs_confirmation=True)
     text = encode_result(result, task) if status == "completed" else None
     if not store.resolve_operation(scope, key, status, result=text, permanent=permanent, now=now):
         return Resolved(
@@ -229,6 +246,25 @@ def _resolve(
         again, note = _run_task_again(store, task, now)
         said += again
     return Resolved(True, True, said, note)
+
+
+def _may_still_act(op: OperationRecord, task: TaskRecord | None, now: datetime) -> str | None:
+    """The warning before calling a key's function again while the attempt that
+    claimed it may still wake and send its own request; None if there is no
+    sign of that."""
+    why = claimant_may_act(op, task, now, timedelta(seconds=DEFAULT_LEASE_SECONDS))
+    if why is None:
+        return None
+    return (
+        f"operation {label(op)} was claimed by task {op.task_id}, whose lease "
+        f"lapsed before it recorded an outcome, and {why}. A paused process that wakes "
+        "goes on from where it stopped: if its request had not left yet, it may send "
+        "it now, and calling the function again as well would make the effect happen "
+        "twice (unless the function calls ctx.before_send() right before sending, or "
+        "the outside system dedupes the key). Look at the outside system again, and "
+        "make sure that process is stopped for good, before you confirm. Nothing "
+        "changed."
+    )
 
 
 def _run_task_again(

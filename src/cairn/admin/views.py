@@ -147,6 +147,8 @@ class TaskView:
     conversations: list[ConversationSummary]
     # The entry a running task is in now, as its heartbeat noted it.
     in_flight: StepInFlight | None = None
+    # The budget a waiting task is parked on (cairn.budgets), or None.
+    parked_on: str | None = None
 
 
 def _spawned(step: StepRecord, codec: str) -> str | None:
@@ -211,4 +213,5 @@ def task_view(store: AdminStore, task_id: str) -> TaskView | None:
         in_flight=store.steps_in_flight([task_id]).get(task_id)
         if task.status == "running"
         else None,
+        parked_on=store.budget_park(task_id) if task.status == "waiting" else None,
     )

@@ -7,7 +7,8 @@ client itself are never recorded.
 
 ``ctx.llm(conv)`` first compacts the conversation if it is over its threshold,
 then clears old tool results if the conversation has a policy for it
-(``cairn.agent.clearing``), sends its active context, appends the reply to it
+(``cairn.agent.clearing``), sends its active context (never over the
+conversation's ``max_context``: ``cairn.agent.fallback``), appends the reply to it
 (one row, with the usage beside it) and returns it. Its entry records the
 usage, the cost, the tool results it cleared, and the input tokens the call
 would have sent with nothing compacted or cleared (``uncompacted_input``, from
@@ -19,6 +20,13 @@ its entry records the reply message with the usage.
 
 Both return the reply, or an awaitable of it when the client (or the
 conversation's summarizer) is async, as ``ctx.step`` does for async functions.
+
+Token limits and budgets (``cairn.agent.metering``): a call counts against the
+app's ``TokenRate`` it names with ``limit=`` (else one declared for its
+provider and model, or its provider) and against its batch's and task's
+budgets; it reserves its prompt plus ``max_tokens`` before it is sent, waits
+(no attempt spent) while the limit has no room, parks its task when a budget
+has none, and settles both to the reported usage when it returns.
 
 Streaming: ``stream=True`` (or an ``on_chunk=`` callback, which implies it)
 sends the request with ``stream=True`` and hands each piece of the reply's text
@@ -44,7 +52,9 @@ from typing import TYPE_CHECKING, Any
 from cairn.agent._window import Row
 from cairn.agent.clearing import Cleared
 from cairn.agent.compaction import compaction_machine
+from cairn.agent.fallback import over_bound_error
 from cairn.agent.messages import Message, normalize
+from cairn.agent.metering import meter_for
 from cairn.agent.pricing import DEFAULT_PRICES, PriceTable, Usage
 from cairn.agent.providers import (
     Completion,
@@ -56,7 +66,8 @@ from cairn.agent.providers import (
 )
 from cairn.agent.reply import Reply
 from cairn.agent.summarize import is_async_summarizer
-from cairn.agent.tokens import count_message, describe_counter, is_exact
+from cairn.agent.tokens import count_message, counter_for, describe_counter, is_exact
+from cairn.engine.meter import Meter
 from cairn.engine.run import Machine, adrive, drive, in_event_loop
 from cairn.engine.steps import step_machine
 from cairn.errors import ConfigurationError, Permanent
@@ -122,14 +133,18 @@ class Chunks:
     afterwards, ``replayed``). An error of ``on_chunk``'s is raised as
     ``Permanent``: the call is not retried for it."""
 
-    __slots__ = ("live", "on_chunk")
+    __slots__ = ("live", "on_chunk", "tap")
 
-    def __init__(self, on_chunk: OnText | None) -> None:
+    def __init__(self, on_chunk: OnText | None, tap: Callable[[str], None] | None = None) -> None:
         self.on_chunk = on_chunk
         self.live = False
+        # Where live pieces also go: the engine's observer (cairn.observe.lane).
+        self.tap = tap
 
     def __call__(self, text: str) -> Any:
         self.live = True
+        if self.tap is not None:
+            self.tap(text)
         if self.on_chunk is None:
             return None
         try:
@@ -150,6 +165,7 @@ class Chunks:
         """After the call: its recorded text as one chunk, if none came live."""
         if self.live or not reply.content:
             return None
+        self.tap = None  # recorded text is not live: watchers see only live pieces
         result = self(reply.content)
         self.live = False
         return result
@@ -159,8 +175,11 @@ def _callback_failed(exc: Exception) -> Permanent:
     return Permanent(f"on_chunk raised {type(exc).__name__}: {exc}")
 
 
-def _chunks(stream: bool, on_chunk: OnText | None, provider: Provider) -> Chunks | None:
-    """What streams the call, or None when it is not streamed."""
+def _chunks(
+    stream: bool, on_chunk: OnText | None, provider: Provider, run: TaskRun, name: str
+) -> Chunks | None:
+    """What streams the call, or None when it is not streamed; each live piece
+    is also told to the app's observer as a ``call_chunk`` of entry ``name``."""
     if on_chunk is not None and not callable(on_chunk):
         raise ConfigurationError(f"on_chunk= must be a callable, not {type(on_chunk).__name__}")
     if not stream and on_chunk is None:
@@ -170,7 +189,9 @@ def _chunks(stream: bool, on_chunk: OnText | None, provider: Provider) -> Chunks
             "on_chunk= is an async function but the client is sync: pass a plain "
             "function, or an async client (openai.AsyncOpenAI, anthropic.AsyncAnthropic)"
         )
-    return Chunks(on_chunk)
+    return Chunks(
+        on_chunk, lambda text: run.observe("call_chunk", run.seq, "llm", name, value=text)
+    )
 
 
 def _request(
@@ -303,6 +324,7 @@ def _conversation_call(
     retry: Retry,
     prices: PriceTable,
     chunks: Chunks | None = None,
+    limit: str | None = None,
 ) -> Machine[Reply]:
     yield from compaction_machine(conv)
     # Decided once per call, before the first attempt (a retry sends the same
@@ -319,6 +341,9 @@ def _conversation_call(
             return {"idx": row.idx, **row.meta}, []
         if not cleared:
             cleared.append(conv.clear_tool_results())
+        if conv.tokens > conv.max_context:
+            # Even the fallback could not fold enough (cairn.agent.fallback).
+            raise Permanent(over_bound_error(conv.name, conv.tokens, conv.max_context))
         return None, conv.messages
 
     def finish(completion: Completion) -> dict[str, Any]:
@@ -331,6 +356,7 @@ def _conversation_call(
         return {"idx": row.idx, **meta}
 
     send = _sender(provider, prepare, finish, model, tools, params, chunks)
+    meter = _conversation_meter(conv, provider, model, tools, params, prices, limit)
     outcome = yield from step_machine(
         conv._run,
         "llm",
@@ -339,6 +365,7 @@ def _conversation_call(
         (),
         {},
         retry,
+        limit=meter,
         fingerprint=model_fingerprint(model, conv.system_prompt, tools),
     )
     row = conv.row_at(int(outcome["idx"]))
@@ -346,6 +373,30 @@ def _conversation_call(
         conv.diverge(row, f"the reply of a call to {model!r}")
     conv.take(row)
     return Reply.from_record(row.message, outcome)
+
+
+def _conversation_meter(
+    conv: Conversation,
+    provider: Provider,
+    model: str,
+    tools: Tools,
+    params: Mapping[str, Any],
+    prices: PriceTable,
+    limit: str | None,
+) -> Meter | None:
+    """The call's token limit and budgets: its prompt is the conversation's
+    active context right before each try (none while it replays a stored reply)."""
+    return meter_for(
+        conv._run,
+        provider=provider.name,
+        model=model,
+        tools=tools,
+        params=params,
+        prices=prices,
+        counter=conv.counter,
+        messages=lambda: None if conv.replaying else conv.messages,
+        limit=limit,
+    )
 
 
 def llm(
@@ -359,11 +410,12 @@ def llm(
     retry: Retry | None = None,
     stream: bool = False,
     on_chunk: OnText | None = None,
+    limit: str | None = None,
     **params: Any,
 ) -> Reply | Awaitable[Reply]:
     """``ctx.llm``: compact if due, send ``conv``'s active context, append the reply."""
     provider = _provider(client if client is not None else conv.client)
-    chunks = _chunks(stream, on_chunk, provider)
+    chunks = _chunks(stream, on_chunk, provider, ctx._run, f"llm {conv.name}")
     machine = _conversation_call(
         conv,
         provider,
@@ -373,6 +425,7 @@ def llm(
         retry or ctx._default_step_retry,
         prices or conv.prices,
         chunks,
+        limit,
     )
     run: TaskRun = ctx._run
     if provider.is_async or is_async_summarizer(conv.summarizer):
@@ -393,11 +446,12 @@ def llm_call(
     name: str = "llm",
     stream: bool = False,
     on_chunk: OnText | None = None,
+    limit: str | None = None,
     **params: Any,
 ) -> Reply | Awaitable[Reply]:
     """``ctx.llm_call``: one recorded request, outside any conversation."""
     provider = _provider(client)
-    chunks = _chunks(stream, on_chunk, provider)
+    chunks = _chunks(stream, on_chunk, provider, ctx._run, name)
     table = prices or DEFAULT_PRICES
     request = [normalize(m) for m in messages]
 
@@ -411,16 +465,32 @@ def llm_call(
     send = _sender(provider, prepare, finish, model, tools, params, chunks)
     run: TaskRun = ctx._run
     printed = model_fingerprint(model, _system_of(request), tools)
-    machine = _single_call(run, name, send, retry or ctx._default_step_retry, printed)
+    meter = meter_for(
+        run,
+        provider=provider.name,
+        model=model,
+        tools=tools,
+        params=params,
+        prices=table,
+        counter=counter_for(model),
+        messages=lambda: request,
+        limit=limit,
+    )
+    machine = _single_call(run, name, send, retry or ctx._default_step_retry, printed, meter)
     if provider.is_async:
         return _handed_back(adrive(machine, run.clock), chunks)
     return _handed_back(drive(machine, run.clock), chunks)
 
 
 def _single_call(
-    run: TaskRun, name: str, send: Callable[[], Any], retry: Retry, fingerprint: str
+    run: TaskRun,
+    name: str,
+    send: Callable[[], Any],
+    retry: Retry,
+    fingerprint: str,
+    meter: Meter | None = None,
 ) -> Machine[Reply]:
     outcome = yield from step_machine(
-        run, "llm", name, send, (), {}, retry, fingerprint=fingerprint
+        run, "llm", name, send, (), {}, retry, limit=meter, fingerprint=fingerprint
     )
     return Reply.from_record(outcome["message"], outcome)

@@ -6,8 +6,11 @@ reads cairn's classes, so each provider call turns them into:
 
 * ``RetryAfter`` for HTTP 429, waiting what the provider asked: its
   ``retry-after-ms`` header (which the SDKs read first), else ``Retry-After``
-  (seconds or an HTTP-date), else ``DEFAULT_RETRY_AFTER``; a 503 that names a
-  wait is waited out the same way;
+  (seconds or an HTTP-date), else (for a 429) the longer of OpenAI's
+  ``x-ratelimit-reset-requests`` and ``x-ratelimit-reset-tokens`` (``6m0s``),
+  else ``DEFAULT_RETRY_AFTER``; a 503 that names a wait is waited out the same
+  way (a model call's token limit is then closed for everyone that long:
+  ``cairn.engine.meter``);
 * ``Permanent`` for 401 and 403 (a wrong or unauthorised key: retrying cannot
   fix it) and the other 4xx (the request itself is wrong);
 * ``Transient`` for 5xx, 408, 409, timeouts and dropped connections;
@@ -34,6 +37,7 @@ one as ``provider_error`` for code that catches it in this process.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -97,6 +101,29 @@ def _header_seconds(error: BaseException) -> float | None:
     return retry_after_seconds(seconds if isinstance(seconds, str) else None)
 
 
+# OpenAI's rate-limit headers say when each limit has room again, as a Go
+# duration ("1s", "6m0s", "120ms"); a 429 without Retry-After waits the longer.
+_RESETS = ("x-ratelimit-reset-requests", "x-ratelimit-reset-tokens")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def _reset_seconds(error: BaseException) -> float | None:
+    """The wait OpenAI's rate-limit headers name (for a 429 only: they come on
+    every answer, and a 503's are no throttle)."""
+    headers = getattr(getattr(error, "response", None), "headers", None)
+    if headers is None:
+        return None
+    waits = []
+    for name in _RESETS:
+        value = headers.get(name)
+        if isinstance(value, str) and value.strip():
+            parts = _DURATION.findall(value.strip())
+            if parts and "".join(n + u for n, u in parts) == value.strip():
+                waits.append(sum(float(n) * _UNIT_SECONDS[u] for n, u in parts))
+    return max(waits) if waits else None
+
+
 def _retryable(status: int) -> bool:
     return status >= 500 or status in _TRANSIENT
 
@@ -116,6 +143,8 @@ def provider_error(
     text = redact(f"{where}{type(error).__name__}: {error}", secrets)
     mapped: Exception
     asked = _header_seconds(error) if status is not None else None
+    if status == _THROTTLED and asked is None:
+        asked = _reset_seconds(error)
     if status == _THROTTLED or (status == 503 and asked is not None):
         wait = DEFAULT_RETRY_AFTER if asked is None else asked
         mapped = RetryAfter(wait, f"{text} (HTTP {status}: retry after {wait:g}s)")

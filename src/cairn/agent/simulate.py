@@ -36,6 +36,10 @@ or the body ended cleanly without the stream's last events, as behind a proxy;
 or an error event, as an overloaded model sends),
 and ``hold_next`` stops one mid-stream until the test lets it go on, so a test
 can kill its client while the reply is arriving.
+
+Given ``tokens_per_window`` and/or ``requests_per_window``, it enforces them as
+a provider enforces its TPM and RPM (``Throttle``): a request that would pass
+either in the last ``window`` seconds is answered HTTP 429 with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -43,9 +47,11 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import re
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -152,6 +158,61 @@ class _Drop:
     error: bytes
 
 
+class _Throttled(Exception):
+    def __init__(self, seconds: int) -> None:
+        super().__init__(f"retry after {seconds}s")
+        self.seconds = seconds
+
+
+class Throttle:
+    """A provider's rate limits: at most ``tokens`` (prompt plus reply) and at
+    most ``requests`` answered in any ``window`` seconds (None: no cap). A
+    request that would pass either is answered HTTP 429 with ``Retry-After``
+    (whole seconds until enough has aged out) and counts nothing. It keeps when
+    (``time.monotonic``) each answered request came and its tokens, so a test
+    reads the most any window really held (``busiest``) and ``refused``."""
+
+    def __init__(self, tokens: int | None, requests: int | None, window: float) -> None:
+        self.tokens = tokens
+        self.requests = requests
+        self.window = window
+        self.answered: list[tuple[float, int]] = []
+        self.refused = 0
+        self.refused_after_first: int = 0
+
+    def admit(self, tokens: int) -> None:
+        """Count a request of ``tokens`` now, or raise ``_Throttled``."""
+        if self.tokens is None and self.requests is None:
+            self.answered.append((time.monotonic(), tokens))
+            return
+        now = time.monotonic()
+        recent = [(at, n) for at, n in self.answered if at > now - self.window]
+        over_tokens = self.tokens is not None and sum(n for _, n in recent) + tokens > self.tokens
+        over_requests = self.requests is not None and len(recent) + 1 > self.requests
+        if over_tokens or over_requests:
+            self.refused += 1
+            if self.answered:
+                self.refused_after_first += 1
+            oldest = recent[0][0] if recent else now
+            raise _Throttled(max(1, math.ceil(oldest + self.window - now)))
+        self.answered.append((now, tokens))
+
+    def busiest(self) -> tuple[int, int]:
+        """The most tokens, and the most requests, answered in any one window."""
+        times = self.answered
+        most_tokens = most_requests = 0
+        start = 0
+        total = 0
+        for end, (at, n) in enumerate(times):
+            total += n
+            while times[start][0] <= at - self.window:
+                total -= times[start][1]
+                start += 1
+            most_tokens = max(most_tokens, total)
+            most_requests = max(most_requests, end - start + 1)
+        return most_tokens, most_requests
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.0"
     server: _Server
@@ -231,8 +292,13 @@ class SimulatedModelServer:
         cached_tokens: int = 0,
         counter: TokenCounter | None = None,
         report_usage: bool = True,
+        tokens_per_window: int | None = None,
+        requests_per_window: int | None = None,
+        window: float = 60.0,
     ) -> None:
         self.respond = respond
+        # A provider's TPM and RPM: see ``Throttle``.
+        self.throttle = Throttle(tokens_per_window, requests_per_window, window)
         self.cached_tokens = cached_tokens
         self.report_usage = report_usage
         # How this "model" counts tokens; another counter than the client's makes
@@ -392,10 +458,15 @@ class SimulatedModelServer:
             return failure.status, {"error": error}, failure.headers
         if planned is not None:
             return HTTPStatus.OK, planned, {}
-        if path.rstrip("/").endswith("/chat/completions"):
-            return HTTPStatus.OK, self._openai(body), {}
-        if path.rstrip("/").endswith("/messages"):
-            return HTTPStatus.OK, self._anthropic(body), {}
+        try:
+            if path.rstrip("/").endswith("/chat/completions"):
+                return HTTPStatus.OK, self._openai(body), {}
+            if path.rstrip("/").endswith("/messages"):
+                return HTTPStatus.OK, self._anthropic(body), {}
+        except _Throttled as refused:
+            error = {"message": "rate limit reached", "type": "rate_limit_error"}
+            headers = {"Retry-After": str(refused.seconds)}
+            return HTTPStatus.TOO_MANY_REQUESTS, {"error": error}, headers
         return HTTPStatus.NOT_FOUND, {"error": {"message": f"no route {path}"}}, {}
 
     def streamed(
@@ -445,6 +516,7 @@ class SimulatedModelServer:
             reply["content"] = _cut(str(reply.get("content") or ""), cap, counter)
             size = count_message(reply, counter)
         with self._lock:
+            self.throttle.admit(prompt + size)
             self.prompt_tokens += prompt
             self.completion_tokens += size
         return reply, prompt, size, cut

@@ -9,6 +9,7 @@ after) never points at nothing.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 from collections.abc import Iterator
@@ -16,9 +17,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from cairn.blobs.protocol import BlobInfo
-from cairn.errors import BlobMissing
+from cairn.errors import BlobMissing, BlobStoreFull
 
 _TMP = ".tmp-"
+# No space left, or the user's quota used up: space an operator must free.
+_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 def _fsync_dir(path: Path) -> None:
@@ -43,6 +46,16 @@ class FileBlobStore:
         return self._path(sha256).as_uri()
 
     def put(self, sha256: str, data: bytes) -> str:
+        try:
+            return self._put(sha256, data)
+        except OSError as exc:
+            if exc.errno not in _FULL:
+                raise
+            raise BlobStoreFull(
+                path=str(self.root), reason=exc.strerror or str(exc), size=len(data)
+            ) from exc
+
+    def _put(self, sha256: str, data: bytes) -> str:
         path = self._path(sha256)
         try:
             if path.stat().st_size == len(data):

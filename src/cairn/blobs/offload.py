@@ -19,7 +19,7 @@ from typing import Any
 from cairn.blobs.protocol import BlobStore
 from cairn.blobs.ref import PREFIX, BlobRef, parse_ref
 from cairn.codec import Codec
-from cairn.errors import BlobCorrupt, BlobMissing
+from cairn.errors import BlobCorrupt, BlobMissing, BlobStoreFull
 from cairn.redaction import redact_value
 
 log = logging.getLogger("cairn")
@@ -96,7 +96,11 @@ class BlobCodec:
         # len() counts characters; UTF-8 is at least as long, so this never keeps
         # inline a value above the limit in bytes by more than its non-ASCII excess.
         if len(text) > self._limit:
-            return self.offloader.offload(text)
+            try:
+                return self.offloader.offload(text)
+            except BlobStoreFull as full:
+                full.inline = text  # the engine may keep it in the store instead
+                raise
         return text
 
     def decode(self, text: str) -> Any:

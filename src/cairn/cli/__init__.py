@@ -20,6 +20,7 @@ from ._errors import CairnGroup
 from .audit import audit_command
 from .backup import backup_command
 from .batches import batches_command
+from .budget import budget_command
 from .cancel import cancel_command
 from .chaos import chaos_command
 from .check import check_command
@@ -41,6 +42,7 @@ from .retry import retry_command
 from .schedules import schedules_command
 from .show import show_command
 from .signal import signal_command
+from .tail import tail_command
 from .tasks import tasks_command
 from .ui import ui_command
 from .versions import versions_command
@@ -107,6 +109,7 @@ app.command("migrate")(migrate_command)
 app.command("schedules")(schedules_command)
 app.command("conversation")(conversation_command)
 app.command("cost")(cost_command)
+app.command("budget")(budget_command)
 app.command("fidelity")(fidelity_command)
 app.command("backup")(backup_command)
 app.command("export")(export_command)
@@ -115,6 +118,7 @@ app.command("prune")(prune_command)
 app.command("gc")(gc_command)
 app.command("metrics")(metrics_command)
 app.command("watch")(watch_command)
+app.command("tail")(tail_command)
 app.command("report")(report_command)
 app.command("otel-export")(otel_command)
 app.command("ui")(ui_command)

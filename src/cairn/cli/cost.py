@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from cairn.admin import costs
+from cairn.admin.budgets import budget_line, budget_views
 from cairn.agent.costs import COST_COLUMNS
 from cairn.agent.pricing import PriceTable
 
@@ -53,17 +54,25 @@ def cost_command(
     """Tokens in and out and the estimated cost of recorded model calls, per batch (or
     with --batch, per task), with what compaction saved: gross, the summarizer's
     cost, and net. Costs are estimates; "tokens estimated" is the part of the
-    tokens that cairn counted itself, for calls whose answer carried no usage."""
+    tokens that cairn counted itself, for calls whose answer carried no usage.
+    Each batch with a budget gets a line of spend against it (see cairn budget)."""
     table = _prices(prices)
     with opened_store(store) as opened:
         if batch is not None:
             require_batch(opened, batch)
         report = costs(opened, batch=batch, task_id=task_id, prices=table)
+        budgets = budget_views(opened, batch)
     if as_json:
         print_json(
-            {"lines": [line.to_json() for line in report.lines], "total": report.total.to_json()}
+            {
+                "lines": [line.to_json() for line in report.lines],
+                "total": report.total.to_json(),
+                "budgets": [view.to_json() for view in budgets],
+            }
         )
         return
+    for budget in budgets:
+        note(budget_line(budget))
     if not report.lines:
         note("no recorded model calls")
         return

@@ -21,7 +21,7 @@ from typing import Annotated, Any, get_args
 import typer
 from rich.text import Text
 
-from cairn.admin.operations import OperationView, operations, resolve
+from cairn.admin.operations import OperationView, Resolved, operations, resolve
 from cairn.admin.views import parse_error
 from cairn.blobs.ref import is_ref
 from cairn.clock import SystemClock
@@ -29,7 +29,7 @@ from cairn.store import AdminStore
 from cairn.store.records import OperationStatus
 
 from ._actor import cli_actor
-from ._consoles import fail, note, stdout_console
+from ._consoles import fail, note, stderr_console, stdout_console
 from ._field_text import MISSING, clip, error_line, iso_time, short_time, stored_value
 from ._json_output import JsonOption, print_json, value_for_json
 from ._store_option import DEFAULT_URL, StoreOption, opened_store
@@ -360,6 +360,14 @@ def resolve_command(
     give_up: Annotated[
         bool, typer.Option("--fail", help="Give up on it: later calls raise OperationFailed.")
     ] = False,
+    yes: Annotated[
+        bool,
+        typer.Option(
+            "--yes",
+            help="With --retry: call again even though the key's claimant may still "
+            "wake and send its own request (cairn warns and stops without it).",
+        ),
+    ] = False,
     store: StoreOption = DEFAULT_URL,
 ) -> None:
     """Settle a key that is in doubt (or failed): it happened, it did not, or give up.
@@ -370,22 +378,40 @@ def resolve_command(
     """
     decision = _decision(result, retry, give_up)
     with opened_store(_store_url(ctx, store)) as opened:
-        resolved = resolve(
-            opened,
-            scope,
-            key,
-            decision.status,
-            result=decision.value,
-            permanent=decision.permanent,
-            now=SystemClock().now(),
-            actor=cli_actor(),
-        )
+
+        def settle(confirmed: bool) -> Resolved:
+            return resolve(
+                opened,
+                scope,
+                key,
+                decision.status,
+                result=decision.value,
+                permanent=decision.permanent,
+                now=SystemClock().now(),
+                actor=cli_actor(),
+                confirmed=confirmed,
+            )
+
+        resolved = settle(yes)
+        if resolved.needs_confirmation and _asked(resolved.message):
+            resolved = settle(True)
+    if resolved.needs_confirmation:
+        fail(f"{resolved.message} To call it again anyway, add --yes.", code=1)
     if not resolved.changed:
         fail(resolved.message, code=1 if resolved.found else 2)
     for sentence in resolved.messages:
         stdout_console().print(Text(sentence), soft_wrap=True)
     if resolved.note is not None:
         note(resolved.note)
+
+
+def _asked(warning: str) -> bool:
+    """At a terminal: the warning, then the question; elsewhere False (--yes is
+    how a script confirms)."""
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return False
+    stderr_console().print(Text(f"warning: {warning}", style="yellow"), soft_wrap=True)
+    return typer.confirm("Call its function again anyway?", default=False, err=True)
 
 
 def _store_url(ctx: typer.Context, store: str) -> str:

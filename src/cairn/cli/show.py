@@ -137,6 +137,7 @@ def _json(view: TaskView) -> dict[str, object]:
         "task": {
             **task_detail_dict(view.task),
             "interruptions": view.interruptions,
+            "parked_on": view.parked_on,
             "children": view.children,
             "conversations": [c.conv for c in view.conversations],
             "in_flight": None
@@ -171,7 +172,11 @@ def _header(view: TaskView) -> list[tuple[str, Text | str]]:
             rows.append(("in step", f"{now.name} (#{now.seq}) since {short_time(now.started_at)}"))
         rows.append(("owner", task.owner or MISSING))
         rows.append(("lease until", short_time(task.lease_expires_at)))
-    if task.status == "waiting":
+    if view.parked_on is not None:
+        scope, _, name = view.parked_on.partition(":")
+        raise_it = f"cairn budget {name}" if scope == "batch" else f"cairn budget --task {name}"
+        rows.append(("parked", f"on budget {view.parked_on}; goes on after {raise_it} --raise"))
+    elif task.status == "waiting":
         wakes = (
             "when signalled (cairn signal)"
             if task.wake_at is None

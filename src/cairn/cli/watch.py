@@ -77,7 +77,8 @@ def watch_command(
     """Watch running tasks; raise an alert once per stall (logged, and posted to each
     --slack/--webhook URL), and a recovery message once it clears. Announce once each
     task that fails for good (or one digest per batch per check when many do) and each
-    batch that ends with failures. Safe to restart: alerts already sent are recorded in
+    batch that ends with failures; post each budget alert (spend past its warning
+    share, a call refused) once. Safe to restart: alerts already sent are recorded in
     the store and never sent twice."""
     try:
         threshold = parse_duration(stall_after)

@@ -143,12 +143,15 @@ def _ledger(console: Console, verdict: Verdict) -> None:
     if not again:
         console.print(f"{head}, each called once")
     else:
-        console.print(f"{head}: {keys - again} called once, {again} called again")
+        # No "N of M called once": beside a passing run it reads as a shortfall.
+        # The line leads with what happened and why, the ledger line confirms it.
+        took = "it took" if again == 1 else "they took"
+        console.print(f"{head}; {again} took a second call, by design:")
         console.print(
-            f"  as designed: the kill cut {'that call' if again == 1 else 'those calls'} off "
-            "before the platform acted,\n"
-            "  so run 2 asked the platform (reconcile), found no change and called\n"
-            "  again. A call that took effect is never made twice, as the ledger shows:"
+            f"  the kill cut {'its' if again == 1 else 'their'} first call off before the "
+            "platform acted, so run 2\n"
+            f"  asked the platform (reconcile), found no change, and {took} the call\n"
+            "  the platform never got. No change reached it twice, as its ledger shows:"
         )
     applied, apps = verdict.applied_once, verdict.apps
     if applied == len(verdict.applies) == apps:

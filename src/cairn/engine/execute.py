@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from cairn.engine import tasklogs
+from cairn.engine import budgets, tasklogs
 from cairn.engine.claim import release
 from cairn.engine.errortext import describe_error
 from cairn.engine.observer import tell
@@ -63,6 +63,8 @@ def _task_machine(
             if run.poisoned is not None:
                 raise run.poisoned  # swallowed by the task's code; still fatal
             output = run.encode(result, f"task {task.name!r} result")
+            if run.poisoned is not None:
+                raise run.poisoned  # the blob store had no room for the result
         except StoreError:
             raise  # the store is unreachable: not the task's failure, spend no attempt
         except Exception as exc:
@@ -123,9 +125,11 @@ def _prepare(engine: EngineConfig, record: TaskRecord) -> _Prepared:
         engine=engine,
         group=_group_of(engine),
         run_number=record.run,
+        budget=task.budget,
     )
     run.on_change, run.rerun_models = engine.change_policy(task)
     engine.leases.follow(record.id, record.fence, lambda: run.in_flight)
+    budgets.declare(run)
     ctx = engine.make_context(run)
     kwargs = run.decode(record.args, "task arguments")
     retry = task.retry or engine.task_retry

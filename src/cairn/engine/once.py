@@ -23,18 +23,30 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from cairn.engine.owners import ClaimantState, claimant_state
+from cairn.engine.owners import ClaimantState, claimant_may_act, claimant_state
 from cairn.engine.run import Call, Machine, Persist, TaskRun, Wait, no_fault
-from cairn.errors import CodecError, InDoubtOperation, OperationFailed, StoreUnavailable
+from cairn.errors import (
+    CodecError,
+    InDoubtOperation,
+    LeaseLost,
+    OperationFailed,
+    StoreUnavailable,
+)
 from cairn.retry import Retry, is_permanent
 from cairn.store.records import OperationClaim, OperationRecord, StepRecord
 
 OnDoubt = Literal["raise", "retry"]
 Reconcile = Callable[[str], Any]
+# The operation whose function runs in this context: (run, scope, key, claim
+# number), for ctx.before_send(); None outside an operation's function.
+_sending: ContextVar[tuple[TaskRun, str, str, int] | None] = ContextVar(
+    "cairn_sending", default=None
+)
 # Renewals tried, one after the other, to get a fresh lease before an outside
 # call; each is a full round trip, so only a store slower than half a lease
 # per answer runs out of them.
@@ -69,14 +81,23 @@ def resolve_command(key: str, scope: str) -> str:
     return f"cairn ops resolve {shlex.quote(key)}{scoped}"
 
 
-def _in_doubt_error(op: OperationRecord) -> InDoubtOperation:
+def _in_doubt_error(op: OperationRecord, may_act: str | None) -> InDoubtOperation:
+    if may_act is None:
+        fate = "its process died, or was paused and cannot act any more"
+    else:
+        fate = (
+            f"its process died, or was paused and may still wake and send its request "
+            f"({may_act}; unless the operation's function calls ctx.before_send() right "
+            "before it sends, which stops such a process)"
+        )
     return InDoubtOperation(
         f"operation {op.key!r}{' in scope ' + repr(op.scope) if op.scope else ''} is in "
-        f"doubt: task {op.task_id!r} claimed it and died before recording whether the "
-        "outside world acted. cairn will not call it again on its own. Check the outside "
-        f"system, then settle it: `{resolve_command(op.key, op.scope)} --result JSON` (it "
-        "happened), `--retry` (it did not; call again), or `--fail`. Or give the "
-        "operation reconcile= or on_doubt='retry'.",
+        f"doubt: task {op.task_id!r} claimed it, then its lease lapsed before it recorded "
+        f"whether the outside world acted: {fate}. cairn will not call it again on its "
+        f"own. Check the outside system, then settle it: "
+        f"`{resolve_command(op.key, op.scope)} --result JSON` (it happened), `--retry` (it "
+        "did not; call again), or `--fail`. Or give the operation reconcile= or "
+        "on_doubt='retry'.",
         key=op.key,
         scope=op.scope,
     )
@@ -120,6 +141,8 @@ def once_machine(
         try:
             if not _still_claimant(run, scope, key, calls):
                 continue  # another attempt took the key while we were away: look again
+            outer = _sending.get()  # for ctx.before_send() inside fn; set back below
+            _sending.set((run, scope, key, calls))
             try:
                 value = yield Call(fn, (key, *args), kwargs)
             except Exception as exc:
@@ -129,6 +152,8 @@ def once_machine(
                     raise
                 yield Wait(policy.retry.delay(used))
                 continue
+            finally:
+                _sending.set(outer)
             if hooked:
                 run.hook("after_act", run.task_id, seq, key)
             output = _encoded(run, scope, key, calls, value, what)
@@ -238,6 +263,41 @@ def _still_claimant(run: TaskRun, scope: str, key: str, calls: int) -> bool:
     )
 
 
+def before_send(run: TaskRun) -> None:
+    """``ctx.before_send()``: the just-in-time guard an operation's function
+    calls right before its request leaves the machine.
+
+    A lease confirmed less than half a lease ago (by this process's monotonic
+    and wall clocks) has at least half a lease to run: return at once, after a
+    few microseconds and no round trip. Otherwise the process may have been
+    paused past its lease (SIGSTOP, a suspended machine) since the check
+    ``ctx.once`` made before calling the function: renew the lease now, fenced,
+    and make sure this attempt still holds its claim of the key; if either was
+    taken, raise ``LeaseLost`` and send nothing. Outside an operation it checks
+    (and renews) the task's lease alone."""
+    if run.leases.fresh(run.task_id, run.fence):
+        return
+    acting = _sending.get()
+    if acting is None or acting[0] is not run:
+        if not run.leases.renew_now(run.task_id, run.fence):
+            run.lost()
+        return
+    _, scope, key, calls = acting
+    if not _still_claimant(run, scope, key, calls):
+        raise LeaseLost(run.task_id)
+
+
+def before_send_here() -> None:
+    """``cairn.before_send()``: ``ctx.before_send()`` for an operation's function
+    that has no ``ctx`` at hand (a plain function passed to ``ctx.once``, an
+    ``@operation``). Inside an operation's function it guards that operation;
+    anywhere else it does nothing (no key is claimed there, so there is no
+    claim to lose), so the same function still runs when called directly."""
+    acting = _sending.get()
+    if acting is not None:
+        before_send(acting[0])
+
+
 def _settle_failure(run: TaskRun, scope: str, key: str, calls: int, error: Exception) -> None:
     """``fn`` raised: record claim ``calls`` as failed (a call that raised counts
     as not having happened), unless the task is no longer ours."""
@@ -276,7 +336,11 @@ def _settle_doubt(
         return _adopt(run, seq, key, run.store.get_operation(op.scope, key) or op, started)
     if policy.on_doubt == "retry":
         return _RECLAIM
-    doubt = _in_doubt_error(op)
+    may_act = None
+    if op.task_id != run.task_id or op.claim_fence != run.fence:  # not our own attempt
+        claimant = run.store.get_task(op.task_id)
+        may_act = claimant_may_act(op, claimant, run.now(), run.leases.lease)
+    doubt = _in_doubt_error(op, may_act)
     # Keep the reason in the audit log, so `cairn ops` can say why. If the row
     # is no longer this claim (its claimant recorded the moment we looked), it
     # was never in doubt: look again.

@@ -217,6 +217,48 @@ def claimant_state(
     return "dead"
 
 
+# A claim younger than this many leases may belong to a process that was only
+# paused (SIGSTOP, a suspended machine, a long GC or swap storm) and wakes to
+# send its request after all; an older one is very unlikely to. Only a
+# heuristic for the warnings: the guard (ctx.before_send) is what stops such
+# a process.
+MAY_ACT_LEASES = 10
+
+
+def owner_alive_here(owner_text: str | None) -> int | None:
+    """The pid of ``owner_text``'s process if it runs on this host now (stopped
+    or not); None if it does not, or if that cannot be known (another host)."""
+    owner = None if owner_text is None else Owner.parse(owner_text)
+    if owner is None or owner.host != _host_id():
+        return None
+    start = _process_start(owner.pid)
+    if start is None or owner.start not in ("?", start):
+        return None
+    return owner.pid
+
+
+def claimant_may_act(
+    op: OperationRecord, claimant: TaskRecord | None, now: datetime, lease: timedelta
+) -> str | None:
+    """Why the attempt that claimed ``op`` (its lease lapsed) may still wake and
+    act, in words, or None if cairn can tell it cannot or has no sign that it
+    may. Its process still running on this host says so for sure; a claim
+    younger than ``MAY_ACT_LEASES`` leases says it may (a process only paused)."""
+    if claimant is not None and claimant.fence == op.claim_fence:
+        pid = owner_alive_here(claimant.owner)
+        if pid is not None:
+            return f"its process (pid {pid}) still exists on this host, stopped or busy"
+        if owner_is_gone(claimant.owner):
+            return None
+    age = (now - op.claimed_at).total_seconds()
+    if age < lease.total_seconds() * MAY_ACT_LEASES:
+        return (
+            f"it claimed the key only {age:.0f}s ago (a lease is {lease.total_seconds():g}s), "
+            "so its process may have been paused rather than killed"
+        )
+    return None
+
+
 def claim_abandoned(
     op: OperationRecord, claimant: TaskRecord | None, now: datetime, grace: timedelta
 ) -> bool:

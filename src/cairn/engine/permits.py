@@ -2,7 +2,10 @@
 
 The limits themselves (``Rate``, ``Concurrency``, the app's ``LimitBook``) are
 plain values in ``cairn.limits``; this module is the part that talks to the
-store, as a machine that yields ``Wait`` while there is no room.
+store, as a machine that yields ``Wait`` while there is no room. A token
+limit's permit holds an amount: reserved before the call, settled to what the
+provider reported after it (``settle``); a provider's 429 closes the limit for
+everyone (``close``).
 """
 
 from __future__ import annotations
@@ -10,9 +13,12 @@ from __future__ import annotations
 import random
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from cairn.engine.run import Machine, Wait
+from cairn.errors import Permanent
+from cairn.limits import TokenRate
 
 if TYPE_CHECKING:
     from cairn.engine.run import TaskRun
@@ -35,19 +41,44 @@ class Permit:
 def acquire(run: TaskRun, name: str) -> Machine[Permit]:
     """Take a permit of limit ``name``, yielding ``Wait`` while there is no room."""
     limit = run.limits.get(name)
+    return (yield from _taken(run, name, limit.capacity, limit.window, 0, None))
+
+
+def acquire_tokens(run: TaskRun, name: str, rate: TokenRate, tokens: int) -> Machine[Permit]:
+    """Reserve ``tokens`` of token limit ``rate`` (stored as ``name``) and one of
+    its requests, yielding ``Wait`` while there is no room (or it is closed)."""
+    if tokens > rate.tokens:
+        raise Permanent(
+            f"this model call needs {tokens} tokens (its prompt plus max_tokens), more "
+            f"than limit {name!r} ({rate!r}) allows in a window: lower max_tokens, "
+            "shorten the prompt, or raise the limit's tokens"
+        )
+    return (yield from _taken(run, name, rate.capacity, rate.window, tokens, rate.tokens))
+
+
+def _taken(
+    run: TaskRun,
+    name: str,
+    capacity: int,
+    window: timedelta,
+    amount: int,
+    amount_capacity: int | None,
+) -> Machine[Permit]:
     permit = Permit(name, uuid.uuid4().hex)
     poll = FIRST_POLL
     while True:
         now = run.now()
         refused = run.store.acquire_permit(
             name,
-            limit.capacity,
-            limit.window,
+            capacity,
+            window,
             permit.permit,
             run.limits.owner,
             run.task_id,
             now,
             now + run.limits.lease,
+            amount=amount,
+            amount_capacity=amount_capacity,
         )
         if refused is None:
             return permit
@@ -69,3 +100,15 @@ def acquire(run: TaskRun, name: str) -> Machine[Permit]:
 def release(run: TaskRun, permit: Permit) -> None:
     """The call that held ``permit`` ended, however it ended."""
     run.store.release_permit(permit.limit, permit.permit, run.now())
+
+
+def settle(run: TaskRun, permit: Permit, tokens: int) -> None:
+    """The call that held ``permit`` ended having used ``tokens``: the rest of its
+    reservation is free at once."""
+    run.store.settle_permit(permit.limit, permit.permit, tokens, run.now())
+
+
+def close(run: TaskRun, name: str, seconds: float) -> None:
+    """The provider said to wait ``seconds`` (HTTP 429): nobody on the store gets a
+    permit of ``name`` before then."""
+    run.store.close_limit(name, run.now() + timedelta(seconds=seconds))

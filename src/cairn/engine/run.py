@@ -34,6 +34,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar
 
 from cairn.blobs.offload import WARN_ABOVE, BlobCodec, Offloader, warn_if_large
+from cairn.budgets import Budget
 from cairn.clock import Clock
 from cairn.codec import Codec, JsonCodec
 from cairn.engine.errortext import describe_error
@@ -41,6 +42,7 @@ from cairn.engine.leases import LeaseKeeper
 from cairn.engine.observer import Event, no_observer, notify
 from cairn.errors import (
     BlobError,
+    BlobStoreFull,
     CairnControl,
     CairnError,
     Cancelled,
@@ -292,6 +294,12 @@ class TaskRun:
     # name, when it began). Set as a call starts, read by the lease heartbeat
     # (``LeaseKeeper.follow``), which notes it in the store: the step in flight.
     in_flight: tuple[int, str, datetime] | None = None
+    # The task's own budget (TaskDef.budget), and the budgets its model calls
+    # count against, found once per run (cairn.engine.budgets).
+    budget: Budget | None = None
+    budget_scopes: tuple[str, ...] | None = None
+    # Whether one of those caps dollars (a model call then needs a price).
+    budget_in_usd: bool = False
 
     # Whether the codec is cairn's JSON (inside a blob-store wrapper or not): its
     # ints and null are written here, without a call into the codec.
@@ -410,10 +418,29 @@ class TaskRun:
             text = redact_value(self.codec.encode(value))
         except CodecError as exc:
             raise CodecError(f"{what}: {exc}") from exc
+        except BlobStoreFull as full:
+            text = self.keep_inline(full, what)
         # A reference to the blob store (cairn.blobs.ref) or a huge inline value.
         if text[:1] == "!" or len(text) >= WARN_ABOVE:
             warn_if_large(text, self.task_id, what)
         return text
+
+    def keep_inline(self, full: BlobStoreFull, what: object) -> str:
+        """The value the blob store had no room for, to record in the store itself:
+        whatever produced it is not called again. The task stops at its next step
+        boundary (or before its result is recorded) with the blob store's error,
+        and is handed back, as on a full store disk."""
+        if full.inline is None:
+            raise full
+        if self.poisoned is None:
+            self.poisoned = BlobStoreFull(
+                path=full.path,
+                reason=full.reason,
+                size=full.size,
+                what=f"{what} of task {self.task_id!r}",
+                kept=True,
+            )
+        return full.inline
 
     def decode(self, text: str, what: object) -> Any:
         """The value ``text`` records, the output of ``what``."""

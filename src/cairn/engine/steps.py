@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 from cairn.clock import from_iso, to_iso
 from cairn.engine.changes import changed
 from cairn.engine.errortext import describe_error
+from cairn.engine.meter import Meter, metered
 from cairn.engine.permits import acquire, release
 from cairn.engine.run import (
     Call,
@@ -131,7 +132,7 @@ def step_machine(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     retry: Retry,
-    limit: str | None = None,
+    limit: str | Meter | None = None,
     seq: int | None = None,
     fingerprint: str | None = None,
 ) -> Machine[Any]:
@@ -139,7 +140,8 @@ def step_machine(
     the items of a map), or replay it.
 
     ``limit`` names a shared limit: each call holds one of its permits (waited
-    for without spending an attempt), given back when the call ends.
+    for without spending an attempt), given back when the call ends; a model
+    call's ``Meter`` reserves its tokens and price instead (``cairn.engine.meter``).
     ``fingerprint`` says what produced the entry; a step's is its function's
     code (``fingerprint_of``), a recorded input has none.
     """
@@ -291,7 +293,7 @@ def _calls(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     retry: Retry,
-    limit: str | None,
+    limit: str | Meter | None,
     spent: _Spent,
     pause: float | None,
 ) -> Machine[Any]:
@@ -309,6 +311,8 @@ def _calls(
         try:
             if limit is None:
                 value = yield work
+            elif isinstance(limit, Meter):
+                value = yield from metered(run, limit, work)
             else:
                 value = yield from _limited(run, limit, work)
         except Exception as exc:

@@ -21,7 +21,7 @@ log = logging.getLogger("cairn.observe")
 
 @dataclass(frozen=True)
 class Message:
-    """One alert: ``kind`` is "stall", "recovered" or "report"; ``text`` is for
+    """One alert: ``kind`` is "stall", "recovered", "budget" or "report"; ``text`` is for
     people (``title`` its headline), ``fields`` for machines (the generic
     webhook's JSON, documented in docs/observability.md)."""
 

@@ -27,6 +27,7 @@ from cairn.clock import to_iso
 from cairn.context import Context
 from cairn.errors import CairnError
 from cairn.keys import op_key
+from cairn.observe.budget_alerts import budget_alerts
 from cairn.observe.notifiers import Message, Notifier
 from cairn.observe.text import in_words, moment, readable_key
 from cairn.store.admin import AdminStore, admin
@@ -72,6 +73,8 @@ class CheckResult:
     stalls: list[Stall] = field(default_factory=list)
     raised: list[str] = field(default_factory=list)
     cleared: list[str] = field(default_factory=list)
+    # The budget alerts posted (their alert ids, cairn.observe.budget_alerts).
+    budgets: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     # The failure messages sent (cairn.observe.failures): their alert ids.
     failures: list[str] = field(default_factory=list)
@@ -184,7 +187,8 @@ class StallWatcher:
 
     # -- one check ----------------------------------------------------------------
     def check(self) -> CheckResult:
-        """Raise an alert for every new stall, clear those that moved on."""
+        """Raise an alert for every new stall, clear those that moved on, and post
+        every budget alert not posted yet."""
         now = self.app.clock.now()
         result = CheckResult(stalls=find_stalls(self.app, self.stall_after))
         stalled = {s.task.task_id: to_iso(s.task.checkpoint) for s in result.stalls}
@@ -200,6 +204,7 @@ class StallWatcher:
             if stalled.get(task_id) == checkpoint:
                 continue  # the same stall, still there
             self._recovered(result, task_id, checkpoint)
+        self._budgets(result)
         for extra in self.extra_checks:
             extra(result)
         return result
@@ -246,6 +251,23 @@ class StallWatcher:
             (result.raised if kind == "stall" else result.cleared).append(task_id)
         else:
             result.errors.append(f"{alert.alert_id}: not sent")
+
+    def _budgets(self, result: CheckResult) -> None:
+        """Post each budget alert (cairn.observe.budget_alerts) once."""
+        for budget in budget_alerts(admin(self.app.store, "budget alerts")):
+            alert = Alert(
+                budget.alert_id,
+                "budget",
+                budget.scope,
+                budget.checkpoint,
+                budget.text,
+                budget.fields,
+            )
+            sent = self.send(alert, budget.title)
+            if sent:
+                result.budgets.append(alert.alert_id)
+            elif sent is False:
+                result.errors.append(f"{alert.alert_id}: not sent")
 
     def send(self, alert: Alert, title: str) -> bool | None:
         """Send ``alert`` through every notifier, once whoever asks: True if it

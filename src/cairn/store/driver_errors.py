@@ -40,6 +40,7 @@ __all__ = [
     "sqlite_busy",
     "sqlite_error",
     "statement_target",
+    "undecodable",
     "unstorable_text",
 ]
 
@@ -75,6 +76,12 @@ _FULL, _CANTOPEN, _PROTOCOL, _CONSTRAINT, _AUTH, _NOTADB = 13, 14, 15, 19, 23, 2
 _DUPLICATE = frozenset({1555, 2067})  # SQLITE_CONSTRAINT_PRIMARYKEY, _UNIQUE
 
 
+def undecodable(exc: BaseException) -> bool:
+    """True if ``exc`` is the SQLite driver failing to read stored text as UTF-8:
+    bytes written over the file, never text cairn wrote."""
+    return isinstance(exc, sqlite3.OperationalError) and "Could not decode to UTF-8" in str(exc)
+
+
 def sqlite_busy(exc: sqlite3.Error) -> bool:
     """True if ``exc`` is SQLite saying another connection holds a lock."""
     return getattr(exc, "sqlite_errorcode", 0) & 0xFF in (_BUSY, _LOCKED)
@@ -86,6 +93,13 @@ def sqlite_error(exc: sqlite3.Error, path: Path, why: str, busy_seconds: float) 
     code = getattr(exc, "sqlite_errorcode", None)
     said = f"SQLite: {exc}"
     if code is None:
+        if undecodable(exc):
+            return StoreError(
+                f"the SQLite store {path} holds text that is not valid UTF-8 ({said}): cairn "
+                "writes only UTF-8, so the file was changed on disk or is damaged. Restore "
+                "it from a backup (`cairn backup` makes one), or recover what SQLite can "
+                f"still read: sqlite3 {path} .recover | sqlite3 recovered.db."
+            )
         # Raised by the driver itself, not by SQLite (a value it cannot bind, a
         # closed connection): cairn asked for something the driver refuses.
         return StoreError(f"the SQLite driver refused a statement on the store {path} ({said}).")

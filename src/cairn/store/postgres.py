@@ -200,6 +200,7 @@ class PostgresStore(SQLStore):
     share_lock_clause: ClassVar[str] = " FOR SHARE"
     find_text_function: ClassVar[str] = "strpos"
     case_blind_like: ClassVar[str] = "ILIKE"
+    refresh_task_statistics: ClassVar[str | None] = "ANALYZE tasks"
 
     def __init__(
         self,

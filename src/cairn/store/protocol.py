@@ -19,6 +19,8 @@ from typing import Any, Protocol
 from cairn.store.capabilities import Capabilities
 from cairn.store.records import (
     ActiveRow,
+    BudgetRecord,
+    BudgetRefused,
     InFlightNote,
     MessageRecord,
     NewTask,
@@ -206,18 +208,93 @@ class Store(Protocol):
         task_id: str,
         now: datetime,
         lease_until: datetime,
+        *,
+        amount: int = 0,
+        amount_capacity: int | None = None,
     ) -> PermitRefused | None:
         """Take permit ``permit`` of shared limit ``limit`` if fewer than ``capacity``
-        permits count against it now, atomically across every process on the store.
+        permits count against it now (and, with ``amount_capacity``, the amounts
+        they hold leave room for ``amount``), atomically across every process on
+        the store, unless the limit is closed (``close_limit``) until later.
 
         A permit counts while its call runs (until ``lease_until``, pushed on by
         ``renew_leases`` while ``task_id`` runs under ``owner``), then for
-        ``window`` after ``release_permit``. None when granted (also when this
-        very permit was granted already); otherwise why not."""
+        ``window`` after ``release_permit`` or ``settle_permit``. None when
+        granted (also when this very permit was granted already); otherwise why not."""
         ...
 
     def release_permit(self, limit: str, permit: str, now: datetime) -> None:
         """The call holding ``permit`` ended at ``now``, whatever its outcome."""
+        ...
+
+    def settle_permit(self, limit: str, permit: str, amount: int, now: datetime) -> None:
+        """The call holding ``permit`` ended at ``now``; it holds ``amount`` from now
+        on (what the provider reported it used, in place of what was reserved)."""
+        ...
+
+    def close_limit(self, limit: str, until: datetime) -> None:
+        """Lend no permit of ``limit`` before ``until`` (a later close wins)."""
+        ...
+
+    # -- budgets (cairn.budgets) --------------------------------------------------
+    def declare_budget(
+        self, scope: str, usd_nanos: int | None, tokens: int | None, warn_at: float, now: datetime
+    ) -> None:
+        """Make budget ``scope`` with these caps, unless it exists (a raise stands)."""
+        ...
+
+    def reserve_budget(
+        self,
+        scopes: Sequence[str],
+        permit: str,
+        owner: str,
+        task_id: str,
+        usd_nanos: int,
+        tokens: int,
+        now: datetime,
+        lease_until: datetime,
+    ) -> BudgetRefused | tuple[str, ...]:
+        """Reserve ``usd_nanos`` and ``tokens`` under permit ``permit`` against
+        every budget of ``scopes`` that exists, all or none, atomically across
+        every process on the store. The scopes charged, or the first refusal."""
+        ...
+
+    def settle_budget(
+        self, scopes: Sequence[str], permit: str, usd_nanos: int, tokens: int
+    ) -> None:
+        """The call holding ``permit`` ended: its reservation on each of ``scopes``
+        becomes spend of ``usd_nanos`` and ``tokens`` (what it really used)."""
+        ...
+
+    def park_task(
+        self, task_id: str, fence: int, scope: str, raised: int, needed: str, now: datetime
+    ) -> bool:
+        """Move a running task to waiting on budget ``scope`` if the fence holds
+        and the budget was raised ``raised`` times (no raise since it refused)."""
+        ...
+
+    def raise_budget(
+        self, scope: str, usd_nanos: int | None, tokens: int | None, now: datetime
+    ) -> list[str] | None:
+        """Set budget ``scope``'s caps (None: leave that one), re-arm its alerts
+        and wake the tasks parked on it: their ids; None if there is no such budget."""
+        ...
+
+    def get_budget(self, scope: str) -> BudgetRecord | None:
+        """Budget ``scope`` with its spend and parked tasks, or None."""
+        ...
+
+    def budgets_like(self, prefix: str) -> list[BudgetRecord]:
+        """Every budget whose scope starts with ``prefix``."""
+        ...
+
+    def budget_park(self, task_id: str) -> str | None:
+        """The budget the waiting task ``task_id`` is parked on, or None."""
+        ...
+
+    def mark_budget_alert(self, scope: str, which: str, now: datetime) -> bool:
+        """Note that alert ``which`` ('warned' or 'reached') of budget ``scope``
+        fired; True for the one caller that noted it first."""
         ...
 
     def release_task(

@@ -267,6 +267,39 @@ class PermitRefused:
 
 
 @dataclass(frozen=True, slots=True)
+class BudgetRefused:
+    """A budget had no room: ``scope``'s ``measure`` ('usd', in nano-dollars, or
+    'tokens') has ``spent`` (reservations included) of ``cap``; the budget was
+    raised ``raised`` times when it refused."""
+
+    scope: str
+    measure: str
+    spent: int
+    cap: int
+    raised: int
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetRecord:
+    """A budget as stored, with what counts against it now: ``spent_*`` is every
+    settled call's usage plus every running call's reservation (``held``)."""
+
+    scope: str
+    usd_nanos: int | None
+    tokens: int | None
+    warn_at: float
+    raised: int
+    warned_at: datetime | None
+    reached_at: datetime | None
+    updated_at: datetime
+    spent_usd_nanos: int
+    spent_tokens: int
+    held_usd_nanos: int
+    held_tokens: int
+    parked: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ScheduleRecord:
     """A schedule's row: the spec it was counted under, and how far it got.
 

@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from cairn.clock import from_iso
+from cairn.errors import RecordCorrupt
 from cairn.store import tables
 from cairn.store.records import (
     MessageRecord,
@@ -242,9 +243,10 @@ _FENCE = "EXISTS (SELECT 1 FROM tasks WHERE id = ? AND fence = ?)"
 _RUNNING_FENCE = "EXISTS (SELECT 1 FROM tasks WHERE id = ? AND fence = ? AND status = 'running')"
 # The first write at a position is a plain fenced insert; only a position
 # written before (a retried step) pays for the upsert.
+# Each write gives the entry's checksum last (entry_checksum; schema 6).
 INSERT_STEP = (
-    f"INSERT INTO steps ({STEP_COLUMNS}) "
-    f"SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {_FENCE}"
+    f"INSERT INTO steps ({STEP_COLUMNS}, checksum) "
+    f"SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {_FENCE}"
 )
 UPSERT_STEP = (
     f"{INSERT_STEP} ON CONFLICT (task_id, seq) DO UPDATE SET "
@@ -252,7 +254,8 @@ UPSERT_STEP = (
     "task_attempt = excluded.task_attempt, run_attempts = excluded.run_attempts, "
     "error = excluded.error, retry_at = excluded.retry_at, "
     "started_at = excluded.started_at, finished_at = excluded.finished_at, "
-    "deferred = excluded.deferred, fingerprint = excluded.fingerprint, kept = excluded.kept"
+    "deferred = excluded.deferred, fingerprint = excluded.fingerprint, kept = excluded.kept, "
+    "checksum = excluded.checksum"
 )
 # The first write of an entry whose error, retry_at, deferred and kept hold
 # their defaults (a call that returned: nearly every step) names only the other
@@ -260,8 +263,8 @@ UPSERT_STEP = (
 # the write (bench/step_overhead.py). The row it writes is the same.
 CLEAN_STEP_COLUMNS = tables.STEPS.listed(skip=("error", "retry_at", "deferred", "kept"))
 INSERT_CLEAN_STEP = (
-    f"INSERT INTO steps ({CLEAN_STEP_COLUMNS}) "
-    f"SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {_FENCE}"
+    f"INSERT INTO steps ({CLEAN_STEP_COLUMNS}, checksum) "
+    f"SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {_FENCE}"
 )
 # -- workers (schema 3): the versions each live worker claims -----------------------
 NOTE_WORKER = (
@@ -285,7 +288,8 @@ OWN_RERUN = (
     "SELECT 1 FROM steps WHERE task_id = ? AND seq = ? AND status = 'retrying' "
     f"AND run_attempts = 0 AND retry_at IS NULL AND {_FENCE}"
 )
-LOAD_HISTORY = f"SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?"
+# The checksum last: history_of checks each row against it, then drops it.
+LOAD_HISTORY = f"SELECT {STEP_COLUMNS}, checksum FROM steps WHERE task_id = ?"
 # An operation a task claimed and completed is part of that task's history at
 # its step_seq: the operation row is the record, so an operation costs two
 # commits (claim, record) and no history row of its own.
@@ -301,9 +305,15 @@ LOAD_OP_HISTORY = (
 
 
 def history_of(
-    task_id: str, op_rows: Sequence[Sequence[Any]], step_rows: Sequence[tuple[Any, ...]]
+    task_id: str,
+    op_rows: Sequence[Sequence[Any]],
+    step_rows: Sequence[tuple[Any, ...]],
+    *,
+    checked: bool = True,
 ) -> dict[int, StepRecord]:
-    """A task's history from the rows of ``LOAD_OP_HISTORY`` and ``LOAD_HISTORY``."""
+    """A task's history from the rows of ``LOAD_OP_HISTORY`` and ``LOAD_HISTORY``;
+    ``RecordCorrupt`` for a row that does not match its checksum, unless not
+    ``checked`` (a rerun's fork moves entries aside without replaying them)."""
     history = {
         seq: StepRecord(
             task_id,
@@ -324,8 +334,33 @@ def history_of(
     }
     # A history row at the same position (an operation adopted from another
     # task, or written by an older cairn) is the task's own record: it wins.
-    history.update((row[1], step_record(row)) for row in step_rows)
+    for row in step_rows:
+        recorded = row[-1]
+        if checked and recorded is not None and recorded != entry_checksum(row[2], row[3], row[5]):
+            raise _corrupt(task_id, row)
+        history[row[1]] = step_record(row[:-1])
     return history
+
+
+def entry_checksum(kind: str, name: str, output: str | None) -> int:
+    """The checksum written with a history entry (schema 6): CRC-32 of its kind,
+    name and output. Cheap enough for every step (well under a microsecond for
+    a small output); it finds a value changed on disk, not a forgery. The
+    SQLite store's hot path computes the same expression inline."""
+    return zlib.crc32(f"{kind}\0{name}\0{output}".encode("utf-8", "surrogatepass"))
+
+
+def _corrupt(task_id: str, row: Sequence[Any]) -> RecordCorrupt:
+    seq, kind, name = row[1], row[2], row[3]
+    return RecordCorrupt(
+        f"task {task_id!r}: the recorded {kind} {name!r} at position {seq} is corrupt: it "
+        "does not match the checksum written with it, so the store was changed on disk "
+        "(an edit in place, bytes written over the file, a failing disk). It was not "
+        "replayed. Restore the store from a backup (`cairn backup` makes one), or, if "
+        f"the step may run again, `cairn rerun {task_id} --seq {seq}`.",
+        task_id=task_id,
+        seq=seq,
+    )
 
 
 # -- operations --------------------------------------------------------------------
@@ -391,18 +426,32 @@ GET_OP = f"SELECT {OP_COLUMNS} FROM operations WHERE scope = ? AND key = ?"
 # already serialises writers), drop the permits that no longer count, count the
 # rest, and insert ours if there is room.
 ENSURE_LIMIT = "INSERT INTO limits (name) VALUES (?) ON CONFLICT (name) DO NOTHING"
-LOCK_LIMIT = "SELECT name FROM limits WHERE name = ?{lock}"
+# The lock also reads until when a provider's 429 closed the limit (schema 7).
+LOCK_LIMIT = "SELECT closed_until FROM limits WHERE name = ?{lock}"
 # A permit counts until ends_at plus the window (zero for a concurrency limit).
 DROP_SPENT_PERMITS = "DELETE FROM permits WHERE limit_name = ? AND ends_at <= ?"
 HAS_PERMIT = "SELECT 1 FROM permits WHERE limit_name = ? AND permit = ?"
-# Counted permits, how many are still held, and when the first ended one stops counting.
+# Counted permits, how many are still held, when the first ended one stops
+# counting, and the amount (tokens) they hold in all.
 COUNT_PERMITS = (
     "SELECT COUNT(*), COALESCE(SUM(held), 0), "
-    "MIN(CASE WHEN held = 0 THEN ends_at END) FROM permits WHERE limit_name = ?"
+    "MIN(CASE WHEN held = 0 THEN ends_at END), COALESCE(SUM(amount), 0) "
+    "FROM permits WHERE limit_name = ?"
 )
 INSERT_PERMIT = (
-    "INSERT INTO permits (limit_name, permit, owner, task_id, held, granted_at, ends_at) "
-    "VALUES (?, ?, ?, ?, 1, ?, ?)"
+    "INSERT INTO permits (limit_name, permit, owner, task_id, held, granted_at, ends_at, amount) "
+    "VALUES (?, ?, ?, ?, 1, ?, ?, ?)"
+)
+# A call that held an amount ended: from now on its permit counts what the
+# provider reported it used (cairn.limits.TokenRate, budgets), for the window.
+SETTLE_PERMIT = (
+    "UPDATE permits SET held = 0, ends_at = ?, amount = ? "
+    "WHERE limit_name = ? AND permit = ? AND held = 1"
+)
+# A provider's 429 with Retry-After: nothing more is lent until then, to anyone.
+CLOSE_LIMIT = (
+    "UPDATE limits SET closed_until = ? WHERE name = ? "
+    "AND (closed_until IS NULL OR closed_until < ?)"
 )
 # The call ended: from now on the permit counts only for the window after this.
 RELEASE_PERMIT = (

@@ -235,6 +235,7 @@ class SQLAdmin(SQLCore):
         """The ids of the tasks one batch-wide change moved, in enqueue order."""
         with self._writing():
             rows = self._write_once(statement, params, own).rows
+        self._after_bulk_change(len(rows))
         return [str(task_id) for task_id, _ in sorted(rows, key=lambda row: int(row[1]))]
 
     # -- operations --------------------------------------------------------------------

@@ -33,6 +33,7 @@ from cairn.store.records import (
     TaskRecord,
 )
 from cairn.store.sqladmin import SQLAdmin
+from cairn.store.sqlbudgets import SQLBudgets
 from cairn.store.sqlcore import Tx
 from cairn.store.sqlruns import SQLRuns
 from cairn.store.sqltransfer import SQLTransfer
@@ -96,7 +97,7 @@ def clean_step(step: StepRecord) -> bool:
     return step.error is None and step.retry_at is None and not step.deferred and step.kept is None
 
 
-class SQLStore(SQLAdmin, SQLTransfer, SQLRuns):
+class SQLStore(SQLAdmin, SQLTransfer, SQLRuns, SQLBudgets):
     """The store contract, engine and admin side, over the primitives."""
 
     # -- creating work -------------------------------------------------------------
@@ -382,6 +383,7 @@ class SQLStore(SQLAdmin, SQLTransfer, SQLRuns):
             step.deferred,
             step.fingerprint,
             step.kept,
+            sql.entry_checksum(step.kind, step.name, step.output),
             step.task_id,
             fence,
         )
@@ -401,6 +403,7 @@ class SQLStore(SQLAdmin, SQLTransfer, SQLRuns):
             self._ts(step.started_at),
             self._ts(step.finished_at),
             step.fingerprint,
+            sql.entry_checksum(step.kind, step.name, step.output),
             step.task_id,
             fence,
         )
@@ -612,19 +615,27 @@ class SQLStore(SQLAdmin, SQLTransfer, SQLRuns):
         task_id: str,
         now: datetime,
         lease_until: datetime,
+        *,
+        amount: int = 0,
+        amount_capacity: int | None = None,
     ) -> PermitRefused | None:
         spent_before = self._ts(now - window)
         lock = sql.LOCK_LIMIT.format(lock=self.row_lock_clause)
 
         def take(tx: Tx) -> PermitRefused | None:
             tx.exec(sql.ENSURE_LIMIT, (limit,))
-            tx.exec(lock, (limit,))
+            closed = tx.exec(lock, (limit,)).rows[0][0]
             if tx.exec(sql.HAS_PERMIT, (limit, permit)).rows:
                 return None  # a retried transaction whose first try committed
+            if closed is not None and sql.time_of(closed) > now:
+                return PermitRefused(0, sql.time_of(closed))
             tx.exec(sql.DROP_SPENT_PERMITS, (limit, spent_before))
-            counted, held, first_ended = tx.exec(sql.COUNT_PERMITS, (limit,)).rows[0]
-            if counted < capacity:
-                params = (limit, permit, owner, task_id, self._ts(now), self._ts(lease_until))
+            counted, held, first_ended, total = tx.exec(sql.COUNT_PERMITS, (limit,)).rows[0]
+            room = amount_capacity is None or int(total) + amount <= amount_capacity
+            if counted < capacity and room:
+                params = (
+                    limit, permit, owner, task_id, self._ts(now), self._ts(lease_until), amount
+                )  # fmt: skip
                 tx.exec(sql.INSERT_PERMIT, params)
                 return None
             frees_at = None if first_ended is None else sql.time_of(first_ended) + window
@@ -636,6 +647,16 @@ class SQLStore(SQLAdmin, SQLTransfer, SQLRuns):
     def release_permit(self, limit: str, permit: str, now: datetime) -> None:
         with self._writing():
             self._exec(sql.RELEASE_PERMIT, (self._ts(now), limit, permit))
+
+    def settle_permit(self, limit: str, permit: str, amount: int, now: datetime) -> None:
+        with self._writing():
+            self._exec(sql.SETTLE_PERMIT, (self._ts(now), amount, limit, permit))
+
+    def close_limit(self, limit: str, until: datetime) -> None:
+        stamp = self._ts(until)
+        with self._writing():
+            self._exec(sql.ENSURE_LIMIT, (limit,))
+            self._exec(sql.CLOSE_LIMIT, (stamp, limit, stamp))
 
     # -- conversations (cairn.agent) -------------------------------------------------------
     def open_conversation(self, task_id: str, name: str, fence: int) -> int | None:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar
 
+from cairn.errors import StoreUnavailable
 from cairn.store.capabilities import Capabilities
 
 T = TypeVar("T")
@@ -30,6 +31,11 @@ T = TypeVar("T")
 # The rows a stream (``Tx.stream``) fetches at once: what it holds in memory,
 # however many rows the read finds.
 STREAM_PAGE = 256
+
+# A change of at least this many task rows at once (a batch cancelled, retried or
+# pruned, a family cancelled) refreshes the planner's statistics where the backend
+# keeps them: see ``refresh_task_statistics``.
+BULK_CHANGE_ROWS = 1000
 
 # A read statement and its parameters: what a write leaves, found (``_write_once``).
 Own = tuple[str, Sequence[Any]]
@@ -92,6 +98,12 @@ class SQLCore(ABC):
     # The LIKE that ignores letter case (SQLite's LIKE does, for ASCII, as its
     # LOWER() does; PostgreSQL's ILIKE, for all of Unicode).
     case_blind_like: ClassVar[str] = "LIKE"
+    # Run after a bulk change of the tasks table, where the backend's planner
+    # works from statistics (PostgreSQL's ANALYZE). Without it, after 100,000
+    # pending tasks are cancelled the planner believes them pending until
+    # autovacuum's next analyze (a minute or more), so a plan chosen meanwhile is
+    # chosen for a table that is not there (bench/drain_after_cancel.py).
+    refresh_task_statistics: ClassVar[str | None] = None
 
     @abstractmethod
     def _exec(self, statement: str, params: Sequence[Any] = (), *, patient: bool = True) -> Result:
@@ -161,6 +173,18 @@ class SQLCore(ABC):
         pass (False). Without a wake-up channel, this only waits."""
         time.sleep(timeout)
         return False
+
+    def _after_bulk_change(self, rows: int | None) -> None:
+        """Refresh the planner's statistics of the tasks table after a committed
+        change of ``rows`` task rows (None: not counted, an import), if the
+        backend keeps them and the change was bulk. Best effort: the change is
+        made, and a store that cannot be reached for the refresh now leaves it
+        to the server's own (autovacuum's) later one."""
+        statement = self.refresh_task_statistics
+        if statement is None or (rows is not None and rows < BULK_CHANGE_ROWS):
+            return
+        with contextlib.suppress(StoreUnavailable):
+            self._exec(statement, patient=False)
 
     def close_thread(self) -> None:  # noqa: B027 - a no-op unless a backend pins connections
         """Release the calling thread's own connection, where there is one."""

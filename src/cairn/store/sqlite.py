@@ -39,12 +39,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, NoReturn, TypeVar
+from zlib import crc32
 
 from cairn.clock import to_iso
 from cairn.errors import NotACairnStore, SchemaTooNew, StoreError, StoreReadOnly
 from cairn.store import sql
 from cairn.store.capabilities import Capabilities
-from cairn.store.driver_errors import sqlite_busy, sqlite_error, unstorable_text
+from cairn.store.driver_errors import sqlite_busy, sqlite_error, undecodable, unstorable_text
 from cairn.store.migrate import latest_version, migrations
 from cairn.store.records import StepRecord
 from cairn.store.sqlbase import SQLStore
@@ -324,6 +325,32 @@ class SQLiteStore(SQLStore):
         except UnicodeEncodeError as exc:
             raise unstorable_text(exc) from exc
 
+    def load_history(self, task_id: str) -> dict[int, StepRecord]:
+        try:
+            return super().load_history(task_id)
+        except StoreError as exc:
+            if not undecodable(exc.__cause__ or exc):
+                raise
+            return self._damaged_history(task_id, exc)
+
+    def _damaged_history(self, task_id: str, exc: StoreError) -> NoReturn:
+        """The history holds bytes that are not UTF-8 (written over the file):
+        read it again with those bytes kept as escapes, so the entry that holds
+        them fails its checksum and is reported with its position
+        (``RecordCorrupt``); one without a checksum (written before schema 6)
+        leaves the store's own error."""
+        conn = self._conn()
+        conn.text_factory = lambda raw: raw.decode("utf-8", "surrogateescape")
+        try:
+            sql.history_of(
+                task_id,
+                conn.execute(sql.LOAD_OP_HISTORY, (task_id,)).fetchall(),
+                conn.execute(sql.LOAD_HISTORY, (task_id,)).fetchall(),
+            )
+        finally:
+            conn.text_factory = str
+        raise exc
+
     def _atomically(self, work: Callable[[Tx], T]) -> T:
         # A read-only store reads in a plain (deferred) transaction: one snapshot,
         # no write lock asked for; a write inside it raises StoreReadOnly.
@@ -367,11 +394,13 @@ class SQLiteStore(SQLStore):
             and step.kept is None
         ):
             insert: str | None = sql.INSERT_CLEAN_STEP
-            task_id = step.task_id
+            task_id, kind, name, output = step.task_id, step.kind, step.name, step.output
             params: tuple[Any, ...] = (
-                task_id, step.seq, step.kind, step.name, step.status, step.output,
+                task_id, step.seq, kind, name, step.status, output,
                 step.attempts, step.task_attempt, step.run_attempts,
                 _stamp(step.started_at), _stamp(step.finished_at), step.fingerprint,
+                # sql.entry_checksum, inline: a call costs more than the CRC here.
+                crc32(f"{kind}\0{name}\0{output}".encode("utf-8", "surrogatepass")),
                 task_id, fence,
             )  # fmt: skip
         elif first:
@@ -474,6 +503,7 @@ def _step_params(step: StepRecord, fence: int) -> tuple[Any, ...]:
         step.deferred,
         step.fingerprint,
         step.kept,
+        sql.entry_checksum(step.kind, step.name, step.output),
         step.task_id,
         fence,
     )
@@ -503,6 +533,7 @@ def _step_insert(step: StepRecord, fence: int) -> tuple[str, tuple[Any, ...]]:
         _stamp(step.started_at),
         _stamp(step.finished_at),
         step.fingerprint,
+        sql.entry_checksum(step.kind, step.name, step.output),
         step.task_id,
         fence,
     )

@@ -91,6 +91,9 @@ NOT_OF_A_BATCH: tuple[Table, ...] = (
     tables.SCHEDULES,
     tables.WORKERS,  # the versions each live worker claims: of the processes, not a batch
     tables.AUDIT,  # what operators did, to any task or filter: kept when a batch is pruned
+    # Budgets count with permits (kept, above), so they stay with them.
+    tables.BUDGETS,
+    tables.BUDGET_PARKS,
     tables.METRIC_HOURS,  # the store's finishes per hour: a derived figure, of no batch
 )
 

@@ -55,6 +55,7 @@ class SQLRuns(SQLCore):
                 task_id,
                 tx.exec(sql.LOAD_OP_HISTORY, (task_id,)).rows,
                 tx.exec(sql.LOAD_HISTORY, (task_id,)).rows,
+                checked=False,  # moved aside, not replayed: a corrupt one may go too
             )
             superseded = [
                 (task_id, run, seq, entry.kind, entry.name, entry_text(entry))
@@ -98,7 +99,9 @@ class SQLRuns(SQLCore):
             return [task_id, *_generations(tx, task_id, sqlforks.CANCELLED_WITH, (), (stamp,))]
 
         with self._writing():
-            return self._atomically_once(cancel, cancelled_before)
+            cancelled = self._atomically_once(cancel, cancelled_before)
+        self._after_bulk_change(len(cancelled))
+        return cancelled
 
     # -- the audit trail ----------------------------------------------------------------
     def begin_audit(

@@ -115,6 +115,7 @@ class SQLTransfer(SQLCore):
             self._atomically_once(
                 lambda tx: self._insert_all(rows, tx), lambda tx: self._imported(rows, tx)
             )
+        self._after_bulk_change(None)
 
     def _insert_all(self, rows: Iterable[tuple[str, Mapping[str, Any]]], tx: Tx) -> bool:
         """Every row of ``rows`` inserted through ``tx``; the given keys this store
@@ -191,12 +192,12 @@ class SQLTransfer(SQLCore):
     def delete_batch(self, batch: str) -> None:
         """Delete every row of ``batch``, children first, in one transaction."""
 
-        def delete(tx: Tx) -> None:
-            for statement in sqlmove.PRUNE_BATCH:
-                tx.exec(statement, (batch,))
+        def delete(tx: Tx) -> int:
+            return sum(tx.exec(statement, (batch,)).rowcount for statement in sqlmove.PRUNE_BATCH)
 
         with self._writing():
-            self._atomically(delete)
+            deleted = self._atomically(delete)
+        self._after_bulk_change(deleted)
 
     def blob_refs(self) -> Iterator[str]:
         """Every blob reference (``!blob:`` text) any record of the store holds."""

@@ -192,6 +192,10 @@ STEPS = Table(
         # Schema 3: what produced the entry, and the code that kept it when changed.
         _text("fingerprint", nullable=True),
         _text("kept", nullable=True),
+        # Schema 6: CRC-32 of kind, name and output (sql.entry_checksum), checked
+        # when the history is loaded; the store's own, never in a record or an
+        # export (an imported or moved entry has none, and is not checked).
+        Column("checksum", "integer", nullable=True, internal=True, wide=True),
     ),
 )
 
@@ -243,7 +247,7 @@ MESSAGES = Table(
     ),
 )
 
-LIMITS = Table("limits", (_text("name"),))
+LIMITS = Table("limits", (_text("name"), _time("closed_until", nullable=True)))
 
 PERMITS = Table(
     "permits",
@@ -255,6 +259,8 @@ PERMITS = Table(
         Column("held", "bool"),
         _time("granted_at"),
         _time("ends_at"),
+        # Schema 7: what the permit holds of a TokenRate or a budget (0: one call).
+        Column("amount", "integer", default=0, wide=True),
     ),
 )
 
@@ -334,6 +340,30 @@ AUDIT = Table(
     ),
 )
 
+# Schema 7: budgets (cairn.budgets), by scope ('batch:NAME', 'task:ID'): the
+# caps (usd in nano-dollars), the warning share, how often raised, and when
+# each alert fired; and the tasks parked on one until it is raised.
+BUDGETS = Table(
+    "budgets",
+    (
+        _text("scope"),
+        Column("usd_nanos", "integer", nullable=True, wide=True),
+        Column("tokens", "integer", nullable=True, wide=True),
+        Column("warn_at", "real"),
+        _int("raised", default=0),
+        Column("spent_usd_nanos", "integer", default=0, wide=True),
+        Column("spent_tokens", "integer", default=0, wide=True),
+        _time("warned_at", nullable=True),
+        _time("reached_at", nullable=True),
+        _time("updated_at"),
+    ),
+)
+
+BUDGET_PARKS = Table(
+    "budget_parks",
+    (_text("task_id"), _text("scope"), _time("parked_at"), _text("needed")),
+)
+
 # Schema 9: what a task logged (the ``logging`` module) while it ran, one row
 # per task: its records as a JSON list (``cairn.engine.tasklogs``: time,
 # attempt, level, logger, message; redacted), how many are kept, and how many
@@ -368,6 +398,8 @@ TABLES: tuple[Table, ...] = (
     TASK_RUNS,
     SUPERSEDED_ENTRIES,
     AUDIT,
+    BUDGETS,
+    BUDGET_PARKS,
     TASK_LOGS,
     METRIC_HOURS,
 )

@@ -1,5 +1,6 @@
 """The dashboard's buttons: retry, cancel, signal, resolve an operation in doubt,
-rerun from a step, and the bulk actions on a filter (retry, cancel, rerun).
+rerun from a step, the bulk actions on a filter (retry, cancel, rerun), and
+raising a batch's budget (which wakes the tasks parked on it).
 
 Each runs the very function the CLI runs (``cairn.admin``), so a refusal says
 the CLI's sentence, and each is written to the audit trail as ``ui:NAME``.
@@ -18,6 +19,7 @@ from http import HTTPStatus
 from typing import Any
 
 from cairn.admin.actions import CANCEL, RETRY, Action, Applied, apply_to_task
+from cairn.admin.budgets import budget_scope, raise_budget
 from cairn.admin.bulk import apply_to_query, describe_query
 from cairn.admin.operations import resolve as resolve_operation
 from cairn.admin.reruns import ForkPoint, apply_rerun, plan_rerun, rerun_candidates
@@ -40,6 +42,10 @@ class Outcome:
     title: str = ""
     message: str = ""
     back: str = "/"
+    # A refusal that a confirmation can overturn: the form to post again (its
+    # action, and its fields with ``confirmed`` set), shown under the message.
+    confirm_action: str | None = None
+    confirm_fields: tuple[tuple[str, str], ...] = ()
 
 
 def _field(form: Form, name: str) -> str:
@@ -153,9 +159,16 @@ def resolve(config: UIConfig, form: Form) -> Outcome:
         permanent=_field(form, "permanent") == "1",
         now=config.now(),
         actor=config.actor(),
+        confirmed=_field(form, "confirmed") == "1",
     )
     if not done.found:
         return _refused(HTTPStatus.NOT_FOUND, "Not found", done.message, back)
+    if done.needs_confirmation:
+        fields = tuple((name, _field(form, name)) for name in sorted(form) if name != "confirmed")
+        return Outcome(
+            None, HTTPStatus.CONFLICT, "Confirm: the claimant may still act", done.message,
+            back, confirm_action="/ops/resolve", confirm_fields=(*fields, ("confirmed", "1")),
+        )  # fmt: skip
     if not done.changed:
         return _refused(HTTPStatus.CONFLICT, "Nothing done", done.message, back)
     return Outcome(redirect=back)
@@ -214,4 +227,35 @@ def bulk(config: UIConfig, form: Form) -> Outcome:
     except (BadQuery, ValueError) as exc:
         return _refused(HTTPStatus.BAD_REQUEST, "Bad request", str(exc), back)
     apply_to_query(config.store, action, query, config.now(), actor=config.actor())
+    return Outcome(redirect=back)
+
+
+def _cap(form: Form, name: str, kind: type[float] | type[int]) -> float | int | None:
+    text = _field(form, name).strip()
+    if not text:
+        return None
+    try:
+        return kind(text)
+    except ValueError:
+        raise ValueError(f"the new {name} cap must be a number, not {text!r}") from None
+
+
+def raise_batch_budget(config: UIConfig, form: Form) -> Outcome:
+    """Raise a batch's budget to the caps given (``cairn budget BATCH --raise``)."""
+    refusal = checked(config, form)
+    if refusal is not None:
+        return refusal
+    batch = _field(form, "batch")
+    back = href("/batch", name=batch)
+    try:
+        usd = _cap(form, "usd", float)
+        tokens = _cap(form, "tokens", int)
+        done = raise_budget(
+            config.store, budget_scope(batch), config.now(),
+            usd=usd, tokens=None if tokens is None else int(tokens), actor=config.actor(),
+        )  # fmt: skip
+    except ValueError as exc:
+        return _refused(HTTPStatus.BAD_REQUEST, "Bad budget", str(exc), back)
+    if done.view is None:
+        return _refused(HTTPStatus.NOT_FOUND, "Not found", done.message, back)
     return Outcome(redirect=back)

@@ -21,7 +21,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from cairn.ui import actions, confirm, history, pages
+from cairn.ui import actions, confirm, history, lane, pages
 from cairn.ui.config import UIConfig
 from cairn.ui.filters import Query
 from cairn.ui.middleware import FORM_KEY
@@ -51,6 +51,7 @@ ACTIONS: dict[str, ActionHandler] = {
     "/ops/resolve": actions.resolve,
     "/task/rerun": actions.rerun,
     "/bulk": actions.bulk,
+    "/batch/budget": actions.raise_batch_budget,
 }
 
 
@@ -79,7 +80,16 @@ def _act(config: UIConfig, handler: ActionHandler, request: Request) -> Response
     outcome = handler(config, request.scope.get(FORM_KEY, {}))
     if outcome.redirect is not None:
         return RedirectResponse(outcome.redirect, status_code=303)
-    page = Page(outcome.title, "message.html", {"text": outcome.message, "back": outcome.back})
+    page = Page(
+        outcome.title,
+        "message.html",
+        {
+            "text": outcome.message,
+            "back": outcome.back,
+            "confirm_action": outcome.confirm_action,
+            "confirm_fields": outcome.confirm_fields,
+        },
+    )
     return HTMLResponse(full_page(page, None), status_code=outcome.status)
 
 
@@ -127,6 +137,7 @@ def build_app(config: UIConfig) -> Starlette:
         for path, handler in ACTIONS.items()
     ]
     routes += [
+        Route("/task/tail", partial(lane.tail, config, limiter), methods=["GET"]),
         Route("/favicon.ico", _no_favicon, methods=["GET"]),
         Mount("/static", _static(), name="static"),
     ]

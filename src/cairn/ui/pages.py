@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from cairn.admin.actions import CANCEL, RETRY
 from cairn.admin.batches import batch_view
+from cairn.admin.budgets import budget_line, budget_scope, budget_view
 from cairn.admin.charts import hourly
 from cairn.admin.conversations import call_costs, conversation_detail, costs, probe_costs
 from cairn.admin.lineage import lineage
@@ -35,7 +36,7 @@ from cairn.ui.charts import bar_chart, cost_chart
 from cairn.ui.config import UIConfig
 from cairn.ui.filters import BadQuery, Query, moment, task_query
 from cairn.ui.gantt import gantt
-from cairn.ui.render import Page
+from cairn.ui.render import Page, href
 
 OPS_LIMIT = 200
 # The metrics page lists this many batches a page, newest first.
@@ -84,11 +85,16 @@ def batch(config: UIConfig, query: Query) -> Page:
     def cost() -> dict[str, object]:
         # What `cairn cost` says of the batch (its line), and `cairn cost --batch` of its tasks.
         report = costs(config.store, batch=name)
+        budget = budget_view(config.store, budget_scope(name))
         return {
             "name": name,
             "cost": _cost(report.total, name) if report.lines else None,
             "task_costs": [line.cells() for line in report.lines[:COST_TASKS]],
             "more_costs": max(0, len(report.lines) - COST_TASKS),
+            # What `cairn cost` says of the batch's budget, and who is parked on it.
+            "budget": None if budget is None else budget_line(budget),
+            "parked": [] if budget is None else list(budget.parked[:COST_TASKS]),
+            "csrf": config.csrf,
         }
 
     context = {"view": view}
@@ -160,6 +166,8 @@ def task(config: UIConfig, query: Query) -> Page:
             # Each `cairn fidelity` run on this task: its probe task's `cairn cost --task` line.
             "probe_costs": [line.cells() for line in probe_costs(config.store, task_id)],
             "cost_columns": COST_COLUMNS,
+            # Its streamed model text, live from the token lane (cairn.observe.lane).
+            "tail_url": href("/task/tail", id=task_id) if view.task.status == "running" else None,
         }
 
     return Page(

@@ -4,7 +4,9 @@
 one history entry of the task. The first run sends the request and records the
 response (its output items, usage and estimated cost); a replay returns the
 recorded response and sends nothing. Both runs hand the SDK a response decoded
-from the record, so they see the same objects and save the same items.
+from the record, so they see the same objects and save the same items. A
+streamed call (``stream_response``, ``Runner.run_streamed``) is the same entry
+(``_streamed``).
 """
 
 from __future__ import annotations
@@ -17,14 +19,18 @@ from agents.items import TResponseOutputItem, TResponseStreamEvent
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 from pydantic import TypeAdapter
 
+from cairn.agent.metering import framework_meter
 from cairn.agent.pricing import Usage as CairnUsage
 from cairn.agent.provider_errors import behind_framework
 from cairn.engine.run import adrive
 from cairn.engine.steps import step_machine
-from cairn.errors import CairnError, ConfigurationError
+from cairn.errors import CairnError
+from cairn.integrations.openai_agents._streamed import recorded_stream, with_usage
 from cairn.redaction import register_from
 
 if TYPE_CHECKING:
+    from cairn.engine.meter import Meter
+    from cairn.engine.run import TaskRun
     from cairn.integrations.openai_agents._state import RunState
 
 _OUTPUT_ITEM: TypeAdapter[TResponseOutputItem] = TypeAdapter(TResponseOutputItem)
@@ -109,7 +115,9 @@ class RecordedModel(Model):
             return encode_response(response, name, state)
 
         run = state.run
-        machine = step_machine(run, "llm", f"agents-sdk model {name}", send, (), {}, state.retry)
+        meter = _meter(run, name, state, args, kwargs)
+        label = f"agents-sdk model {name}"
+        machine = step_machine(run, "llm", label, send, (), {}, state.retry, limit=meter)
         try:
             recorded = await adrive(machine, run.clock)
         except CairnError as exc:
@@ -120,13 +128,36 @@ class RecordedModel(Model):
         return response
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
-        raise ConfigurationError(
-            "cairn records whole model responses: Runner.run_streamed is not supported "
-            "inside cairn.integrations.openai_agents.run; use run() (Runner.run)"
+        """The streamed call as the same recorded entry (``_streamed``)."""
+        state, name = self._state, self.model
+        args, kwargs = with_usage(args, kwargs)
+        return recorded_stream(
+            lambda: self.inner.stream_response(*args, **kwargs),
+            state,
+            name,
+            lambda response: encode_response(response, name, state),
+            decode_response,
         )
 
     async def close(self) -> None:
         await self.inner.close()
+
+
+def _meter(
+    run: TaskRun, name: str, state: RunState, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Meter | None:
+    """The call's token limit (the app's for provider "openai" and this model)
+    and budgets: what it reserves is its system instructions and input
+    counted as JSON text, plus the model settings' max_tokens."""
+    settings = args[2] if len(args) > 2 else kwargs.get("model_settings")
+    return framework_meter(
+        run,
+        provider="openai",
+        model=name,
+        prices=state.prices,
+        prompt=lambda: [args[:2], kwargs.get("system_instructions"), kwargs.get("input")],
+        max_tokens=getattr(settings, "max_tokens", None),
+    )
 
 
 class RecordedProvider(ModelProvider):

@@ -22,7 +22,7 @@ import copy
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import TypeAdapter
 from pydantic_ai.durable_exec import (
@@ -38,6 +38,7 @@ from pydantic_ai.durable_exec import (
 from pydantic_ai.tools import RunContext
 from pydantic_ai.usage import RunUsage
 
+from cairn.agent.metering import framework_meter
 from cairn.agent.pricing import PriceTable
 from cairn.agent.pricing import Usage as CairnUsage
 from cairn.agent.provider_errors import behind_framework
@@ -49,6 +50,10 @@ from cairn.errors import ConfigurationError
 from cairn.keys import bounded_key
 from cairn.redaction import register_from
 from cairn.retry import NO_RETRY, Retry
+
+if TYPE_CHECKING:
+    from cairn.engine.meter import Meter
+    from cairn.engine.run import TaskRun
 
 ParamsT = TypeVar("ParamsT")
 WireT = TypeVar("WireT")
@@ -104,6 +109,23 @@ def _model_fields(value: object, model_name: str, recording: Recording) -> dict[
     }
 
 
+def _meter(run: TaskRun, model: str, recording: Recording, params: object) -> Meter | None:
+    """A model request's token limit (the app's for its provider, the part of a
+    "provider:model" name before the colon, and its model) and budgets: what it
+    reserves is its messages counted as JSON text, plus its max_tokens."""
+    provider, _, bare = model.rpartition(":")
+    settings = getattr(params, "model_settings", None)
+    max_tokens = settings.get("max_tokens") if isinstance(settings, dict) else None
+    return framework_meter(
+        run,
+        provider=provider or "pydantic-ai",
+        model=bare,
+        prices=recording.prices,
+        prompt=lambda: getattr(params, "messages", params),
+        max_tokens=max_tokens,
+    )
+
+
 class CairnOperationBackend(CallableOperationBackend[UnitConfig]):
     """Runs each bound operation as an entry of the task ``current_context()``
     names (the base's ``execute`` contract, plus the usage delta and the entry
@@ -123,7 +145,7 @@ class CairnOperationBackend(CallableOperationBackend[UnitConfig]):
             config = explicit_config if isinstance(explicit_config, dict) else base
             unit = _Unit(operation, params, self._recording)
             recorded = await self._record(
-                operation.operation_id, name, unit.body, config or {}, unit.run_context
+                operation.operation_id, name, unit.body, config or {}, unit.run_context, params
             )
             unit.replay_usage(recorded, name)
             record_durable_unit(executed=unit.ran)
@@ -138,12 +160,15 @@ class CairnOperationBackend(CallableOperationBackend[UnitConfig]):
         body: Callable[..., Awaitable[dict[str, Any]]],
         config: UnitConfig,
         run_context: RunContext[Any] | None,
+        params: object = None,
     ) -> dict[str, Any]:
         ctx = _task_context(name)
         run = ctx._run
         if isinstance(operation_id, ModelRequestId):
             retry = self._recording.retry or ctx._default_step_retry
-            machine = step_machine(run, "llm", f"pydantic-ai {name}", body, (), {}, retry)
+            meter = _meter(run, operation_id.model_name, self._recording, params)
+            label = f"pydantic-ai {name}"
+            machine = step_machine(run, "llm", label, body, (), {}, retry, limit=meter)
         elif isinstance(operation_id, ToolsetCallToolId) and config.get("once"):
             call_id = run_context.tool_call_id if run_context is not None else None
             key = bounded_key(f"{SCOPE}/{ctx.task_id}/{run.seq + 1}/{call_id or name}")
