@@ -219,12 +219,14 @@ def reader_task(
     threshold: int = 1200,
     keep_tail: int = 400,
     summarizer: Any = None,
+    max_context: int | None = None,
     seen: list[list[dict[str, Any]]] | None = None,
     restored: list[list[dict[str, Any]]] | None = None,
 ) -> TaskDef[..., str]:
     """A tool-using agent: asks the model, runs its read_document calls as steps,
     appends the results, until the model answers in text. ``seen`` collects the
-    context before each live call; ``restored`` what the conversation opened with."""
+    context before each live call; ``restored`` what the conversation opened with;
+    ``max_context`` is the conversation's hard bound (None: its default)."""
 
     @app.task(name="reader")
     def reader(ctx: Context, goal: str) -> str:
@@ -235,6 +237,7 @@ def reader_task(
             keep_tail=keep_tail,
             summarizer=summarizer or ExtractiveSummarizer(max_tokens=250),
             client=client,
+            max_context=max_context,
         )
         if restored is not None:
             restored.append(conv.restored)

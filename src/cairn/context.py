@@ -428,8 +428,10 @@ class Context:
         ``summarizer``, ``counter`` (or ``model``: the counter for that model's
         tokens, exact for OpenAI models with the ``tokens`` extra, see
         ``cairn.agent.tokens``), ``prices``, ``client``, ``start_from`` (a
-        handoff document), ``summary_tokens`` and ``clear_tool_results`` (a
-        ``ToolResultClearing``); see ``cairn.agent.conversation``.
+        handoff document), ``summary_tokens``, ``clear_tool_results`` (a
+        ``ToolResultClearing``) and ``max_context`` (the hard bound on the
+        active context, twice ``threshold``: ``cairn.agent.fallback``); see
+        ``cairn.agent.conversation``.
         """
         from cairn.agent.conversation import open_conversation
 

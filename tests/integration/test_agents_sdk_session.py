@@ -205,3 +205,43 @@ def test_inside_a_task_it_is_a_conversation_of_the_task(store_url: str, tmp_path
         assert app.run(chat, task_id="chat-task") == ITEMS[:-1]
         rows = list(iter_history(app.store, "chat-task", "notes"))
     assert len(rows) == 7  # six rows of items and the pop marker
+
+
+def test_a_session_whose_summaries_always_fail_stays_under_its_bound(store_url: str) -> None:
+    """A summarizer that always fails: past the session's max_context the
+    extractive fallback folds the head, so what get_items returns stays under
+    the bound, and the archive still keeps every item."""
+    from cairn.agent.tokens import DEFAULT_COUNTER, count_messages
+
+    def failing(request: Any) -> str:
+        raise RuntimeError("summarizer down")
+
+    async def scenario() -> tuple[list[Any], int]:
+        session = CairnSession(
+            "bounded",
+            store=store_url,
+            threshold=300,
+            keep_tail=100,
+            summarizer=failing,
+            max_context=500,
+        )
+        largest = 0
+        for n in range(30):
+            await session.add_items(_turn(n))
+            items = await session.get_items()
+            largest = max(largest, count_messages(items, DEFAULT_COUNTER))
+        session.close()
+        return items, largest
+
+    items, largest = asyncio.run(scenario())
+    assert largest <= 500
+    assert items[0]["content"].startswith(SUMMARY_HEADER)
+    store = open_store(store_url)
+    try:
+        rows = list(iter_history(store, "bounded", "session"))
+    finally:
+        store.close()
+    assert [r.message for r in rows if r.kind == "message"] == [
+        item for n in range(30) for item in _turn(n)
+    ]
+    assert all((r.meta or {}).get("fallback") == "extractive" for r in rows if r.kind == "summary")

@@ -1,10 +1,11 @@
 """After a bulk change of the tasks table, PostgreSQL's planner knows it at once.
 
 Cancelling a batch of 100,000 pending tasks leaves the planner's statistics
-saying they are pending until autovacuum's next analyze (a minute or more), and plans
-the claims of the drain that follows for a table that is not there
-(bench/drain_after_cancel.py measures that drain). The store refreshes them itself (``ANALYZE tasks``) after a
-change of at least ``BULK_CHANGE_ROWS`` task rows, and not after a small one.
+saying they are pending until autovacuum's next analyze (a minute or more), and
+the claims of the drain that follows are planned for a table that is not there
+(bench/drain_after_cancel.py measures that drain). The store refreshes them
+itself (``ANALYZE tasks``) after a change of at least ``BULK_CHANGE_ROWS`` task
+rows, and not after a small one.
 Autovacuum is switched off on the test's table, so only the store can have done it.
 """
 

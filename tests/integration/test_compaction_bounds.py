@@ -43,6 +43,8 @@ def _agent(app: Cairn, client: Any, summarizer: LLMSummarizer, summary_tokens: i
             summarizer=summarizer,
             summary_tokens=summary_tokens,
             client=client,
+            # The hold alone: the fallback is tests/acceptance/test_bounded_context_sigkill.py's.
+            max_context=100_000,
         )
         for turn in range(CALLS):
             conv.append(user(f"turn {turn}: " + "please note this fact. " * 16))
@@ -136,7 +138,12 @@ def _chunked_task(app: Cairn, summarizer: LLMSummarizer) -> Any:
     @app.task(name="big", retry=None)
     def big(ctx: Context) -> dict[str, Any]:
         conv = ctx.conversation(
-            "main", threshold=4000, keep_tail=500, summarizer=summarizer, summary_tokens=200
+            "main",
+            threshold=4000,
+            keep_tail=500,
+            summarizer=summarizer,
+            summary_tokens=200,
+            max_context=100_000,  # a failure stays a failure: no fallback under the bound
         )
         for i in range(16):
             conv.append(user(f"note {i}: " + "the data says something. " * 80))
@@ -214,6 +221,7 @@ def test_fidelity_replays_compaction_with_the_same_rejections_and_hold() -> None
         keep_tail=300,
         counter=DEFAULT_COUNTER,
         summary_tokens=300,
+        max_context=100_000,  # the hold alone: the fallback is test_bounded_context.py's
     )
     assert all(SUMMARY_HEADER not in str(c) for ctx in contexts.values() for c in ctx)
     assert len(contexts[points[-1]]) == points[-1]  # nothing was ever folded

@@ -183,7 +183,8 @@ def test_a_failing_summarizer_leaves_the_history_whole_and_is_retried(app: Cairn
     """A summarizer that raises twice, then works: the failed compactions are
     recorded as failed, every call in the meantime gets the whole history, and
     compaction is tried again once the context has grown by keep_tail tokens
-    after the first failure, twice that after the second, and then succeeds."""
+    after the first failure, twice that after the second, and then succeeds
+    (the bound set high: under the default, the fallback folds before that)."""
     inner = ExtractiveSummarizer(max_tokens=250)
     failures = [2]
 
@@ -194,7 +195,9 @@ def test_a_failing_summarizer_leaves_the_history_whole_and_is_retried(app: Cairn
         return inner(request)
 
     with model_server(DocReader(30)) as server:
-        task = reader_task(app, openai_client(server), summarizer=flaky, keep_tail=400)
+        task = reader_task(
+            app, openai_client(server), summarizer=flaky, keep_tail=400, max_context=100_000
+        )
         app.run(task, task_id="r", goal=GOAL)
     compactions = history_entries(app, "r", "conv")
     first, second, third = compactions[:3]
@@ -219,11 +222,14 @@ def test_a_failing_summarizer_leaves_the_history_whole_and_is_retried(app: Cairn
 
 def test_an_empty_summary_replaces_nothing(app: Cairn) -> None:
     """A summarizer that answers with blanks: the compaction is recorded as failed
-    with the reason, no summary row is written, and the context stays whole."""
+    with the reason, no summary row is written, and the context (under its
+    bound) stays whole."""
 
     @app.task(name="talk")
     def talk(ctx: Context) -> tuple[int, Any]:
-        conv = ctx.conversation("main", threshold=50, keep_tail=10, summarizer=lambda r: "  ")
+        conv = ctx.conversation(
+            "main", threshold=50, keep_tail=10, summarizer=lambda r: "  ", max_context=1000
+        )
         for i in range(10):
             conv.append(user(f"message number {i} with some words in it"))
         outcome = conv.compact()

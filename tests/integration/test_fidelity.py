@@ -150,8 +150,9 @@ def test_a_summary_that_drops_the_deciding_fact_scores_below_the_noise_floor(
     """Every turn after a compaction is probed, three times (full, compacted,
     full again). At temperature 0 the model is deterministic: the full history
     agrees with itself every time (the noise floor is 100%); the summary that
-    dropped the rule scores 0%, far below the band, and the one that kept it
-    100%, inside it. At temperature 1 one answer in ten is the other tool: the
+    dropped the rule scores 0%, far below the band (a failure: at a probe
+    where the floor shows no noise its answer differed, twice), and the one
+    that kept it 100%, inside it. At temperature 1 one answer in ten is the other tool: the
     floor drops to about 80% with a band of its own, the faithful summary scores
     inside that band (it is noise, not loss) and the lossy one clearly below it
     (its whole interval under the band)."""
@@ -167,8 +168,15 @@ def test_a_summary_that_drops_the_deciding_fact_scores_below_the_noise_floor(
         assert report["probes"] == report["candidates"] >= 20
         assert report["tools"] == "recorded"
     low = lossy["baseline"]["ci95"][0]
-    assert lossy["verdict"] == "below the noise floor"
     assert lossy["ci95"][1] < low
+    if temperature == "0":
+        # The floor shows no noise: the first disagreement, repeated, is a failure.
+        first = lossy["disagreements"][0]["position"]
+        assert lossy["verdict"] == f"failure: a critical loss at probe {first}"
+        assert lossy["critical"] == first
+    else:
+        assert lossy["verdict"] == "below the noise floor"
+        assert lossy["critical"] is None
     assert faithful["verdict"] == "within the noise floor"
     assert faithful["ci95"][1] >= faithful["baseline"]["ci95"][0]
     if temperature == "0":
@@ -195,11 +203,12 @@ def test_a_cap_probes_a_stratified_sample_and_the_library_measures_the_same(
         decide = next_tool_call(openai_client(running), model="m")
         first = fidelity(rows, None, decide, max_probes=8, seed=3, same=same_tool)
         again = fidelity(rows, None, decide, max_probes=8, seed=3, same=same_tool)
-        assert running.requests == 2 * 3 * 8
+        # Three asks per probe, and one more to confirm the first disagreement.
+        assert running.requests == 2 * (3 * 8 + 1)
     assert first.probes == 8 < first.candidates
     assert first.positions == again.positions
     assert first.rate == 0.0
-    assert first.verdict == "below the noise floor"
+    assert first.verdict == f"failure: a critical loss at probe {first.positions[0]}"
 
 
 # -- handoff: Day 2 against Day 1's archive followed by Day 2 -----------------------------

@@ -216,16 +216,23 @@ def test_sdk_errors_map_to_cairns_classes() -> None:
 
 def test_a_summarizer_error_that_echoes_a_key_is_recorded_redacted(app: Cairn) -> None:
     """Any summarizer's error text (not only the SDKs') is redacted before the
-    failed compaction is recorded."""
+    failed compaction is recorded, and before a fallback records it as its
+    reason (the context over its bound, cairn.agent.fallback)."""
 
     def leaky(request: Any) -> str:
         raise RuntimeError("upstream refused key sk-live-0123456789abcdef")
 
     @app.task(name="c")
-    def compact(ctx: Context) -> str | None:
-        conv = ctx.conversation("c", threshold=50, keep_tail=10, summarizer=leaky)
+    def compact(ctx: Context, bound: int) -> str | None:
+        conv = ctx.conversation(
+            "c", threshold=50, keep_tail=10, summarizer=leaky, max_context=bound
+        )
         for i in range(6):
             conv.append(user(f"message {i} " + "words " * 20))
-        return conv.compact().error  # type: ignore[no-any-return]
+        done = conv.compact()
+        row = conv.row_at(done.idx) if done.ok else None
+        return done.error if row is None else str((row.meta or {})["fallback_reason"])
 
-    assert app.run(compact, task_id="c") == f"RuntimeError: upstream refused key {REDACTED}"
+    expected = f"RuntimeError: upstream refused key {REDACTED}"
+    assert app.run(compact, task_id="c", bound=100_000) == expected
+    assert app.run(compact, task_id="f", bound=100) == expected

@@ -72,6 +72,8 @@ class SummaryCover:
     covers_until: int
     tokens: int
     active: bool
+    # Why the extractive fallback wrote it (cairn.agent.fallback), or None.
+    fallback_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +109,7 @@ class ConversationDetail:
             "rows": stats.rows,
             "compactions": stats.compactions,
             "compactions short of the threshold": stats.short_compactions,
+            "compactions by the fallback": stats.fallback_compactions,
             "archived messages": stats.archived_messages,
             "active tokens": stats.active_tokens,
             "tokens without compaction": stats.full_tokens,
@@ -120,7 +123,11 @@ def _covers(rows: list[StoredMessage], active: frozenset[int]) -> list[SummaryCo
     for row in rows:
         if row.kind != "summary" or row.covers_until is None:
             continue
-        covers.append(SummaryCover(row.idx, first, row.covers_until, row.tokens, row.idx in active))
+        reason = (row.meta or {}).get("fallback_reason")
+        cover = SummaryCover(
+            row.idx, first, row.covers_until, row.tokens, row.idx in active, reason
+        )
+        covers.append(cover)
         first = row.covers_until + 1
     return covers
 

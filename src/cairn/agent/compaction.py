@@ -23,6 +23,12 @@ summary), and compaction is not tried again until the context has grown by
 that, a summarizer whose summaries are as big as the threshold made a
 compaction at nearly every call. The hold is part of each recorded outcome, so
 a replay, or a process resumed after a crash, holds off exactly as the first run did.
+
+A context over the conversation's hard bound (``max_context``) is compacted
+whatever the hold says, and if the summarizer is held off or gives no
+acceptable summary, the head is folded into an extractive summary instead
+(``cairn.agent.fallback``), recorded in the same entry: the context never
+stays over the bound, and a replay takes the same path.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from cairn.agent._window import Row, split_point
 from cairn.agent.chunked import Parts, described, in_parts, part_name, parts_machine
+from cairn.agent.fallback import FALLBACK, extractive_text, fallback_cut, header_tokens
 from cairn.agent.pricing import Usage
 from cairn.agent.summarize import (
     TRUNCATED,
@@ -104,6 +111,28 @@ def _plan(conv: Conversation) -> _Plan | None:
     return _Plan(tail[:cut], tail[cut:], conv.tokens)
 
 
+def _over(conv: Conversation) -> bool:
+    """Whether the context is over its hard bound: compacted whatever the hold."""
+    return conv.tokens > conv.max_context
+
+
+def _held(conv: Conversation) -> bool:
+    """Whether a recent miss holds the summarizer off here."""
+    return conv._failed_at == conv.position or conv.tokens < conv._hold_until
+
+
+def _fallback_plan(conv: Conversation) -> tuple[_Plan, int] | None:
+    """The head the fallback folds, and its summary's budget
+    (``cairn.agent.fallback.fallback_cut``)."""
+    window = conv._window
+    system = 0 if window.system is None else window.system.tokens
+    room = conv.max_context - system - header_tokens(conv.counter)
+    cut, budget = fallback_cut(window.tail, conv.keep_tail, room, conv.summary_tokens)
+    if cut == 0:
+        return None
+    return _Plan(window.tail[:cut], window.tail[cut:], conv.tokens), budget
+
+
 def _entry_name(conv: Conversation) -> str:
     return f"compact {conv.name}"
 
@@ -124,11 +153,9 @@ def _due(conv: Conversation, force: bool) -> bool:
         # A summary row the entry did not get to record (a crash between the two
         # commits) still means a compaction happened here.
         return conv.row_at(conv.position).kind == "summary"
-    if not force and (
-        conv.tokens <= conv.threshold
-        or conv._failed_at == conv.position
-        or conv.tokens < conv._hold_until
-    ):
+    if not force and _over(conv):
+        return _plan(conv) is not None or _fallback_plan(conv) is not None
+    if not force and (conv.tokens <= conv.threshold or _held(conv)):
         return False
     return _plan(conv) is not None
 
@@ -152,6 +179,10 @@ def compaction_machine(conv: Conversation, *, force: bool = False) -> Machine[Co
         raise conv._run.poisoned
     if not _due(conv, force):
         return None
+    if _over(conv) and (_held(conv) or _plan(conv) is None) and not _parts_recorded(conv):
+        # The summarizer is held off (or has nothing to fold): straight to the fallback.
+        fn: Callable[[], Any] = _direct_fallback(conv)
+        return (yield from _recorded(conv, fn))
     plan = _plan(conv)
     parts = None
     request = None if plan is None else _request(conv, plan)
@@ -159,9 +190,21 @@ def compaction_machine(conv: Conversation, *, force: bool = False) -> Machine[Co
     if plan is not None and request is not None and chunks is not None:
         parts = yield from parts_machine(conv, _entry_name(conv), plan.head, request, chunks)
     if parts is None and is_async_summarizer(conv.summarizer):
-        fn: Callable[[], Any] = _async_compact(conv, plan)
+        fn = _async_compact(conv, plan)
     else:
         fn = _sync_compact(conv, plan, parts)
+    return (yield from _recorded(conv, fn))
+
+
+def _parts_recorded(conv: Conversation) -> bool:
+    """Whether the record holds a compaction in parts here (one a cairn without
+    the bound made): it replays as recorded, never as a direct fallback."""
+    upcoming = conv._run.history.get(conv._run.seq + 1)
+    return upcoming is not None and upcoming.name == part_name(_entry_name(conv), 1)
+
+
+def _recorded(conv: Conversation, fn: Callable[[], Any]) -> Machine[Compaction]:
+    """The compaction's entry, made by calling ``fn`` (or replayed), taken in."""
     outcome: Outcome = yield from step_machine(
         conv._run,
         "conv",
@@ -265,7 +308,7 @@ def _from_parts(conv: Conversation, plan: _Plan, parts: Parts) -> Outcome:
     entries hold the usage of their requests, so this one holds none."""
     if parts.error is not None or parts.summary is None:
         error = parts.error or "the summarizer answered no part"
-        return {**_failed(conv, plan, error), "parts": parts.count}
+        return _missed(conv, plan, error, {"parts": parts.count})
     return _finish(conv, plan, parts.summary, parts=parts.count)
 
 
@@ -286,12 +329,62 @@ def _failed(conv: Conversation, plan: _Plan | None, error: str) -> Outcome:
 def _failed_summary(conv: Conversation, plan: _Plan, error: Exception) -> Outcome:
     """The outcome of a summarizer that raised ``error``; with the usage of the
     calls it had made before (paid for: ``SummaryFailed``), so that ``cairn
-    cost`` counts them."""
+    cost`` counts them. Over the bound, the fallback's."""
     if not isinstance(error, SummaryFailed):
-        return _failed(conv, plan, described(error))
+        return _missed(conv, plan, described(error), {})
     paid = error.paid
-    outcome = _failed(conv, plan, described(error.error))
-    return {**outcome, **_usage_fields(conv, paid.usage, paid.model)}
+    return _missed(conv, plan, described(error.error), _usage_fields(conv, paid.usage, paid.model))
+
+
+def _missed(conv: Conversation, plan: _Plan | None, error: str, paid: dict[str, Any]) -> Outcome:
+    """A summary that failed or was refused: the fallback's summary when the
+    context is over its bound, else a failed compaction (nothing replaced)."""
+    if _over(conv):
+        return _fall_back(conv, error, paid, asked=True)
+    return {**_failed(conv, plan, error), **paid}
+
+
+def _direct_fallback(conv: Conversation) -> Callable[[], Outcome]:
+    """The entry's function when the summarizer is held off over the bound."""
+
+    def compact() -> Outcome:
+        adopted = _adopted(conv)
+        if adopted is not None:
+            return adopted
+        reason = (
+            f"the summarizer is held off after {conv._misses} miss(es) in a row "
+            f"(until {conv._hold_until} tokens)"
+        )
+        return _fall_back(conv, reason, {}, asked=False)
+
+    return compact
+
+
+def _fall_back(conv: Conversation, reason: str, paid: dict[str, Any], *, asked: bool) -> Outcome:
+    """Fold the head into an extractive summary, the context being over its
+    bound (``cairn.agent.fallback``); ``reason`` says why the summarizer's
+    would not do, ``paid`` carries the usage of its calls, ``asked`` whether
+    it was asked (a miss more, so a longer hold)."""
+    planned = _fallback_plan(conv)
+    if planned is None:
+        return {**_failed(conv, None, f"{reason}; and nothing can be folded"), **paid}
+    plan, budget = planned
+    messages = [row.message for row in plan.head]
+    text = extractive_text(conv.summary, messages, budget, conv.counter)
+    misses = conv._misses + int(asked)
+    extra = {"fallback": FALLBACK, "fallback_reason": reason, **paid}
+    outcome = _summary_row(conv, plan, text, extra, misses=max(1, misses))
+    log.warning(
+        "task %s, conversation %r: %s; the head (%d messages) was folded into an extractive "
+        "summary instead, leaving %s tokens against a bound of %d (max_context)",
+        conv.task_id,
+        conv.name,
+        reason,
+        len(plan.head),
+        outcome["tokens_after"],
+        conv.max_context,
+    )
+    return outcome
 
 
 def _rejected(conv: Conversation, summary: Summary, text: str) -> str | None:
@@ -331,39 +424,69 @@ def _summarizer_name(conv: Conversation) -> str:
 def _finish(conv: Conversation, plan: _Plan, result: SummaryResult, *, parts: int = 0) -> Outcome:
     """Write the summary row of ``result`` (unless it is rejected) and return the
     outcome. A summary folded in ``parts`` records no usage: each part's entry
-    holds its own."""
+    holds its own. Over the bound, a summary rejected gives way to the
+    fallback's, and so does one that would leave the context over it."""
     summary = as_summary(result)
     text = summary.text.strip()
     paid = {"parts": parts} if parts else _usage_fields(conv, summary.usage, summary.model)
     rejected = _rejected(conv, summary, text)
     if rejected is not None:
-        return {**_failed(conv, plan, rejected), **paid}
-    message = summary_message(text)
-    tokens = count_message(message, conv.counter)
+        return _missed(conv, plan, rejected, paid)
+    after = _tokens_after(conv, plan, count_message(summary_message(text), conv.counter))
+    if after > conv.max_context:
+        # Kept, it would leave the context over the bound, over it already or not.
+        reason = f"the summary left {after} tokens, over the bound of {conv.max_context}"
+        return _fall_back(conv, reason, paid, asked=True)
+    return _summary_row(conv, plan, text, paid)
+
+
+def _tokens_after(conv: Conversation, plan: _Plan, summary_tokens: int) -> int:
     window = conv._window
     system_tokens = 0 if window.system is None else window.system.tokens
+    return system_tokens + summary_tokens + sum(row.tokens for row in plan.kept)
+
+
+def _summary_row(
+    conv: Conversation,
+    plan: _Plan,
+    text: str,
+    extra: dict[str, Any],
+    *,
+    misses: int | None = None,
+) -> Outcome:
+    """Write the summary row of ``text`` folding ``plan``'s head, with ``extra``
+    in its meta, and return the compaction's outcome. ``misses`` (a fallback's)
+    sets the hold from the misses in a row, whatever the context left."""
+    message = summary_message(text)
+    tokens = count_message(message, conv.counter)
     before = conv.stats
     head_tokens = sum(row.full_tokens for row in plan.head)
-    after = system_tokens + tokens + sum(row.tokens for row in plan.kept)
+    after = _tokens_after(conv, plan, tokens)
     short = after > conv.threshold - margin(conv.threshold)
+    if misses is None:
+        hold = _hold(conv, after, missed=short)
+    else:
+        hold = {"misses": misses, "hold_until": hold_after(misses, after, conv.keep_tail)}
+    fallback = "fallback" in extra
     meta: dict[str, Any] = {
         "covers_until": plan.head[-1].idx,
         "tokens_before": plan.tokens_before,
         "tokens_after": after,
         "short": short,
         "short_compactions": before.short_compactions + int(short),
-        **_hold(conv, after, missed=short),
+        **hold,
         "head_messages": len(plan.head),
         "head_tokens": head_tokens,
         "archived_messages": before.archived_messages + len(plan.head),
         "archived_tokens": before.archived_tokens + head_tokens,
         "compactions": before.compactions + 1,
+        "fallback_compactions": before.fallback_compactions + int(fallback),
         "summarizer": _summarizer_name(conv),
-        **paid,
+        **extra,
     }
     row = Row(conv.position, message, tokens, "summary", plan.head[-1].idx, meta)
     conv.write(row)
-    if short:
+    if short and not fallback:
         _report_miss(conv, meta)
     return {"ok": True, "idx": row.idx, **meta}
 

@@ -58,6 +58,7 @@ from cairn.agent.archive import StoredMessage, iter_history
 from cairn.agent.clearing import Cleared, ToolResultClearing, to_clear
 from cairn.agent.compaction import compaction_machine
 from cairn.agent.conversation_stats import ConversationStats, stats_of
+from cairn.agent.fallback import bound_of
 from cairn.agent.handoff import archive_part, build_handoff, seed_rows
 from cairn.agent.message_blobs import MessageReader, offload_content
 from cairn.agent.messages import Message, dumps, normalize, text_of
@@ -108,6 +109,7 @@ class Conversation:
         client: Any,
         summary_tokens: int,
         clear_tool_results: ToolResultClearing | None = None,
+        max_context: int | None = None,
     ) -> None:
         if not 0 < keep_tail < threshold:
             raise ValueError(
@@ -118,6 +120,8 @@ class Conversation:
         self.name = name
         self.threshold = threshold
         self.keep_tail = keep_tail
+        # The hard bound on the active context (cairn.agent.fallback).
+        self.max_context = bound_of(name, threshold, max_context)
         self.summarizer = summarizer
         self.counter = counter
         self.prices = prices
@@ -480,6 +484,7 @@ def open_conversation(
     start_from: Mapping[str, Any] | str | None = None,
     summary_tokens: int = DEFAULT_SUMMARY_TOKENS,
     clear_tool_results: ToolResultClearing | None = None,
+    max_context: int | None = None,
 ) -> Conversation:
     """``ctx.conversation``: open (or create) conversation ``name`` of the task.
 
@@ -508,6 +513,7 @@ def open_conversation(
         client=client,
         summary_tokens=summary_tokens,
         clear_tool_results=clear_tool_results,
+        max_context=max_context,
     )
     conv.open(system, start_from)
     known[name] = conv

@@ -16,7 +16,9 @@ class ConversationStats:
     """Counts of one conversation. ``full_tokens`` is what the context would hold
     without compaction: every message ever appended (an estimate).
     ``short_compactions``: compactions that wrote a summary but left the context
-    within a tenth of the threshold (logged, and followed by a hold)."""
+    within a tenth of the threshold (logged, and followed by a hold).
+    ``fallback_compactions``: compactions whose summary is the extractive
+    fallback's, the context being over its bound (``cairn.agent.fallback``)."""
 
     rows: int
     compactions: int
@@ -26,6 +28,7 @@ class ConversationStats:
     full_tokens: int
     short_compactions: int = 0
     cleared_results: int = 0  # tool results in the active context cleared to placeholders
+    fallback_compactions: int = 0
 
 
 def stats_of(window: Window, rows: int) -> ConversationStats:
@@ -44,4 +47,5 @@ def stats_of(window: Window, rows: int) -> ConversationStats:
         full_tokens=archived + message_tokens,
         short_compactions=int(meta.get("short_compactions", 0)),
         cleared_results=sum(1 for r in window.tail if r.cleared),
+        fallback_compactions=int(meta.get("fallback_compactions", 0)),
     )

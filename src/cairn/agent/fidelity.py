@@ -13,7 +13,14 @@ reported against it, both with 95% Wilson intervals (``FidelityReport``):
   baseline's: the compression changed decisions, clearly more often than the
   model changes its own mind;
 * ``within the noise floor``: the two intervals overlap: no loss the probes can
-  tell from noise (with few probes the intervals are wide: read them too).
+  tell from noise (with few probes the intervals are wide: read them too);
+* ``failure: a critical loss at probe N``, before either: the noise floor shows
+  no noise at all (the full history agreed with itself at every probe) and at
+  probe N the compacted context led to another decision, and led to it again
+  when asked a second time. One such probe is a loss, however high the score:
+  a model that never changes its mind did, on the compacted context alone
+  (``critical_loss``). The second ask is made only at disagreements, in order,
+  until one repeats, so a confirmed probe costs one call more.
 
 Every decision point is probed, up to ``max_probes`` (beyond it, a seeded
 stratified sample: ``cairn.agent.fidelity_points.stratified``). No point to
@@ -134,6 +141,8 @@ class FidelityReport:
     candidates: int = 0
     tools: str = "recorded"
     handoff: dict[str, Any] | None = field(default=None)
+    # The probe whose disagreement is a critical loss (see the module doc), or None.
+    critical: int | None = None
 
     @property
     def rate(self) -> float:
@@ -147,6 +156,8 @@ class FidelityReport:
     @property
     def verdict(self) -> str:
         """Where the score stands against the noise floor (see the module doc)."""
+        if self.critical is not None:
+            return f"failure: a critical loss at probe {self.critical}"
         if self.baseline is None:
             return "no baseline"
         floor, _ = self.baseline.interval
@@ -161,6 +172,7 @@ class FidelityReport:
             "ci95": self.score.to_json()["ci95"],
             "baseline": None if self.baseline is None else self.baseline.to_json(),
             "verdict": self.verdict,
+            "critical": self.critical,
             "candidates": self.candidates,
             "tools": self.tools,
             "handoff": self.handoff,
@@ -195,6 +207,7 @@ def fidelity(
     counter: TokenCounter | None = None,
     summary_tokens: int = 800,
     same: Callable[[Any, Any], bool] | None = None,
+    max_context: int | None = None,
 ) -> FidelityReport:
     """Ask ``decide`` with the full and the compressed history at the decision
     points after a compaction (all of them up to ``max_probes``, a stratified
@@ -223,6 +236,7 @@ def fidelity(
             keep_tail=keep_tail,
             counter=count,
             summary_tokens=summary_tokens,
+            max_context=max_context,
         )
     if not points:
         raise nothing_to_probe(candidates)
@@ -325,6 +339,7 @@ def _measure(
                 sum(count_message(m, counter) for m in point.compressed),
             )
         )
+    noiseless = baseline and repeats == len(points)
     return FidelityReport(
         len(points),
         agreements,
@@ -334,7 +349,25 @@ def _measure(
         candidates,
         tools,
         handoff,
+        critical_loss(points, disagreements, ask, same) if noiseless else None,
     )
+
+
+def critical_loss(
+    points: Sequence[Point],
+    disagreements: Sequence[Disagreement],
+    ask: Callable[[list[Message], Point, str], Any],
+    same: Callable[[Any, Any], bool],
+) -> int | None:
+    """The first disagreement whose compacted answer repeats when asked again
+    (the floor having shown no noise), or None: the rule of the module doc."""
+    by_position = {point.position: point for point in points}
+    for disagreement in disagreements:
+        point = by_position[disagreement.position]
+        again = ask(point.compressed, point, "compacted again")
+        if not same(disagreement.full, again):
+            return disagreement.position
+    return None
 
 
 # -- a model as the decision function -----------------------------------------------------

@@ -28,6 +28,7 @@ from typing import Any
 from cairn.agent._window import Row, Window, split_point
 from cairn.agent.archive import StoredMessage
 from cairn.agent.compaction import hold_after, margin, rejection
+from cairn.agent.fallback import extractive_text, fallback_cut, header_tokens
 from cairn.agent.messages import Message
 from cairn.agent.summarize import (
     SUMMARY_HEADER,
@@ -172,6 +173,7 @@ def simulated_points(
     keep_tail: int,
     counter: TokenCounter,
     summary_tokens: int,
+    max_context: int | None = None,
 ) -> tuple[list[Point], int]:
     """The points to probe in ``messages`` compacted by ``summarizer``: model turns
     whose simulated context is not the full history, and how many there were."""
@@ -184,6 +186,7 @@ def simulated_points(
         keep_tail=keep_tail,
         counter=counter,
         summary_tokens=summary_tokens,
+        max_context=max_context,
     )
     candidates: list[tuple[int, int]] = []
     strata = 0
@@ -222,21 +225,41 @@ def simulated_contexts(
     keep_tail: int,
     counter: TokenCounter,
     summary_tokens: int,
+    max_context: int | None = None,
 ) -> dict[int, list[Message]]:
     """The compressed context at each of ``points``, compacting as a live
-    conversation would (before each model turn, when over ``threshold``)."""
+    conversation would (before each model turn, when over ``threshold``; over
+    the bound, ``max_context``, with the extractive fallback when the
+    summarizer is held off or its summary will not do: cairn.agent.fallback)."""
     wanted, found = set(points), {}
     window, last = Window(), max(points, default=-1)
+    bound = 2 * threshold if max_context is None else max_context
     misses, hold = 0, 0  # the hold after a miss, as cairn.agent.compaction keeps it
     for idx, message in enumerate(messages[: last + 1]):
-        due = window.tokens() > threshold and window.tokens() >= hold
-        if message["role"] == "assistant" and due:
-            _compact(window, summarizer, keep_tail, counter, summary_tokens, idx)
-            if window.tokens() > threshold - margin(threshold):
+        tokens = window.tokens()
+        due = tokens > threshold and tokens >= hold
+        over = tokens > bound
+        if message["role"] == "assistant" and (due or over):
+            cut, text = (0, None)
+            if due:
+                cut, text = _summarized(window, summarizer, keep_tail, counter, summary_tokens)
+            too_big = text is not None and _after(window, cut, text, counter) > bound
+            if too_big:
+                text = None  # it would leave the context over the bound
+            if text is not None:
+                _fold(window, cut, text, counter, idx)
+                if window.tokens() > threshold - margin(threshold):
+                    misses += 1
+                    hold = hold_after(misses, window.tokens(), keep_tail)
+                else:
+                    misses, hold = 0, 0
+            elif over or too_big:
+                misses += int(due)
+                _fall_back(window, bound, keep_tail, counter, summary_tokens, idx)
+                hold = hold_after(max(1, misses), window.tokens(), keep_tail)
+            elif cut:
                 misses += 1
-                hold = hold_after(misses, window.tokens(), keep_tail)
-            else:
-                misses, hold = 0, 0
+                hold = hold_after(misses, tokens, keep_tail)
         if idx in wanted:
             found[idx] = window.messages()
         # Rows at even positions leave room for a summary row just before each.
@@ -244,23 +267,56 @@ def simulated_contexts(
     return found
 
 
-def _compact(
+def _previous(window: Window) -> str | None:
+    return None if window.summary is None else summary_text(window.summary.message)
+
+
+def _summarized(
     window: Window,
     summarizer: Summarizer,
     keep_tail: int,
     counter: TokenCounter,
     summary_tokens: int,
-    idx: int,
-) -> None:
+) -> tuple[int, str | None]:
+    """Where the head ends (0: nothing to fold), and the summarizer's summary
+    of it (None: refused, as compaction refuses one)."""
     cut = split_point(window.tail, keep_tail)
     if cut == 0:
-        return
+        return 0, None
     head = window.tail[:cut]
-    previous = None if window.summary is None else summary_text(window.summary.message)
-    request = SummaryRequest(previous, [r.message for r in head], summary_tokens, counter)
+    request = SummaryRequest(_previous(window), [r.message for r in head], summary_tokens, counter)
     summary = as_summary(summarizer(request))  # type: ignore[arg-type]
     text = summary.text.strip()
-    if rejection(summary, text, counter, summary_tokens) is None:
-        message = summary_message(text)
-        tokens = count_message(message, counter)
-        window.add(Row(2 * idx - 1, message, tokens, "summary", head[-1].idx))
+    return cut, text if rejection(summary, text, counter, summary_tokens) is None else None
+
+
+def _after(window: Window, cut: int, text: str, counter: TokenCounter) -> int:
+    """The context's tokens once the head before ``cut`` is folded into ``text``."""
+    system = 0 if window.system is None else window.system.tokens
+    kept = sum(row.tokens for row in window.tail[cut:])
+    return system + count_message(summary_message(text), counter) + kept
+
+
+def _fold(window: Window, cut: int, text: str, counter: TokenCounter, idx: int) -> None:
+    message = summary_message(text)
+    covers = window.tail[cut - 1].idx
+    window.add(Row(2 * idx - 1, message, count_message(message, counter), "summary", covers))
+
+
+def _fall_back(
+    window: Window,
+    bound: int,
+    keep_tail: int,
+    counter: TokenCounter,
+    summary_tokens: int,
+    idx: int,
+) -> None:
+    """The extractive fallback's fold, as cairn.agent.compaction makes it."""
+    system = 0 if window.system is None else window.system.tokens
+    room = bound - system - header_tokens(counter)
+    cut, budget = fallback_cut(window.tail, keep_tail, room, summary_tokens)
+    if cut == 0:
+        return
+    head = [row.message for row in window.tail[:cut]]
+    text = extractive_text(_previous(window), head, budget, counter)
+    _fold(window, cut, text, counter, idx)

@@ -7,7 +7,8 @@ client itself are never recorded.
 
 ``ctx.llm(conv)`` first compacts the conversation if it is over its threshold,
 then clears old tool results if the conversation has a policy for it
-(``cairn.agent.clearing``), sends its active context, appends the reply to it
+(``cairn.agent.clearing``), sends its active context (never over the
+conversation's ``max_context``: ``cairn.agent.fallback``), appends the reply to it
 (one row, with the usage beside it) and returns it. Its entry records the
 usage, the cost, the tool results it cleared, and the input tokens the call
 would have sent with nothing compacted or cleared (``uncompacted_input``, from
@@ -51,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 from cairn.agent._window import Row
 from cairn.agent.clearing import Cleared
 from cairn.agent.compaction import compaction_machine
+from cairn.agent.fallback import over_bound_error
 from cairn.agent.messages import Message, normalize
 from cairn.agent.metering import meter_for
 from cairn.agent.pricing import DEFAULT_PRICES, PriceTable, Usage
@@ -131,14 +133,18 @@ class Chunks:
     afterwards, ``replayed``). An error of ``on_chunk``'s is raised as
     ``Permanent``: the call is not retried for it."""
 
-    __slots__ = ("live", "on_chunk")
+    __slots__ = ("live", "on_chunk", "tap")
 
-    def __init__(self, on_chunk: OnText | None) -> None:
+    def __init__(self, on_chunk: OnText | None, tap: Callable[[str], None] | None = None) -> None:
         self.on_chunk = on_chunk
         self.live = False
+        # Where live pieces also go: the engine's observer (cairn.observe.lane).
+        self.tap = tap
 
     def __call__(self, text: str) -> Any:
         self.live = True
+        if self.tap is not None:
+            self.tap(text)
         if self.on_chunk is None:
             return None
         try:
@@ -159,6 +165,7 @@ class Chunks:
         """After the call: its recorded text as one chunk, if none came live."""
         if self.live or not reply.content:
             return None
+        self.tap = None  # recorded text is not live: watchers see only live pieces
         result = self(reply.content)
         self.live = False
         return result
@@ -168,8 +175,11 @@ def _callback_failed(exc: Exception) -> Permanent:
     return Permanent(f"on_chunk raised {type(exc).__name__}: {exc}")
 
 
-def _chunks(stream: bool, on_chunk: OnText | None, provider: Provider) -> Chunks | None:
-    """What streams the call, or None when it is not streamed."""
+def _chunks(
+    stream: bool, on_chunk: OnText | None, provider: Provider, run: TaskRun, name: str
+) -> Chunks | None:
+    """What streams the call, or None when it is not streamed; each live piece
+    is also told to the app's observer as a ``call_chunk`` of entry ``name``."""
     if on_chunk is not None and not callable(on_chunk):
         raise ConfigurationError(f"on_chunk= must be a callable, not {type(on_chunk).__name__}")
     if not stream and on_chunk is None:
@@ -179,7 +189,9 @@ def _chunks(stream: bool, on_chunk: OnText | None, provider: Provider) -> Chunks
             "on_chunk= is an async function but the client is sync: pass a plain "
             "function, or an async client (openai.AsyncOpenAI, anthropic.AsyncAnthropic)"
         )
-    return Chunks(on_chunk)
+    return Chunks(
+        on_chunk, lambda text: run.observe("call_chunk", run.seq, "llm", name, value=text)
+    )
 
 
 def _request(
@@ -329,6 +341,9 @@ def _conversation_call(
             return {"idx": row.idx, **row.meta}, []
         if not cleared:
             cleared.append(conv.clear_tool_results())
+        if conv.tokens > conv.max_context:
+            # Even the fallback could not fold enough (cairn.agent.fallback).
+            raise Permanent(over_bound_error(conv.name, conv.tokens, conv.max_context))
         return None, conv.messages
 
     def finish(completion: Completion) -> dict[str, Any]:
@@ -400,7 +415,7 @@ def llm(
 ) -> Reply | Awaitable[Reply]:
     """``ctx.llm``: compact if due, send ``conv``'s active context, append the reply."""
     provider = _provider(client if client is not None else conv.client)
-    chunks = _chunks(stream, on_chunk, provider)
+    chunks = _chunks(stream, on_chunk, provider, ctx._run, f"llm {conv.name}")
     machine = _conversation_call(
         conv,
         provider,
@@ -436,7 +451,7 @@ def llm_call(
 ) -> Reply | Awaitable[Reply]:
     """``ctx.llm_call``: one recorded request, outside any conversation."""
     provider = _provider(client)
-    chunks = _chunks(stream, on_chunk, provider)
+    chunks = _chunks(stream, on_chunk, provider, ctx._run, name)
     table = prices or DEFAULT_PRICES
     request = [normalize(m) for m in messages]
 

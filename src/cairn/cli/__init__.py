@@ -42,6 +42,7 @@ from .retry import retry_command
 from .schedules import schedules_command
 from .show import show_command
 from .signal import signal_command
+from .tail import tail_command
 from .tasks import tasks_command
 from .ui import ui_command
 from .versions import versions_command
@@ -117,6 +118,7 @@ app.command("prune")(prune_command)
 app.command("gc")(gc_command)
 app.command("metrics")(metrics_command)
 app.command("watch")(watch_command)
+app.command("tail")(tail_command)
 app.command("report")(report_command)
 app.command("otel-export")(otel_command)
 app.command("ui")(ui_command)

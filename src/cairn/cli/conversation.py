@@ -80,6 +80,7 @@ def conversation_command(
                 "covers": [c.first, c.covers_until],
                 "tokens": c.tokens,
                 "active": c.active,
+                "fallback_reason": c.fallback_reason,
             }
             for c in detail.summaries
         ]
@@ -110,5 +111,7 @@ def _print_rows(detail: ConversationDetail, shown: list[StoredMessage]) -> None:
 
 def _state(row: StoredMessage, active: frozenset[int]) -> str:
     if row.kind == "summary":
-        return "summary" if row.idx in active else "old summary"
+        state = "summary" if row.idx in active else "old summary"
+        # A summary the extractive fallback wrote says so (cairn.agent.fallback).
+        return f"{state} (fallback)" if (row.meta or {}).get("fallback") else state
     return "active" if row.idx in active else "archived"

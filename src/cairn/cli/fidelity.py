@@ -148,6 +148,11 @@ def _print(report: FidelityReport, probe_task: str) -> None:
             f"({floor.agreements} of {floor.probes}, 95% CI {_percent(*floor.interval)})"
         )
     console.print(f"verdict: {report.verdict}")
+    if report.critical is not None:
+        console.print(
+            f"  the full history agreed with itself at every probe; at probe {report.critical} "
+            "the compacted context decided otherwise, and again when asked a second time"
+        )
     console.print(
         f"probed {report.probes} of {report.candidates} decision points after a compaction; "
         f"tools: {report.tools}"

@@ -15,6 +15,7 @@ import typer
 from cairn.app import Cairn
 from cairn.errors import CairnError, ConfigurationError
 from cairn.observe._time import parse_duration
+from cairn.observe.lane import serve_lane
 from cairn.observe.notifiers import notifiers_for
 from cairn.observe.stalls import StallWatcher
 from cairn.worker import Worker
@@ -97,6 +98,12 @@ OtlpOption = Annotated[
         help="Send live OpenTelemetry spans to this OTLP/HTTP traces URL (cairn-durable[otel]).",
     ),
 ]
+LaneOption = Annotated[
+    bool,
+    typer.Option(
+        "--lane", help="Serve streamed model text to `cairn tail` (nothing of it is stored)."
+    ),
+]
 ServiceOption = Annotated[
     str | None,
     typer.Option("--service", metavar="NAME", help="With --otlp: service.name (default: cairn)."),
@@ -117,6 +124,7 @@ def worker_command(
     otlp: OtlpOption = None,
     service: ServiceOption = None,
     versions: VersionsOption = None,
+    lane: LaneOption = False,
 ) -> None:
     """Claim and run tasks of any batch whose function MODULE:APP registers.
 
@@ -129,6 +137,7 @@ def worker_command(
         app.use_store(store)
     watcher = _start_watcher(app, stall_after, slack, webhook) if watch else None
     tracing = _start_tracing(app, otlp, service) if otlp else None
+    token_lane = serve_lane(app) if lane else None  # after tracing: it passes events on
     try:
         claims = _versions(app, versions)
         worker = Worker(
@@ -146,6 +155,8 @@ def worker_command(
             watcher.stop()
         if tracing is not None:
             tracing.shutdown()  # sends the spans still queued
+        if token_lane is not None:
+            token_lane.close()
         app.close()
     logging.getLogger("cairn").info(
         "cairn worker: ran %d task(s): %d completed, %d failed, %d lost, %d handed back",

@@ -3,9 +3,11 @@
 An app's ``observer`` (``Cairn.observer``; ``no_observer`` unless set) is called
 with an ``Event`` at the boundaries the fault hooks mark: a batch starting and
 ending, a task run starting and ending, each call of a step or model call
-starting, returning, and failing. Live tracing (``cairn.observe.live``) is built
-on it. It watches; it cannot change what happens: whatever it raises is logged
-and swallowed, and with ``no_observer`` no event is even built.
+starting, returning, and failing, and each live piece of a streamed model
+call's text. Live tracing (``cairn.observe.live``) and the token lane
+(``cairn.observe.lane``) are built on it. It watches; it cannot change what
+happens: whatever it raises is logged and swallowed, and with ``no_observer``
+no event is even built.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ log = logging.getLogger("cairn")
 class Event:
     """One boundary. ``point`` is one of ``batch_started``, ``batch_ended``,
     ``task_started``, ``task_ended``, ``call_started``, ``call_returned``,
-    ``call_failed``; the fields that do not apply to it are left empty."""
+    ``call_failed``, ``call_chunk`` (a live piece of a streamed model call's
+    text, in ``value``: cairn.observe.lane); the fields that do not apply to it
+    are left empty."""
 
     point: str
     at: datetime

@@ -21,7 +21,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from cairn.ui import actions, confirm, history, pages
+from cairn.ui import actions, confirm, history, lane, pages
 from cairn.ui.config import UIConfig
 from cairn.ui.filters import Query
 from cairn.ui.middleware import FORM_KEY
@@ -137,6 +137,7 @@ def build_app(config: UIConfig) -> Starlette:
         for path, handler in ACTIONS.items()
     ]
     routes += [
+        Route("/task/tail", partial(lane.tail, config, limiter), methods=["GET"]),
         Route("/favicon.ico", _no_favicon, methods=["GET"]),
         Mount("/static", _static(), name="static"),
     ]

@@ -32,7 +32,7 @@ from cairn.ui.actions import RESOLVE_STATUSES
 from cairn.ui.config import UIConfig
 from cairn.ui.filters import BadQuery, Query, moment, task_query
 from cairn.ui.gantt import gantt
-from cairn.ui.render import Page
+from cairn.ui.render import Page, href
 
 OPS_LIMIT = 200
 # A batch page lists the cost of this many of its tasks (``cairn cost --batch``
@@ -139,6 +139,8 @@ def task(config: UIConfig, query: Query) -> Page:
             # Each `cairn fidelity` run on this task: its probe task's `cairn cost --task` line.
             "probe_costs": [line.cells() for line in probe_costs(config.store, task_id)],
             "cost_columns": COST_COLUMNS,
+            # Its streamed model text, live from the token lane (cairn.observe.lane).
+            "tail_url": href("/task/tail", id=task_id) if view.task.status == "running" else None,
         }
 
     return Page(

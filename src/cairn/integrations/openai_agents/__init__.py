@@ -11,7 +11,8 @@ Inside a cairn task::
         return str(result.final_output)
 
 ``run`` is ``Runner.run`` with every model call and every function tool call
-a recorded entry of the task (``_runner``); ``once_tool`` marks a tool whose
+a recorded entry of the task (``_runner``), ``run_streamed`` the same for
+``Runner.run_streamed`` (``_streamed``); ``once_tool`` marks a tool whose
 calls go through ``ctx.once`` (``operation_key()`` is its key, inside it);
 ``CairnSession`` is the SDK's ``Session`` on a cairn conversation, inside a
 task or on its own (``_session``). A run resumed with another agent
@@ -34,7 +35,7 @@ except ImportError as exc:  # pragma: no cover - the test extra installs it
 from cairn.errors import AgentDefinitionChanged
 from cairn.integrations.openai_agents._fingerprint import fingerprint
 from cairn.integrations.openai_agents._model import RecordedModel, RecordedProvider
-from cairn.integrations.openai_agents._runner import run, run_sync
+from cairn.integrations.openai_agents._runner import run, run_streamed, run_sync
 from cairn.integrations.openai_agents._session import CairnSession
 from cairn.integrations.openai_agents._standalone import SESSION_TASK
 from cairn.integrations.openai_agents._tools import once_tool, operation_key
@@ -49,5 +50,6 @@ __all__ = [
     "once_tool",
     "operation_key",
     "run",
+    "run_streamed",
     "run_sync",
 ]

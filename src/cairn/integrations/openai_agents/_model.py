@@ -4,7 +4,9 @@
 one history entry of the task. The first run sends the request and records the
 response (its output items, usage and estimated cost); a replay returns the
 recorded response and sends nothing. Both runs hand the SDK a response decoded
-from the record, so they see the same objects and save the same items.
+from the record, so they see the same objects and save the same items. A
+streamed call (``stream_response``, ``Runner.run_streamed``) is the same entry
+(``_streamed``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from cairn.agent.pricing import Usage as CairnUsage
 from cairn.agent.provider_errors import behind_framework
 from cairn.engine.run import adrive
 from cairn.engine.steps import step_machine
-from cairn.errors import CairnError, ConfigurationError
+from cairn.errors import CairnError
+from cairn.integrations.openai_agents._streamed import recorded_stream, with_usage
 from cairn.redaction import register_from
 
 if TYPE_CHECKING:
@@ -125,9 +128,15 @@ class RecordedModel(Model):
         return response
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
-        raise ConfigurationError(
-            "cairn records whole model responses: Runner.run_streamed is not supported "
-            "inside cairn.integrations.openai_agents.run; use run() (Runner.run)"
+        """The streamed call as the same recorded entry (``_streamed``)."""
+        state, name = self._state, self.model
+        args, kwargs = with_usage(args, kwargs)
+        return recorded_stream(
+            lambda: self.inner.stream_response(*args, **kwargs),
+            state,
+            name,
+            lambda response: encode_response(response, name, state),
+            decode_response,
         )
 
     async def close(self) -> None:

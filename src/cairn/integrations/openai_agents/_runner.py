@@ -17,12 +17,23 @@ import asyncio
 import dataclasses
 from typing import Any
 
-from agents import Agent, FunctionTool, Handoff, Model, RunConfig, Runner, RunResult
+from agents import (
+    Agent,
+    FunctionTool,
+    Handoff,
+    Model,
+    RunConfig,
+    Runner,
+    RunResult,
+    RunResultStreaming,
+)
+from agents import RunState as SDKRunState
 
 from cairn.agent.pricing import DEFAULT_PRICES, PriceTable
 from cairn.context import Context
 from cairn.engine.run import in_event_loop
 from cairn.integrations._definition import check_definition
+from cairn.integrations.openai_agents._approvals import check_approvals, settled
 from cairn.integrations.openai_agents._fingerprint import changes, fingerprint
 from cairn.integrations.openai_agents._model import RecordedModel, RecordedProvider, model_name
 from cairn.integrations.openai_agents._state import RunState
@@ -39,6 +50,8 @@ async def run(
     prices: PriceTable | None = None,
     retry: Retry | None = None,
     parallel_tools: bool = False,
+    approvals: str = "return",
+    approval_timeout: float | None = None,
     **kwargs: Any,
 ) -> RunResult:
     """``Runner.run(agent, input, ...)`` as a durable part of the task ``ctx`` runs.
@@ -49,13 +62,66 @@ async def run(
     the app's step policy). The function tools of one response run one after
     the other, unless ``parallel_tools`` (then side by side; a crash may run
     again every one in flight); either way each is recorded at the position
-    its place in the response gives it. Raises
+    its place in the response gives it. ``approvals="wait"`` makes each tool
+    approval the run stops at a durable ``ctx.wait_for`` and goes on once it
+    is decided (``_approvals``; ``"return"``: the interruptions come back in
+    the result, as the SDK returns them). Raises
     ``AgentDefinitionChanged`` if the task started this run with another agent
     definition."""
     if not isinstance(ctx, Context):
         raise TypeError(
             f"run() takes the task's ctx first, not {ctx!r}: call it inside a cairn task"
         )
+    check_approvals(approvals)
+    # One clone for the whole run: a run resumed after an approval goes on with it.
+    clone, config, state = _prepared(ctx, agent, run_config, prices, retry, parallel_tools)
+    start: str | list[Any] | SDKRunState[Any] = input
+    while True:
+        try:
+            result = await Runner.run(clone, start, run_config=config, **kwargs)
+        except Exception as exc:
+            if state.failure is not None and state.failure is not exc:
+                raise state.failure from exc  # cairn's own error, not the SDK's wrapping of it
+            raise
+        pending = None if approvals == "return" else settled(ctx, result, approval_timeout)
+        if pending is None:
+            return result
+        start = pending
+
+
+def run_streamed(
+    ctx: Context,
+    agent: Agent[Any],
+    input: str | list[Any],  # noqa: A002 - the name Runner.run_streamed gives it
+    *,
+    run_config: RunConfig | None = None,
+    prices: PriceTable | None = None,
+    retry: Retry | None = None,
+    parallel_tools: bool = False,
+    **kwargs: Any,
+) -> RunResultStreaming:
+    """``Runner.run_streamed(agent, input, ...)`` as a durable part of the task:
+    ``run()``'s recording, with the model's events streamed as they arrive
+    (``_streamed``). Consume ``result.stream_events()`` inside the task, to
+    its end. Options as ``run()``'s (tool approvals come back in the result)."""
+    if not isinstance(ctx, Context):
+        raise TypeError(
+            f"run_streamed() takes the task's ctx first, not {ctx!r}: call it inside a cairn task"
+        )
+    clone, config, _ = _prepared(ctx, agent, run_config, prices, retry, parallel_tools)
+    return Runner.run_streamed(clone, input, run_config=config, **kwargs)
+
+
+def _prepared(
+    ctx: Context,
+    agent: Agent[Any],
+    run_config: RunConfig | None,
+    prices: PriceTable | None,
+    retry: Retry | None,
+    parallel_tools: bool,
+) -> tuple[Agent[Any], RunConfig, RunState]:
+    """The definition checked; the recorded clone of ``agent``, the run config
+    with its models recorded, and the run's shared state."""
     config = run_config or RunConfig()
     _check_definition(ctx, agent, config)
     state = RunState(
@@ -66,12 +132,7 @@ async def run(
     if isinstance(model, Model):
         model = RecordedModel(model, state)
     config = dataclasses.replace(config, model_provider=provider, model=model)
-    try:
-        return await Runner.run(recorded_agent(agent, state), input, run_config=config, **kwargs)
-    except Exception as exc:
-        if state.failure is not None and state.failure is not exc:
-            raise state.failure from exc  # cairn's own error, not the SDK's wrapping of it
-        raise
+    return recorded_agent(agent, state), config, state
 
 
 def run_sync(

@@ -21,7 +21,9 @@ summary row that stands for everything before it, empty. Past ``threshold``
 tokens it compacts like any conversation (a summary plus the recent tail, the
 head kept as the archive: ``cairn conversation``), so ``get_items`` returns
 the summary, as a user message, and the items after it. A summarizer's model
-calls count in ``cairn cost``.
+calls count in ``cairn cost``. Past ``max_context`` (twice the threshold unless
+given) a failing summarizer's place is taken by the extractive fallback
+(``cairn.agent.fallback``), so what ``get_items`` returns stays bounded.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ class CairnSession:
         counter: TokenCounter | None = None,
         prices: PriceTable | None = None,
         session_settings: SessionSettings | None = None,
+        max_context: int | None = None,
     ) -> None:
         check_name("session id", session_id)
         if ctx is not None and store is not None:
@@ -86,6 +89,7 @@ class CairnSession:
             "summarizer": summarizer,
             "counter": counter,
             "prices": prices,
+            "max_context": max_context,  # None: twice the threshold (cairn.agent.fallback)
         }
         self._own = None if ctx is not None else SessionTask(session_id, store)
 

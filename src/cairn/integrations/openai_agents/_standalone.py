@@ -132,6 +132,7 @@ def _opened(run: TaskRun, name: str, options: dict[str, Any]) -> Conversation:
         prices=options["prices"] or DEFAULT_PRICES,
         client=None,
         summary_tokens=800,
+        max_context=options["max_context"],
     )
     conv.open(None, None)
     # No code replays here: the conversation goes on from its last row.

@@ -55,3 +55,23 @@
   });
   document.addEventListener("htmx:sendError", function () { show("offline"); });
 }());
+
+// The task page of a running task: its streamed model text, live, from the
+// token lane (cairn.observe.lane) through /task/tail. Nothing of it is stored.
+(function () {
+  "use strict";
+  document.addEventListener("DOMContentLoaded", function () {
+    var pre = document.getElementById("lane");
+    if (!pre || !window.EventSource) { return; }
+    var source = new EventSource(pre.dataset.tail);
+    source.onmessage = function (event) {
+      var shown = JSON.parse(event.data);
+      if (shown.ended !== undefined) { source.close(); return; }
+      var text = shown.text !== undefined ? shown.text
+        : shown.call !== undefined ? "[" + shown.call + "]\n" : "\n";
+      pre.textContent += text;
+      document.getElementById("lane-section").hidden = false;
+    };
+    source.onerror = function () { source.close(); };
+  });
+}());
