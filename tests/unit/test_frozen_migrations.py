@@ -37,6 +37,9 @@ RELEASED = {
     "postgres/0007_token_limits_and_budgets.sql": (
         "e926c88c5d14b6a7913a6dea2395c1cfa1dc612fe3ce18a4d7af144c8f49d23c"
     ),
+    "postgres/0008_task_priority.sql": (
+        "c3bbcedb18413676f669120c596840097b578487536c01cf5ad9a7a80dfcc403"
+    ),
     "sqlite/0001_initial.sql": ("349d82616b1eb61253e11592a348213d2e256fe6e5d4e5626d4c7a3b9fe8a862"),
     "sqlite/0002_claims_and_late_outcomes.sql": (
         "47640a9a877925cb04764c7c792a3d808a19c7d827ca7904bb47b04c645fe54e"
@@ -55,6 +58,9 @@ RELEASED = {
     ),
     "sqlite/0007_token_limits_and_budgets.sql": (
         "b79538eec684cf08b803d631e770e7f33a1ce0960ca4a79ce0a96109004049d6"
+    ),
+    "sqlite/0008_task_priority.sql": (
+        "c3bbcedb18413676f669120c596840097b578487536c01cf5ad9a7a80dfcc403"
     ),
 }
 

@@ -162,6 +162,8 @@ TASKS = Table(
         # Schema 5: which run of the task this is; a rerun from a step makes the
         # next one (docs/reruns.md), and TASK_RUNS keeps how the earlier ones ended.
         _int("run", default=1),
+        # Schema 8: claims take the highest priority first (docs/workers.md).
+        _int("priority", default=0),
     ),
 )
 
