@@ -48,6 +48,7 @@ from cairn.errors import (
 )
 from cairn.limits import Limit, LimitBook, checked_limits
 from cairn.names import check_name
+from cairn.priority import check_priority
 from cairn.progress import choose_progress
 from cairn.redaction import read_environment, register_secret, shown_url
 from cairn.retry import NO_RETRY, Retry
@@ -631,6 +632,7 @@ class Cairn:
         *,
         key: ItemKey | None = None,
         budget: Budget | None = None,
+        priority: int = 0,
     ) -> int:
         """Add one task per item to ``batch``; an item key already there is skipped.
 
@@ -638,11 +640,13 @@ class Cairn:
         streamed in chunks (each chunk checked before it is written), so a huge
         batch never sits in memory. ``budget`` caps what the batch's model calls
         spend (docs/budgets.md); given again, it leaves the budget as it stands
-        (a raise stays raised).
+        (a raise stays raised). Workers claim tasks of a higher ``priority``
+        first (docs/workers.md); a task already there keeps its own.
         """
         task_def = self._definition(task)
         check_name("batch name", batch)
         _check_budget(budget)
+        check_priority(priority)
         existing = self.store.batch_task_name(batch)
         if existing is not None and existing != task_def.name:
             raise TaskConflict(
@@ -656,7 +660,16 @@ class Cairn:
             args = task_def.encode_arguments(self.codec, item)
             ikey = key(item) if key is not None else item_key(item)
             tid = check_name("task id", f"{batch}/{ikey}")
-            return NewTask(tid, task_def.name, args, self.codec.name, batch, ikey, version=version)
+            return NewTask(
+                tid,
+                task_def.name,
+                args,
+                self.codec.name,
+                batch,
+                ikey,
+                version=version,
+                priority=priority,
+            )
 
         now = self.clock.now()
         if budget is not None:
@@ -680,6 +693,7 @@ class Cairn:
         key: ItemKey | None = None,
         progress: bool | None = None,
         budget: Budget | None = None,
+        priority: int = 0,
     ) -> BatchReport:
         """Enqueue ``items`` into ``batch`` and run every unfinished task of it.
 
@@ -690,7 +704,7 @@ class Cairn:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
         task_def = self._definition(task)
-        self.enqueue(batch, task_def, items, key=key, budget=budget)
+        self.enqueue(batch, task_def, items, key=key, budget=budget, priority=priority)
         shown = choose_progress(progress)
         if task_def.is_async:
             return asyncio.run(_batch.run_async(self.engine(), batch, concurrency, shown))
@@ -706,12 +720,13 @@ class Cairn:
         key: ItemKey | None = None,
         progress: bool | None = None,
         budget: Budget | None = None,
+        priority: int = 0,
     ) -> BatchReport:
         """``run_batch`` for async tasks, from inside an event loop."""
         task_def = self._definition(task)
         if not task_def.is_async:
             raise TaskConflict(f"task {task_def.name!r} is not async; use run_batch for sync tasks")
-        self.enqueue(batch, task_def, items, key=key, budget=budget)
+        self.enqueue(batch, task_def, items, key=key, budget=budget, priority=priority)
         return await _batch.run_async(self.engine(), batch, concurrency, choose_progress(progress))
 
 

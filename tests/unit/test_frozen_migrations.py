@@ -37,6 +37,9 @@ RELEASED = {
     "postgres/0007_token_limits_and_budgets.sql": (
         "e926c88c5d14b6a7913a6dea2395c1cfa1dc612fe3ce18a4d7af144c8f49d23c"
     ),
+    "postgres/0008_task_priority.sql": (
+        "c3bbcedb18413676f669120c596840097b578487536c01cf5ad9a7a80dfcc403"
+    ),
     "postgres/0009_in_flight_logs_and_hours.sql": (
         "9c2d039b2e41441a1eccd02e99cf3130bb2909468a08a16e2da6c5f3a5fdd50b"
     ),
@@ -58,6 +61,9 @@ RELEASED = {
     ),
     "sqlite/0007_token_limits_and_budgets.sql": (
         "b79538eec684cf08b803d631e770e7f33a1ce0960ca4a79ce0a96109004049d6"
+    ),
+    "sqlite/0008_task_priority.sql": (
+        "c3bbcedb18413676f669120c596840097b578487536c01cf5ad9a7a80dfcc403"
     ),
     "sqlite/0009_in_flight_logs_and_hours.sql": (
         "cd39eb9480757b575054f69688c8b386aae87d326a103da4bf29fa09825b5fbe"

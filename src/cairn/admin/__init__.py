@@ -57,6 +57,7 @@ from cairn.admin.listing import (
 )
 from cairn.admin.metrics import MetricsSummary, metrics_summary
 from cairn.admin.operations import OperationView, Resolved, in_doubt, operations, resolve
+from cairn.admin.priorities import set_batch_priority, set_priority
 from cairn.admin.reruns import (
     ForkPoint,
     RerunDone,
@@ -144,6 +145,8 @@ __all__ = [
     "run_history",
     "selection",
     "send_signal",
+    "set_batch_priority",
+    "set_priority",
     "stalls_in",
     "task_diff",
     "task_page",

@@ -35,6 +35,7 @@ from .metrics import metrics_command
 from .move import export_command, import_command
 from .ops import ops_app
 from .otel import otel_command
+from .priority import priority_command
 from .prune import gc_command, prune_command
 from .report import report_command
 from .rerun import rerun_command
@@ -100,6 +101,7 @@ app.command("rerun")(rerun_command)
 app.command("diff")(diff_command)
 app.command("audit")(audit_command)
 app.command("signal")(signal_command)
+app.command("priority")(priority_command)
 app.command("demo")(demo_command)
 app.command("chaos")(chaos_command)
 app.add_typer(ops_app, name="ops")

@@ -38,6 +38,9 @@ def enqueue_command(
         ),
     ],
     store: AppStoreOption = None,
+    priority: Annotated[
+        int, typer.Option(help="The tasks' priority: workers claim higher ones first.")
+    ] = 0,
 ) -> None:
     """Add one task per line of ITEMS.jsonl to BATCH, to be run by `cairn worker`.
 
@@ -51,7 +54,7 @@ def enqueue_command(
     task_def = _registered(app, target, task)
     try:
         parsed = _read_items(items, task_def, app)
-        new = app.enqueue(batch, task_def, parsed)
+        new = app.enqueue(batch, task_def, parsed, priority=priority)
     except CairnError as exc:
         fail(str(exc))
     finally:

@@ -72,6 +72,7 @@ def spawn(
         run.task_id,
         engine.version,
         parent_fence=run.fence,
+        priority=run.priority,
     )
     # Insert-if-absent: a parent that died after this and before its record
     # finds its child here on the next run, and the check below accepts it.

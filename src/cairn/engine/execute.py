@@ -126,6 +126,7 @@ def _prepare(engine: EngineConfig, record: TaskRecord) -> _Prepared:
         group=_group_of(engine),
         run_number=record.run,
         budget=task.budget,
+        priority=record.priority,
     )
     run.on_change, run.rerun_models = engine.change_policy(task)
     engine.leases.follow(record.id, record.fence, lambda: run.in_flight)

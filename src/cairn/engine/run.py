@@ -268,6 +268,8 @@ class TaskRun:
     # it); None for a run made outside an app.
     engine: EngineConfig | None = None
     seq: int = field(default=0)
+    # The task's priority: the children it spawns are claimed at the same one.
+    priority: int = 0
     # Set once replay has diverged (or a step called ctx from inside itself):
     # every later call raises it again, so an agent's ``except Exception:``
     # cannot carry on at misaligned positions.

@@ -117,6 +117,14 @@ class AdminStore(Store, Protocol):
         """Move a failed (or cancelled) task back to pending with a fresh budget."""
         ...
 
+    def set_priority(self, task_id: str, priority: int, now: datetime) -> bool:
+        """Give a pending or waiting task ``priority``; False if it is not one."""
+        ...
+
+    def set_batch_priority(self, batch: str, priority: int, now: datetime) -> int:
+        """``set_priority`` for every pending or waiting task of ``batch``; how many."""
+        ...
+
     def cancel_batch(self, batch: str, status: str, now: datetime) -> list[str]:
         """Cancel every task of ``batch`` that is ``status`` (pending, running or
         waiting) at once; the ids cancelled, in enqueue order."""

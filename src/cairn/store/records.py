@@ -48,6 +48,8 @@ class NewTask:
     # parent is running under that fence, in the same statement, so a cancel
     # that cascades to the parent's children cannot miss one made meanwhile.
     parent_fence: int | None = None
+    # Claims take the highest priority first (a spawned child: its parent's).
+    priority: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,8 @@ class TaskRecord:
     version: str | None = None
     # Which run of the task this is: 1, until a rerun from a step makes the next.
     run: int = 1
+    # Claims take the highest priority first; within one, the enqueue order.
+    priority: int = 0
 
 
 class InFlightNote(NamedTuple):

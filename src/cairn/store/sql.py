@@ -42,7 +42,8 @@ INSERT_BATCH = (
 )
 INSERT_TASK = (
     "INSERT INTO tasks (id, batch, item_key, name, args, codec, status, created_at, "
-    "updated_at, parent_id, version) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?) "
+    "updated_at, parent_id, version, priority) "
+    "VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?) "
     "ON CONFLICT (id) DO NOTHING"
 )
 # A spawned child (ctx.spawn), made only while its parent runs under the fence
@@ -51,7 +52,8 @@ INSERT_TASK = (
 # child; or this insert waits for the cancel, then finds the fence moved).
 INSERT_CHILD = (
     "INSERT INTO tasks (id, batch, item_key, name, args, codec, status, created_at, "
-    "updated_at, parent_id, version) SELECT ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ? "
+    "updated_at, parent_id, version, priority) "
+    "SELECT ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ? "
     "WHERE EXISTS (SELECT 1 FROM tasks WHERE id = ? AND fence = ? AND status = 'running'{lock}) "
     "ON CONFLICT (id) DO NOTHING"
 )
@@ -100,7 +102,8 @@ CLAIM_SET = (
 # (SQLite's INDEXED BY), so the claim never walks finished rows however many
 # there are; PostgreSQL's planner picks that partial index on its own.
 NEXT_PENDING = (
-    "SELECT pos FROM tasks{index} WHERE {filter} AND status = 'pending' ORDER BY pos LIMIT 1{lock}"
+    "SELECT pos FROM tasks{index} WHERE {filter} AND status = 'pending' "
+    "ORDER BY priority DESC, pos LIMIT 1{lock}"
 )
 CLAIM_NEXT = (
     f"UPDATE tasks SET {CLAIM_SET} WHERE pos = ({NEXT_PENDING}) "

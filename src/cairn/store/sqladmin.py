@@ -221,6 +221,20 @@ class SQLAdmin(SQLCore):
         with self._writing():
             return self._write_once(sqlviews.RETRY, (stamp, task_id), own).rowcount == 1
 
+    # Setting a priority is the same change made twice: a statement run again
+    # after a lost answer does no harm, so no read of what it left is needed.
+    def set_priority(self, task_id: str, priority: int, now: datetime) -> bool:
+        params = (priority, self._ts(now), task_id)
+        with self._writing():
+            return self._exec(sqlviews.SET_PRIORITY, params).rowcount == 1
+
+    def set_batch_priority(self, batch: str, priority: int, now: datetime) -> int:
+        params = (priority, self._ts(now), batch)
+        with self._writing():
+            changed = self._exec(sqlviews.SET_BATCH_PRIORITY, params).rowcount
+        self._after_bulk_change(changed)
+        return changed
+
     def cancel_batch(self, batch: str, status: str, now: datetime) -> list[str]:
         stamp = self._ts(now)
         own = (sqlviews.BATCH_CANCELLED_AT, (batch, stamp))

@@ -67,6 +67,7 @@ def task_row(task: NewTask, stamp: Any) -> tuple[Any, ...]:
         stamp,
         task.parent_id,
         task.version,
+        task.priority,
     )
 
 

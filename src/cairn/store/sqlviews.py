@@ -34,6 +34,17 @@ CANCEL = (
     "lease_expires_at = NULL, finished_at = ?, updated_at = ? "
     "WHERE id = ? AND (status = 'pending' OR status = 'running' OR status = 'waiting')"
 )
+# A task's priority, changed while it has not run yet (pending) or waits (a
+# signal, a timeout): what the next claim reads. A running or finished task
+# keeps its own; it is not claimed again before it ends.
+SET_PRIORITY = (
+    "UPDATE tasks SET priority = ?, updated_at = ? "
+    "WHERE id = ? AND (status = 'pending' OR status = 'waiting')"
+)
+SET_BATCH_PRIORITY = (
+    "UPDATE tasks SET priority = ?, updated_at = ? "
+    "WHERE batch = ? AND (status = 'pending' OR status = 'waiting')"
+)
 RETRY = (
     "UPDATE tasks SET status = 'pending', retry_base = attempts, result = NULL, "
     "finished_at = NULL, updated_at = ? "

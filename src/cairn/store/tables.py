@@ -162,6 +162,8 @@ TASKS = Table(
         # Schema 5: which run of the task this is; a rerun from a step makes the
         # next one (docs/reruns.md), and TASK_RUNS keeps how the earlier ones ended.
         _int("run", default=1),
+        # Schema 8: claims take the highest priority first (docs/workers.md).
+        _int("priority", default=0),
         # Schema 9: the entry the task's owner is running now (its position,
         # name, and when it began), noted by the lease heartbeat, not by the
         # step itself (cairn.engine.leases): the dashboard's and the stall
