@@ -12,10 +12,11 @@ On SQLite and on PostgreSQL.
 from __future__ import annotations
 
 import signal
-from pathlib import Path
 
 import pytest
 
+# A fresh store of each backend (a fixture, found by name).
+from tests.acceptance.test_orphans_first import scene as scene
 from tests.acceptance.test_workers_postgres import (
     Scene,
     enqueue,
@@ -30,18 +31,6 @@ pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
 PENDING = 100_000
 TIMEOUT_SECONDS = 120.0
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def scene(request: pytest.FixtureRequest, tmp_path: Path) -> Scene:
-    """A fresh store of each backend."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'priority.db'}"
-    else:
-        url = str(request.getfixturevalue("pg_url"))
-    made = Scene(url, tmp_path)
-    made.gate.mkdir()
-    return made
 
 
 def _started(scene: Scene) -> list[str]:

@@ -126,10 +126,15 @@ def test_a_batch_rerun_from_analyze_from_the_dashboard(
     assert _text(driver, "#diff-changed") == str(len(BROKEN))
     first = next(iter(sorted(BROKEN)))
     driver.get(url + f"/task?id={quote(f'{BATCH}/app_id={first}', safe='')}")
-    runs = driver.find_elements(by.CSS_SELECTOR, "#runs tbody tr")
-    assert [row.text.split()[0] for row in runs] == ["1", "2"]
-    assert "3 analyze" in runs[0].text
-    assert "ui:mika" in runs[0].text
+
+    def run_rows(d: Any) -> list[str] | None:
+        # Read whole, again if a live update replaced the table meanwhile (_wait).
+        texts = [row.text for row in d.find_elements(by.CSS_SELECTOR, "#runs tbody tr")]
+        return texts if [t.split()[0] for t in texts if t] == ["1", "2"] else None
+
+    runs = _wait(driver, run_rows)
+    assert "3 analyze" in runs[0]
+    assert "ui:mika" in runs[0]
     driver.get(url + "/audit")
     (entry,) = driver.find_elements(by.CSS_SELECTOR, "#audit tbody tr")
     cells = [cell.text for cell in entry.find_elements(by.TAG_NAME, "td")]

@@ -58,7 +58,17 @@ def fill(store: SQLStore) -> dict[str, list[Any]]:
     messages written, as records."""
     store.enqueue(
         [
-            NewTask(PARENT, "report", '{"n":1}', "json", BATCH, "n=1", "other/root", version="v1"),
+            NewTask(
+                PARENT,
+                "report",
+                '{"n":1}',
+                "json",
+                BATCH,
+                "n=1",
+                "other/root",
+                version="v1",
+                priority=4,
+            ),
             NewTask(CHILD, "report", '{"n":2}', "json", BATCH, "n=2", PARENT, version="v1"),
         ],
         at(0),

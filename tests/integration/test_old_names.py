@@ -70,7 +70,8 @@ def _crawl_app(url: str, feed: Feed, names: dict[str, Any], calls: Counter[str])
 
 def _rename_as_the_older_cairn_wrote(path: Path, old_name: str) -> None:
     """Rewrite, in the file itself, every history row named after the
-    placeholder (a map's head and its items) to carry ``old_name`` instead."""
+    placeholder (a map's head and its items) to carry ``old_name`` instead,
+    with no checksum: a cairn before schema 6 wrote none."""
     conn = sqlite3.connect(path)
     try:
         rows = conn.execute("SELECT seq, name FROM steps WHERE task_id = 'crawl'").fetchall()
@@ -78,7 +79,10 @@ def _rename_as_the_older_cairn_wrote(path: Path, old_name: str) -> None:
             (name.replace(PLACEHOLDER, old_name), seq) for seq, name in rows if PLACEHOLDER in name
         ]
         assert renamed, rows
-        conn.executemany("UPDATE steps SET name = ? WHERE task_id = 'crawl' AND seq = ?", renamed)
+        conn.executemany(
+            "UPDATE steps SET name = ?, checksum = NULL WHERE task_id = 'crawl' AND seq = ?",
+            renamed,
+        )
         conn.commit()
         (stored,) = conn.execute("SELECT name FROM steps WHERE task_id = 'crawl' AND seq = 1")
         assert stored[0].startswith(old_name), stored  # the file holds the name as given

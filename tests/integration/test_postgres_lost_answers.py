@@ -320,7 +320,7 @@ def test_a_claim_of_the_next_task_whose_answer_was_lost_takes_no_second_task(
     the first running under this process until it is taken back as
     "interrupted". Every task runs its step once, none counts an interruption."""
     runs: Counter[str] = Counter()
-    claim_next = b"AND status = 'pending' ORDER BY pos LIMIT 1 FOR UPDATE SKIP LOCKED"
+    claim_next = b"AND status = 'pending' ORDER BY priority DESC, pos LIMIT 1 FOR UPDATE SKIP LOCKED"
     with answer_lost(shared_db, claim_next, b"UPDATE 1") as (proxy, url):
         app, work = _counting_app(url, runs)
         with app:
@@ -399,7 +399,9 @@ def test_a_reclaim_after_resolve_whose_answer_was_lost_does_not_put_the_key_in_d
     with app, pytest.raises(TaskFailed, match="in doubt"):
         app.run(pay, order="r-2")
     with closing(open_store(shared_db)) as store:
-        resolved = resolve(store, "", "pay/r-2", "released", permanent=False, now=app.clock.now())
+        resolved = resolve(
+            store, "", "pay/r-2", "released", permanent=False, now=app.clock.now(), confirmed=True
+        )
     assert resolved.changed, resolved.message
     assert _pay_losing_the_reclaim(shared_db, "raise", "r-2") == ["pay/r-2"]
 
