@@ -320,7 +320,9 @@ def test_a_claim_of_the_next_task_whose_answer_was_lost_takes_no_second_task(
     the first running under this process until it is taken back as
     "interrupted". Every task runs its step once, none counts an interruption."""
     runs: Counter[str] = Counter()
-    claim_next = b"AND status = 'pending' ORDER BY priority DESC, pos LIMIT 1 FOR UPDATE SKIP LOCKED"
+    claim_next = (
+        b"AND status = 'pending' ORDER BY priority DESC, pos LIMIT 1 FOR UPDATE SKIP LOCKED"
+    )
     with answer_lost(shared_db, claim_next, b"UPDATE 1") as (proxy, url):
         app, work = _counting_app(url, runs)
         with app:
