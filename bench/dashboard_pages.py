@@ -6,7 +6,8 @@ conversation and three ``cairn fidelity`` runs on it (their probe tasks, named
 as the command names them), whose page looks those runs up. ``cairn ui``'s
 server (uvicorn, the guard middleware, Jinja2 rendering) runs in a thread;
 each page is fetched over HTTP on 127.0.0.1 ``--runs`` times, and the median
-and slowest answer are printed in milliseconds against the target of 300 ms.
+and slowest answer are printed in milliseconds against the target of 100 ms
+(the target the list, search and metrics pages are held to at 100,000 tasks).
 "Live refresh, unchanged" is a live region's poll when nothing changed (204).
 
     .venv/bin/python -m bench.dashboard_pages [--tasks 100000] [--batches 310]
@@ -27,7 +28,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from bench._stats import filesystem_of, median, table
-from bench.admin_pages import ALERTS, INSERT, START, TARGET_MS, fill, postgres_store
+from bench.admin_pages import ALERTS, INSERT, START, fill, postgres_store
 from cairn import Cairn, Context
 from cairn.admin import FIDELITY_TASK, fidelity_task_id
 from cairn.store import open_store
@@ -36,6 +37,7 @@ from cairn.ui.server import DashboardServer, UIConfig, serve_in_thread
 
 Page = tuple[str, str, dict[str, str]]
 AGENT = "agent/1"
+PAGE_TARGET_MS = 100.0
 FIDELITY_RUNS = 3
 
 
@@ -77,6 +79,8 @@ def pages(port: int) -> list[Page]:
     _, live = _get(port, "/", {})
     seen = re.findall(r'data-seen="([0-9a-f]+)"', live)[0]
     poll = {"HX-Request": "true", "X-Cairn-Seen": seen}
+    _, chart = _get(port, "/metrics", {})
+    metrics_older = unescape(re.findall(r'href="/metrics\?older=([^"]+)"', chart)[0])
     return [
         ("batches", "/", {}),
         ("live refresh, unchanged (204)", "/", poll),
@@ -87,6 +91,10 @@ def pages(port: int) -> list[Page]:
         ("tasks, one batch", "/tasks?batch=batch-120", {}),
         ("tasks, search error text", "/tasks?q=" + quote("after 42s"), {}),
         ("tasks, search an id", "/tasks?q=" + quote("batch-007/item=700"), {}),
+        ("tasks, search part of an id", "/tasks?q=" + quote("item=7001"), {}),
+        ("tasks, search a name", "/tasks?q=" + quote("REVIEW"), {}),
+        ("tasks, search no match", "/tasks?q=" + quote("no such text anywhere"), {}),
+        ("tasks, failed of a batch (grouped)", "/tasks?batch=batch-120&status=failed", {}),
         ("tasks, since", "/tasks?since=" + quote((START + timedelta(hours=12)).isoformat()), {}),
         ("batch", "/batch?name=batch-120", {}),
         ("task", "/task?id=" + quote("batch-120/item=120", safe=""), {}),
@@ -94,6 +102,8 @@ def pages(port: int) -> list[Page]:
         ("operations", "/ops", {}),
         ("stalls", "/stalls", {}),
         ("metrics", "/metrics", {}),
+        ("metrics, older batches", "/metrics?older=" + metrics_older, {}),
+        ("metrics of one batch", "/metrics?batch=batch-120", {}),
     ]
 
 
@@ -112,7 +122,7 @@ def measure(store: SQLStore, runs: int) -> list[list[str]]:
                 times.append((time.perf_counter() - started) * 1000)
                 assert status in (200, 204), (label, status)
             worst = max(times)
-            verdict = "ok" if worst < TARGET_MS else "OVER"
+            verdict = "ok" if worst < PAGE_TARGET_MS else "OVER"
             rows.append([label, f"{median(times):.1f}", f"{worst:.1f}", verdict])
     finally:
         server.shutdown()
@@ -123,7 +133,7 @@ def measure(store: SQLStore, runs: int) -> list[list[str]]:
 
 def report(title: str, rows: list[list[str]]) -> None:
     print(f"\n{title}")
-    print(table(["page (HTTP)", "ms (median)", "ms (slowest)", f"< {TARGET_MS:.0f} ms"], rows))
+    print(table(["page (HTTP)", "ms (median)", "ms (slowest)", f"< {PAGE_TARGET_MS:.0f} ms"], rows))
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -212,7 +212,7 @@ def test_every_page_renders_with_real_data_and_no_console_errors(browser: Any, d
     assert driver.find_elements(by.CSS_SELECTOR, "#calls tbody tr")
     _follow(driver, by.ID, "archive")
     assert _text(driver, "h2:nth-of-type(2)") == "Archive"
-    driver.get(dash.url + "/metrics")
+    driver.get(dash.url + "/metrics?since=2000-01-01")  # the durability metrics: a window
     groups = [row.text for row in driver.find_elements(by.CSS_SELECTOR, "#step-groups tbody tr")]
     assert [row for row in groups if row.startswith("read doc")] == ["read doc-* 6 0 ms 0 ms 0 ms"]
     driver.get(dash.url + "/tasks")
@@ -230,7 +230,7 @@ def test_search_filters_and_paging_both_ways(browser: Any, dash: Dash) -> None:
     box = driver.find_element(by.ID, "search")
     box.send_keys("invoice")
     _follow(driver, by.CSS_SELECTOR, "form.filters button")
-    found = driver.find_elements(by.CSS_SELECTOR, "#tasks tbody td:first-child")
+    found = driver.find_elements(by.CSS_SELECTOR, "#tasks tbody td:first-child .tid")
     assert [cell.text for cell in found] == [IDS.failed]
     driver.get(dash.url + "/tasks?q=approve")
     assert _text(driver, "#total") == "2 tasks"
@@ -373,6 +373,34 @@ def test_a_phone_gets_the_page_at_its_width(browser: Any, dash: Dash) -> None:
         driver.get(dash.url + _task(IDS.failed))
         _shot(driver, "phone-task")
         assert _errors(driver) == []
+    finally:
+        driver.set_window_size(1280, 900)
+
+
+def _on_screen(driver: Any, selector: str) -> bool:
+    """Something matches ``selector``, and all of it lies inside the window's width."""
+    script = (
+        "const w = window.innerWidth; const found = [...document.querySelectorAll(arguments[0])];"
+        "return found.length > 0 && found.every(e => { const r = e.getBoundingClientRect();"
+        " return r.left >= 0 && r.right <= w; });"
+    )
+    return bool(driver.execute_script(script, selector))
+
+
+def test_the_resolve_form_and_the_created_column_are_on_screen(browser: Any, dash: Dash) -> None:
+    """At 1400 px and on a 390 px phone, the in-doubt key's Resolve form (the
+    operations page and its task's page) and every batch's created date lie
+    within the window: no part of them is clipped or scrolled away."""
+    driver = browser
+    try:
+        for width, height in ((1400, 900), (390, 844)):
+            driver.set_window_size(width, height)
+            for path in ("/ops?doubt=1", _task(IDS.in_doubt)):
+                driver.get(dash.url + path)
+                assert _on_screen(driver, "form.resolve, form.resolve button"), (width, path)
+            driver.get(dash.url + "/")
+            assert _on_screen(driver, '#batches td[data-label="created"]'), width
+            assert _errors(driver) == []
     finally:
         driver.set_window_size(1280, 900)
 

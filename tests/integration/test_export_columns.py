@@ -147,6 +147,9 @@ def fill(store: SQLStore) -> dict[str, list[Any]]:
         ('"old"', '{"type": "Old"}', store._ts(at(13)), store._ts(at(80)), CHILD),
     )
     _superseded_run(store)
+    line = {"at": "2026-05-24T06:00:01Z", "attempt": 1, "level": "INFO", "logger": "app",
+            "message": "fetched"}  # fmt: skip
+    store.save_task_log(PARENT, [line], 3)  # schema 9: what the task logged
     return {"steps": steps, "messages": messages}
 
 

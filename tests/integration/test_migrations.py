@@ -25,6 +25,7 @@ from cairn import Cairn, Context
 from cairn.admin.reruns import ForkPoint, apply_rerun, plan_rerun
 from cairn.store import admin, open_store
 from cairn.store.migrate import latest_version, migrations
+from cairn.store.records import InFlightNote
 from cairn.versions import check_app
 from tests.conftest import postgres_admin_url, with_database
 from tests.fixtures.schema_1.make import (
@@ -79,6 +80,21 @@ def _check_upgraded_and_resumed(url: str) -> None:
     assert steps["first"].fingerprint is None
     assert (steps["second"].fingerprint or "").startswith("code:")
     _check_rerun_after_upgrade(url)
+    _check_in_flight_after_upgrade(url)
+
+
+def _check_in_flight_after_upgrade(url: str) -> None:
+    """Schema 9: the task made before it has no step in flight noted, and a
+    note for it, finished, shows nothing: only a running task has one."""
+    with Cairn(url) as app:
+        tools = admin(app.store)
+        assert tools.steps_in_flight([TASK]) == {}
+        task = tools.get_task(TASK)
+        assert task is not None
+        assert task.status == "completed"
+        now = app.clock.now()
+        app.store.note_in_flight([InFlightNote(TASK, task.fence, 1, "first", now)])
+        assert tools.steps_in_flight([TASK]) == {}
 
 
 def _check_rerun_after_upgrade(url: str) -> None:

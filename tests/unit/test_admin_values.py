@@ -117,3 +117,16 @@ def test_a_task_cursor_round_trips() -> None:
     """A page's cursor gives back its position."""
     assert _task_edge(_encode("task", 123456)) == 123456
     assert _decode("task", _encode("task", 5)) == [5]
+
+
+def test_tasks_waiting_for_a_signal_are_not_counted_in_the_eta() -> None:
+    """30 done in 10 minutes, 10 pending and 20 waiting for a signal: the ETA is
+    the 10 pending at 3 a minute; with only waiting tasks left, there is none."""
+    now = T0 + timedelta(minutes=10)
+    rate, eta = pace(_summary({"completed": 30, "pending": 10, "waiting": 20}, T0), 30, now)
+    assert rate == pytest.approx(3.0)
+    assert eta == pytest.approx(200.0)
+    last = T0 + timedelta(minutes=10)
+    rate, eta = pace(_summary({"completed": 30, "waiting": 20}, last), 30, T0 + timedelta(hours=1))
+    assert rate == pytest.approx(3.0)
+    assert eta is None

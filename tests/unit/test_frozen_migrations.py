@@ -40,6 +40,9 @@ RELEASED = {
     "postgres/0008_task_priority.sql": (
         "c3bbcedb18413676f669120c596840097b578487536c01cf5ad9a7a80dfcc403"
     ),
+    "postgres/0009_in_flight_logs_and_hours.sql": (
+        "9c2d039b2e41441a1eccd02e99cf3130bb2909468a08a16e2da6c5f3a5fdd50b"
+    ),
     "sqlite/0001_initial.sql": ("349d82616b1eb61253e11592a348213d2e256fe6e5d4e5626d4c7a3b9fe8a862"),
     "sqlite/0002_claims_and_late_outcomes.sql": (
         "47640a9a877925cb04764c7c792a3d808a19c7d827ca7904bb47b04c645fe54e"
@@ -61,6 +64,9 @@ RELEASED = {
     ),
     "sqlite/0008_task_priority.sql": (
         "c3bbcedb18413676f669120c596840097b578487536c01cf5ad9a7a80dfcc403"
+    ),
+    "sqlite/0009_in_flight_logs_and_hours.sql": (
+        "cd39eb9480757b575054f69688c8b386aae87d326a103da4bf29fa09825b5fbe"
     ),
 }
 

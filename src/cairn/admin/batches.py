@@ -73,16 +73,20 @@ def _failures(failed: Iterable[TaskRecord]) -> list[FailureGroup]:
 
 
 def pace(summary: BatchSummary, done: int, now: datetime) -> tuple[float | None, float | None]:
-    """(finished tasks per minute, seconds left at that rate)."""
+    """(finished tasks per minute, seconds left at that rate). A task waiting for
+    a signal (``ctx.wait_for``) is not counted as left: it ends when someone
+    answers it, not at the batch's rate."""
     started = summary.first_started_at
     if started is None or done == 0:
         return None, None
-    left = summary.total - done
-    until = summary.last_finished_at if left == 0 and summary.last_finished_at else now
+    left = summary.total - done - summary.counts.get("waiting", 0)
+    until = summary.last_finished_at if left <= 0 and summary.last_finished_at else now
     minutes = (until - started).total_seconds() / 60
     if minutes <= 0:
         return None, None
     rate = done / minutes
+    if left <= 0 and summary.counts.get("waiting"):
+        return rate, None  # only tasks waiting for a signal are left: no rate can say when
     return rate, left / rate * 60
 
 

@@ -37,6 +37,8 @@ R = TypeVar("R")  # a row of a page
 # Opaque text naming the edge of a page (base64 of a small JSON list).
 Cursor = str
 DEFAULT_SIZE = 50
+# A search's total is counted up to this many (then shown as "more than").
+SEARCH_COUNT = 1000
 MAX_SIZE = 1000
 
 
@@ -53,6 +55,8 @@ class TaskPage:
     total: int
     newer: Cursor | None
     older: Cursor | None
+    # A search counts no further than SEARCH_COUNT: ``total`` is then "at least".
+    total_capped: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,12 +167,29 @@ def task_page(
         None if newer_than is None else _task_edge(newer_than),
         size,
     )
+    total, capped = _total(store, query, found, whole=not (older_than or newer_than or older))
     return TaskPage(
         rows=[task for _, task in found],
-        total=store.count_tasks(query),
+        total=total,
         newer=_encode("task", found[0][0]) if newer and found else None,
         older=_encode("task", found[-1][0]) if older and found else None,
+        total_capped=capped,
     )
+
+
+def _total(
+    store: AdminStore, query: TaskQuery, found: list[Any], *, whole: bool
+) -> tuple[int, bool]:
+    """How many tasks ``query`` picks, and whether that is a lower bound. A
+    search's matches are not indexed (any part of the id, name or error text):
+    when the first page holds them all, that page is the count; otherwise they
+    are counted no further than ``SEARCH_COUNT``, so a common term answers fast."""
+    if not query.search:
+        return store.count_tasks(query), False
+    if whole:
+        return len(found), False
+    counted = store.count_tasks(query, up_to=SEARCH_COUNT + 1)
+    return min(counted, SEARCH_COUNT), counted > SEARCH_COUNT
 
 
 def _batch_edge(cursor: Cursor) -> tuple[datetime, str]:

@@ -17,6 +17,7 @@ from cairn.blobs.ref import is_ref, parse_ref
 from cairn.errors import BlobCorrupt
 from cairn.store import AdminStore
 from cairn.store.records import ConversationSummary, StepRecord, TaskRecord
+from cairn.store.reports import StepInFlight
 
 __all__ = [
     "BlobInfo",
@@ -144,6 +145,8 @@ class TaskView:
     attempts: int
     children: list[str]
     conversations: list[ConversationSummary]
+    # The entry a running task is in now, as its heartbeat noted it.
+    in_flight: StepInFlight | None = None
     # The budget a waiting task is parked on (cairn.budgets), or None.
     parked_on: str | None = None
 
@@ -207,5 +210,8 @@ def task_view(store: AdminStore, task_id: str) -> TaskView | None:
         attempts=task.attempts - task.retry_base,
         children=children,
         conversations=store.conversation_summaries(task_id),
+        in_flight=store.steps_in_flight([task_id]).get(task_id)
+        if task.status == "running"
+        else None,
         parked_on=store.budget_park(task_id) if task.status == "waiting" else None,
     )

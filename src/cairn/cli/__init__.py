@@ -30,6 +30,7 @@ from .demo import demo_command
 from .diff import diff_command
 from .enqueue import enqueue_command
 from .fidelity import fidelity_command
+from .logs import logs_command
 from .metrics import metrics_command
 from .move import export_command, import_command
 from .ops import ops_app
@@ -91,6 +92,7 @@ def _options(
 app.command("batches")(batches_command)
 app.command("tasks")(tasks_command)
 app.command("show")(show_command)
+app.command("logs")(logs_command)
 app.command("check")(check_command)
 app.command("versions")(versions_command)
 app.command("retry")(retry_command)

@@ -111,6 +111,8 @@ def _print_view(view: BatchView, *, as_json: bool) -> None:
     console = stdout_console()
     rate = MISSING if view.rate_per_minute is None else f"{view.rate_per_minute:.1f} tasks/min"
     eta = "-" if view.eta_seconds is None else human_duration(view.eta_seconds)
+    if view.counts.get("waiting"):
+        eta += f" ({view.counts['waiting']} waiting for a signal, not counted)"
     counts = ", ".join(f"{n} {status}" for status, n in view.counts.items() if n)
     print_table(
         console,

@@ -140,6 +140,13 @@ def _json(view: TaskView) -> dict[str, object]:
             "parked_on": view.parked_on,
             "children": view.children,
             "conversations": [c.conv for c in view.conversations],
+            "in_flight": None
+            if view.in_flight is None
+            else {
+                "seq": view.in_flight.seq,
+                "name": view.in_flight.name,
+                "started_at": view.in_flight.started_at.isoformat(),
+            },
         },
         "steps": [step_dict(s) for s in view.steps],
     }
@@ -160,6 +167,9 @@ def _header(view: TaskView) -> list[tuple[str, Text | str]]:
     if task.run > 1:
         rows.append(("run", f"{task.run} (a rerun from a step; the earlier runs below)"))
     if task.status == "running":
+        if view.in_flight is not None:
+            now = view.in_flight
+            rows.append(("in step", f"{now.name} (#{now.seq}) since {short_time(now.started_at)}"))
         rows.append(("owner", task.owner or MISSING))
         rows.append(("lease until", short_time(task.lease_expires_at)))
     if view.parked_on is not None:

@@ -43,7 +43,7 @@ SearchFilter = Annotated[
     typer.Option(
         "--search",
         "-q",
-        help="Only tasks whose id starts with TEXT or whose error holds it (any case).",
+        help="Only tasks whose id, name or error holds TEXT (any case).",
         metavar="TEXT",
     ),
 ]
@@ -175,13 +175,15 @@ def _print_page(page: TaskPage, *, as_json: bool, wide: bool) -> None:
             {
                 "tasks": [task_dict(task) for task in page.rows],
                 "total": page.total,
+                "total_is_at_least": page.total_capped,
                 "newer": page.newer,
                 "older": page.older,
             }
         )
         return
     shown = _print(iter(page.rows), as_json=False, wide=wide)
-    note(f"{shown} of {page.total} matching task(s), newest first")
+    total = f"more than {page.total}" if page.total_capped else str(page.total)
+    note(f"{shown} of {total} matching task(s), newest first")
     if page.newer is not None:
         note(f"newer: add --newer-than {page.newer}")
     if page.older is not None:

@@ -1,4 +1,5 @@
-"""``cairn watch``: alert once per stalled task, and once when it moves again."""
+"""``cairn watch``: alert once per stalled task, and once when it moves again;
+once per task that fails for good, and once per batch that ends with failures."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import typer
 
 from cairn.app import Cairn
 from cairn.observe._time import parse_duration
+from cairn.observe.failures import DEFAULT_DIGEST_AT, FailureWatcher
 from cairn.observe.notifiers import Notifier, notifiers_for
 from cairn.observe.stalls import StallWatcher
 from cairn.observe.text import in_words
@@ -36,6 +38,22 @@ IntervalOption = Annotated[
     float, typer.Option("--interval", min=0.01, help="Seconds between checks.")
 ]
 OnceOption = Annotated[bool, typer.Option("--once", help="Check once and exit.")]
+FailuresOption = Annotated[
+    bool,
+    typer.Option(
+        "--failures/--no-failures",
+        help="Also announce each task that fails for good, and each batch that ends with failures.",
+    ),
+]
+DigestAtOption = Annotated[
+    int,
+    typer.Option(
+        "--digest-at",
+        min=1,
+        metavar="N",
+        help="More new failures of one batch than N at one check are one digest message.",
+    ),
+]
 DashboardOption = Annotated[
     str | None,
     typer.Option(
@@ -51,13 +69,17 @@ def watch_command(
     interval: IntervalOption = 60.0,
     once: OnceOption = False,
     dashboard: DashboardOption = None,
+    failures: FailuresOption = True,
+    digest_at: DigestAtOption = DEFAULT_DIGEST_AT,
     log_format: LogFormatOption = "text",
     store: StoreOption = DEFAULT_URL,
 ) -> None:
     """Watch running tasks; raise an alert once per stall (logged, and posted to each
-    --slack/--webhook URL), and a recovery message once it clears; post each budget
-    alert (spend past its warning share, a call refused) once. Safe to restart:
-    alerts already sent are recorded in the store and never sent twice."""
+    --slack/--webhook URL), and a recovery message once it clears. Announce once each
+    task that fails for good (or one digest per batch per check when many do) and each
+    batch that ends with failures; post each budget alert (spend past its warning
+    share, a call refused) once. Safe to restart: alerts already sent are recorded in
+    the store and never sent twice."""
     try:
         threshold = parse_duration(stall_after)
     except ValueError as exc:
@@ -72,6 +94,8 @@ def watch_command(
             stall_after=threshold,
             dashboard=dashboard,
         )
+        if failures:
+            FailureWatcher(watcher, digest_at=digest_at)
         _start_line(store, threshold, interval, once, watcher.notifiers)
         _watch(watcher, interval, once)
 
@@ -82,7 +106,7 @@ def _watch(watcher: StallWatcher, interval: float, once: bool) -> None:
         result = watcher.check()
         typer.echo(
             f"{len(result.stalls)} stalled, {len(result.raised)} alerted, "
-            f"{len(result.cleared)} cleared"
+            f"{len(result.cleared)} cleared, {len(result.failures)} failure message(s)"
         )
         raise typer.Exit(1 if result.errors else 0)
     try:

@@ -15,6 +15,7 @@ import typer
 from cairn.app import Cairn
 from cairn.errors import CairnError, ConfigurationError
 from cairn.observe._time import parse_duration
+from cairn.observe.failures import FailureWatcher
 from cairn.observe.lane import serve_lane
 from cairn.observe.notifiers import notifiers_for
 from cairn.observe.stalls import StallWatcher
@@ -75,7 +76,9 @@ VersionsOption = Annotated[
 ]
 WatchOption = Annotated[
     bool,
-    typer.Option("--watch", help="Also watch for stalled tasks (as `cairn watch` does)."),
+    typer.Option(
+        "--watch", help="Also watch for stalled and failed tasks (as `cairn watch` does)."
+    ),
 ]
 StallAfterOption = Annotated[
     str, typer.Option("--stall-after", metavar="DURATION", help="With --watch.")
@@ -200,6 +203,7 @@ def _start_watcher(
     watcher = StallWatcher(
         watcher_app, notifiers_for(slack=slack, webhook=webhook), stall_after=threshold
     )
+    FailureWatcher(watcher)  # and failures, as `cairn watch` announces them
     watcher.check()  # once now, so even a short --burst run looks before it ends
     threading.Thread(
         target=watcher.run_forever, args=(60.0,), name="cairn-stall-watch", daemon=True

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import logging
+from contextvars import Token
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from cairn.engine import budgets
+from cairn.engine import budgets, tasklogs
 from cairn.engine.claim import release
 from cairn.engine.errortext import describe_error
 from cairn.engine.observer import tell
 from cairn.engine.run import Call, Machine, TaskRun, Wait, adrive, current, drive
+from cairn.engine.tasklogs import TaskLog
 from cairn.errors import (
     CairnControl,
     Cancelled,
@@ -127,6 +129,7 @@ def _prepare(engine: EngineConfig, record: TaskRecord) -> _Prepared:
         priority=record.priority,
     )
     run.on_change, run.rerun_models = engine.change_policy(task)
+    engine.leases.follow(record.id, record.fence, lambda: run.in_flight)
     budgets.declare(run)
     ctx = engine.make_context(run)
     kwargs = run.decode(record.args, "task arguments")
@@ -255,11 +258,24 @@ async def aexecute(engine: EngineConfig, record: TaskRecord) -> Outcome:
     return outcome
 
 
+def _capture(run: TaskRun) -> tuple[TaskLog, Token[TaskLog | None]]:
+    """Keep what the task logs from here on (cairn.engine.tasklogs)."""
+    tasklogs.install()
+    log = TaskLog(lambda: run.attempt)
+    return log, tasklogs.capturing.set(log)
+
+
+def _kept(run: TaskRun, log: TaskLog, token: Token[TaskLog | None]) -> None:
+    tasklogs.capturing.reset(token)
+    tasklogs.save(run.store, run.task_id, log)
+
+
 def _execute(engine: EngineConfig, record: TaskRecord) -> Outcome:
     prepared = _prepare_or_settle(engine, record)
     if isinstance(prepared, Outcome):
         return prepared
     token = current.set(prepared.ctx)
+    logs = _capture(prepared.run)
     try:
         result = drive(prepared.machine, engine.clock)
     except StoreError as exc:
@@ -271,6 +287,7 @@ def _execute(engine: EngineConfig, record: TaskRecord) -> Outcome:
     except (CairnControl, Exception) as exc:  # noqa: BLE001 - becomes the outcome
         return _ended(prepared.run, exc, prepared.resumed)
     finally:
+        _kept(prepared.run, *logs)
         release(engine, record.id)
         current.reset(token)
     return Outcome(record.id, "completed", result=result, resumed=prepared.resumed)
@@ -281,6 +298,7 @@ async def _aexecute(engine: EngineConfig, record: TaskRecord) -> Outcome:
     if isinstance(prepared, Outcome):
         return prepared
     token = current.set(prepared.ctx)
+    logs = _capture(prepared.run)
     try:
         result = await adrive(prepared.machine, engine.clock)
     except StoreError as exc:
@@ -292,6 +310,7 @@ async def _aexecute(engine: EngineConfig, record: TaskRecord) -> Outcome:
     except (CairnControl, Exception) as exc:  # noqa: BLE001 - becomes the outcome
         return _ended(prepared.run, exc, prepared.resumed)
     finally:
+        _kept(prepared.run, *logs)
         release(engine, record.id)
         current.reset(token)
     return Outcome(record.id, "completed", result=result, resumed=prepared.resumed)

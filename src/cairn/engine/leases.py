@@ -43,11 +43,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from cairn.clock import Clock
 from cairn.store.protocol import Store
+from cairn.store.records import InFlightNote
 
 log = logging.getLogger("cairn")
 
@@ -63,14 +65,21 @@ STOP_JOIN_SECONDS = 5.0
 REPEAT_WARNING_SECONDS = 10.0
 
 
+# What a running task is in now: (position, entry name, when it began), or None.
+InFlight = tuple[int, str, datetime]
+
+
 @dataclass(slots=True)
 class _Held:
     """A task this app runs: its fence, when (monotonic) the store last
-    confirmed its lease, and the expiry (wall clock) that confirmation wrote."""
+    confirmed its lease, and the expiry (wall clock) that confirmation wrote;
+    where to read the entry it is in now, and the last one noted in the store."""
 
     fence: int
     confirmed_at: float
     lease_until: datetime
+    probe: Callable[[], InFlight | None] | None = None
+    noted: InFlight | None = None
 
     def confirmed(self, sent_at: float, until: datetime) -> None:
         """A renewal sent at ``sent_at`` and writing ``until`` was accepted."""
@@ -122,6 +131,17 @@ class LeaseKeeper:
                     target=self._beat, name="cairn-lease-keeper", daemon=True
                 )
                 self._thread.start()
+
+    def follow(self, task_id: str, fence: int, probe: Callable[[], InFlight | None]) -> None:
+        """At each beat, note in the store the entry ``probe`` says the task is
+        in, when it changed since the last note (the dashboard's and the stall
+        alert's step in flight). The step path only sets an attribute; the
+        write is the heartbeat's, so a step still costs one commit, and the
+        note lags the step by at most a beat."""
+        with self._cond:
+            held = self._held.get(task_id)
+            if held is not None and held.fence == fence:
+                held.probe = probe
 
     def drop(self, task_id: str) -> None:
         """A task finished or was handed back. The heartbeat notices at its next
@@ -193,11 +213,16 @@ class LeaseKeeper:
         except Exception as exc:  # noqa: BLE001 - logged; the next try is a moment away
             self._failed(exc, sent_at)
             return False
+        notes: list[tuple[_Held, InFlight, InFlightNote]] = []
         with self._cond:
             for task_id, fence in renewed:
                 held = self._held.get(task_id)
                 if held is not None and held.fence == fence:
                     held.confirmed(sent_at, until)
+                    now = held.probe() if held.probe is not None else None
+                    if now is not None and now != held.noted:
+                        notes.append((held, now, InFlightNote(task_id, fence, *now)))
+        self._note(notes)
         if self._failing_since is not None:
             log.warning(
                 "cairn: renewed %d lease(s) again after %.1fs without the store",
@@ -208,6 +233,20 @@ class LeaseKeeper:
             self._warned_at = None
             self._warned_lapsed = False
         return True
+
+    def _note(self, notes: list[tuple[_Held, InFlight, InFlightNote]]) -> None:
+        """Write the entries the renewed tasks are in now; a failure is only
+        logged (the lease is what matters here), and the next beat tries again."""
+        if not notes:
+            return
+        try:
+            self._store.note_in_flight([note for _, _, note in notes])
+        except Exception as exc:  # noqa: BLE001 - logged; the next beat notes it again
+            log.debug("cairn: could not note the steps in flight: %s", exc)
+            return
+        with self._cond:
+            for held, now, _ in notes:
+                held.noted = now
 
     def _failed(self, error: Exception, at: float) -> None:
         if self._failing_since is None:

@@ -28,7 +28,7 @@ import contextlib
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Generator, Sequence
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar
@@ -141,7 +141,7 @@ def drive(machine: Machine[T], clock: Clock) -> T:
         if isinstance(effect, Wait):
             clock.sleep(effect.seconds)
             continue
-        token = None if effect.inside is None else inside_call.set(effect.inside)
+        token = None if effect.inside is None else _entered(effect.inside, clock)
         try:
             value = effect.fn(*effect.args, **effect.kwargs)
         except Exception as exc:  # noqa: BLE001 - handed to the machine, which decides
@@ -180,7 +180,7 @@ async def adrive(machine: Machine[T], clock: Clock) -> T:
                 _close(machine)
                 raise
             continue
-        token = None if effect.inside is None else inside_call.set(effect.inside)
+        token = None if effect.inside is None else _entered(effect.inside, clock)
         try:
             value = effect.fn(*effect.args, **effect.kwargs)
             if inspect.isawaitable(value):
@@ -193,6 +193,19 @@ async def adrive(machine: Machine[T], clock: Clock) -> T:
         finally:
             if token is not None:
                 inside_call.reset(token)
+
+
+def _entered(inside: tuple[object, object], clock: Clock) -> Token[tuple[object, object] | None]:
+    """A call of an entry's user code starts: mark it as running in this thread
+    (``inside_call``) and as the run's step in flight."""
+    run, label = inside
+    if isinstance(run, TaskRun):
+        run.in_flight = (
+            getattr(label, "seq", run.seq),
+            str(getattr(label, "name", "?")),
+            clock.now(),
+        )
+    return inside_call.set(inside)
 
 
 def _close(machine: Machine[Any]) -> None:
@@ -279,6 +292,10 @@ class TaskRun:
     # Which run of the task this is: 1, until a rerun from a step makes the
     # next (``ctx.run_key`` puts it in the keys it derives).
     run_number: int = 1
+    # The entry whose user code this run is in now, or was in last: (position,
+    # name, when it began). Set as a call starts, read by the lease heartbeat
+    # (``LeaseKeeper.follow``), which notes it in the store: the step in flight.
+    in_flight: tuple[int, str, datetime] | None = None
     # The task's own budget (TaskDef.budget), and the budgets its model calls
     # count against, found once per run (cairn.engine.budgets).
     budget: Budget | None = None

@@ -194,10 +194,10 @@ def run_step(
     if limit is not None:
         machine = _calls(run, what, fn, args, kwargs, retry, limit, _Spent(0, 0, 0.0, False), None)
         return drive(machine, run.clock)
-    # The first call, as ``drive`` performs a ``Call``: the entry is marked as
-    # running in this thread (a ctx call from inside it is refused), and only
-    # an ``Exception`` is handled; a BaseException passes straight through.
+    # The first call, as ``drive`` performs a ``Call`` (entry marked running in this thread,
+    # so a ctx call inside is refused; only an ``Exception`` handled; a BaseException passes).
     started = run.clock.now()
+    run.in_flight = (seq, name, started)  # the heartbeat notes it (_entered, inline)
     if run.hook is not no_fault:
         run.hook(f"before_{kind}", run.task_id, seq, name)
     if run.observing:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -29,7 +29,7 @@ from cairn.errors import CairnError
 from cairn.keys import op_key
 from cairn.observe.budget_alerts import budget_alerts
 from cairn.observe.notifiers import Message, Notifier
-from cairn.observe.text import in_words, moment
+from cairn.observe.text import in_words, moment, readable_key
 from cairn.store.admin import AdminStore, admin
 from cairn.store.reports import RunningTask
 
@@ -53,6 +53,19 @@ class Stall:
     seconds: float
 
 
+@dataclass(frozen=True)
+class Alert:
+    """One message to send once: ``alert_id`` is its alert task's id (what makes
+    it once); ``subject`` and ``checkpoint`` key its posts (``op_key``)."""
+
+    alert_id: str
+    kind: str
+    subject: str
+    checkpoint: str
+    text: str
+    fields: dict[str, Any]
+
+
 @dataclass
 class CheckResult:
     """What one check found and did."""
@@ -63,6 +76,8 @@ class CheckResult:
     # The budget alerts posted (their alert ids, cairn.observe.budget_alerts).
     budgets: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # The failure messages sent (cairn.observe.failures): their alert ids.
+    failures: list[str] = field(default_factory=list)
 
 
 def find_stalls(app: Cairn, stall_after: float) -> list[Stall]:
@@ -81,14 +96,28 @@ def stalls_in(store: AdminStore, now: datetime, stall_after: float) -> list[Stal
     return found
 
 
-def _stall_text(stall: Stall, checkpoint: str, stall_after: float) -> str:
+def in_flight_seconds(stall: Stall, now: datetime) -> float | None:
+    """How long the stalled task has been in its step in flight, if one is noted."""
+    now_in = stall.task.in_flight
+    return None if now_in is None else max(0.0, (now - now_in.started_at).total_seconds())
+
+
+def _stall_text(stall: Stall, checkpoint: str, stall_after: float, now: datetime) -> str:
     task = stall.task
     where = f" of batch {task.batch}" if task.batch else ""
     step = f", after step {task.last_step}" if task.last_step else ""
+    flying = in_flight_seconds(stall, now)
+    doing = (
+        ""
+        if task.in_flight is None or flying is None
+        else f"; in step {task.in_flight.name} (#{task.in_flight.seq}) for {in_words(flying)}"
+    )
+    key = readable_key(task.item_key, task.args, task.codec)
+    label = task.task_id if key is None or task.task_id.endswith(key) else f"{key} ({task.task_id})"
     return (
-        f"cairn: task {task.task_id}{where} ({task.name}) has made no progress for "
+        f"cairn: task {label}{where} ({task.name}) has made no progress for "
         f"{in_words(stall.seconds)} (last checkpoint {moment(checkpoint)}{step}; threshold "
-        f"{in_words(stall_after)}); owner {task.owner or '-'}"
+        f"{in_words(stall_after)}){doing}; owner {task.owner or '-'}"
     )
 
 
@@ -100,14 +129,17 @@ def task_link(dashboard: str | None, task_id: str) -> str | None:
 
 
 def stall_fields(
-    stall: Stall, checkpoint: str, stall_after: float, dashboard: str | None
+    stall: Stall, checkpoint: str, stall_after: float, dashboard: str | None, now: datetime
 ) -> dict[str, Any]:
     """The generic webhook's fields of a stall (docs/observability.md)."""
     task = stall.task
+    flying = in_flight_seconds(stall, now)
     return {
         "task_name": task.name,
         "batch": task.batch,
         "step": task.last_step,
+        "step_in_flight": None if task.in_flight is None else task.in_flight.name,
+        "in_flight_seconds": None if flying is None else round(flying, 3),
         "stalled_for_seconds": round(stall.seconds, 3),
         "stall_after_seconds": stall_after,
         "owner": task.owner,
@@ -131,6 +163,9 @@ class StallWatcher:
         self.stall_after = stall_after
         self.dashboard = dashboard
         self._alert: TaskDef[..., None] = app.task(name=ALERT_TASK)(self._send)
+        # More checks run at each check, on the same result (failure alerts:
+        # cairn.observe.failures adds its own).
+        self.extra_checks: list[Callable[[CheckResult], None]] = []
         self._stop = threading.Event()
 
     def _send(
@@ -154,12 +189,13 @@ class StallWatcher:
     def check(self) -> CheckResult:
         """Raise an alert for every new stall, clear those that moved on, and post
         every budget alert not posted yet."""
+        now = self.app.clock.now()
         result = CheckResult(stalls=find_stalls(self.app, self.stall_after))
         stalled = {s.task.task_id: to_iso(s.task.checkpoint) for s in result.stalls}
         for stall in result.stalls:
             checkpoint = stalled[stall.task.task_id]
-            text = _stall_text(stall, checkpoint, self.stall_after)
-            fields = stall_fields(stall, checkpoint, self.stall_after, self.dashboard)
+            text = _stall_text(stall, checkpoint, self.stall_after, now)
+            fields = stall_fields(stall, checkpoint, self.stall_after, self.dashboard, now)
             title = f"Stalled: {stall.task.task_id}"
             self._deliver(result, "stall", stall.task.task_id, checkpoint, text, fields, title)
         alerts = admin(self.app.store, "stall checks").open_alerts(ALERT_TASK, RAISED, CLEARED)
@@ -169,6 +205,8 @@ class StallWatcher:
                 continue  # the same stall, still there
             self._recovered(result, task_id, checkpoint)
         self._budgets(result)
+        for extra in self.extra_checks:
+            extra(result)
         return result
 
     def _recovered(self, result: CheckResult, task_id: str, checkpoint: str) -> None:
@@ -205,51 +243,55 @@ class StallWatcher:
         title: str,
     ) -> None:
         prefix = RAISED if kind == "stall" else CLEARED
-        alert_id = f"{prefix}{task_id}/{checkpoint}"
-        sent = self._send_once(result, alert_id, kind, task_id, checkpoint, text, fields, title)
+        alert = Alert(f"{prefix}{task_id}/{checkpoint}", kind, task_id, checkpoint, text, fields)
+        sent = self.send(alert, title)
+        if sent is None:
+            return
         if sent:
             (result.raised if kind == "stall" else result.cleared).append(task_id)
+        else:
+            result.errors.append(f"{alert.alert_id}: not sent")
 
     def _budgets(self, result: CheckResult) -> None:
         """Post each budget alert (cairn.observe.budget_alerts) once."""
-        for alert in budget_alerts(admin(self.app.store, "budget alerts")):
-            budget = (alert.scope, alert.checkpoint, alert.text, alert.fields, alert.title)
-            if self._send_once(result, alert.alert_id, "budget", *budget):
+        for budget in budget_alerts(admin(self.app.store, "budget alerts")):
+            alert = Alert(
+                budget.alert_id,
+                "budget",
+                budget.scope,
+                budget.checkpoint,
+                budget.text,
+                budget.fields,
+            )
+            sent = self.send(alert, budget.title)
+            if sent:
                 result.budgets.append(alert.alert_id)
+            elif sent is False:
+                result.errors.append(f"{alert.alert_id}: not sent")
 
-    def _send_once(
-        self,
-        result: CheckResult,
-        alert_id: str,
-        kind: str,
-        task_id: str,
-        checkpoint: str,
-        text: str,
-        fields: dict[str, Any],
-        title: str,
-    ) -> bool:
-        """Run alert task ``alert_id`` (which posts the message once); True if it
-        was sent now, False if it had been or could not be (in ``result.errors``)."""
-        record = self.app.store.get_task(alert_id)
+    def send(self, alert: Alert, title: str) -> bool | None:
+        """Send ``alert`` through every notifier, once whoever asks: True if it
+        was sent now, None if it had been sent before, False if it could not be
+        (logged; the next check tries again). Its alert task's id is its key."""
+        record = self.app.store.get_task(alert.alert_id)
         if record is not None and record.status == "completed":
-            return False  # sent before, by this watcher or an earlier one
+            return None  # sent before, by this watcher or an earlier one
         if record is not None and record.status == "failed":
             # The last try gave up (a webhook down): try again at this check.
-            admin(self.app.store, "stall checks").retry_task(alert_id, self.app.clock.now())
+            admin(self.app.store, "stall checks").retry_task(alert.alert_id, self.app.clock.now())
         try:
             self.app.run(
                 self._alert,
-                task_id=alert_id,
-                kind=kind,
-                subject=task_id,
-                checkpoint=checkpoint,
-                text=text,
-                fields=fields,
+                task_id=alert.alert_id,
+                kind=alert.kind,
+                subject=alert.subject,
+                checkpoint=alert.checkpoint,
+                text=alert.text,
+                fields=alert.fields,
                 title=title,
             )
         except CairnError as exc:
-            log.warning("could not send %s alert for %s: %s", kind, task_id, exc)
-            result.errors.append(f"{alert_id}: {exc}")
+            log.warning("could not send %s alert for %s: %s", alert.kind, alert.subject, exc)
             return False
         return True
 

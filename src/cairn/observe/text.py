@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 from cairn.observe.metrics import BatchTime, Metrics
@@ -18,6 +19,59 @@ def secs(value: float | None) -> str:
         return f"{value:.2f}s"
     minutes, seconds = divmod(int(value), 60)
     return f"{minutes}m{seconds:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def short_type(error_type: str) -> str:
+    """An error type as people read it: ``ValueError`` for ``builtins.ValueError``."""
+    return error_type.removeprefix("builtins.")
+
+
+def first_line(message: str, limit: int = 160) -> str:
+    """The first non-blank line of ``message``, cut to ``limit`` characters."""
+    line = next((part.strip() for part in message.splitlines() if part.strip()), "")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def recorded_error(text: str | None) -> tuple[str, str] | None:
+    """(type, message) of a recorded error (``cairn.engine.errortext``), or None."""
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    return str(value.get("type") or "?"), str(value.get("message") or "")
+
+
+# A readable key is cut to this many characters.
+KEY_SHOWN = 80
+
+
+def readable_key(item_key: str | None, args: str | None, codec: str) -> str | None:
+    """A task's item key as people gave it: the key itself when it is readable,
+    or, when cairn had to hash it (``sha256:…``: odd characters, long or nested
+    arguments), its JSON arguments as ``name=value`` pairs; None if neither can
+    be shown. Cut to ``KEY_SHOWN`` characters: a label, never an id."""
+    if item_key is None:
+        return None
+    if not item_key.startswith("sha256:"):
+        return item_key
+    if codec != "json" or args is None:
+        return None
+    try:
+        value = json.loads(args)
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or not value:
+        return None
+    text = ", ".join(
+        f"{k}={v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}"
+        for k, v in sorted(value.items())
+    )
+    text = " ".join(text.split())
+    return text if len(text) <= KEY_SHOWN else text[: KEY_SHOWN - 1] + "…"
 
 
 def moment(iso: str) -> str:

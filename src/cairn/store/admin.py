@@ -31,6 +31,7 @@ from cairn.store.reports import (
     OpTotals,
     RunningTask,
     StatusCount,
+    StepInFlight,
     StepTotals,
     TaskQuery,
     TaskTotals,
@@ -83,8 +84,8 @@ class AdminStore(Store, Protocol):
         only ``above``, the oldest above it. Keyset reads: no OFFSET."""
         ...
 
-    def count_tasks(self, query: TaskQuery) -> int:
-        """How many tasks ``query`` picks."""
+    def count_tasks(self, query: TaskQuery, *, up_to: int | None = None) -> int:
+        """How many tasks ``query`` picks (counting no further than ``up_to``)."""
         ...
 
     def child_ids(self, task_id: str) -> list[str]:
@@ -273,6 +274,55 @@ class AdminStore(Store, Protocol):
 
     def running_checkpoints(self) -> list[RunningTask]:
         """Every running task with the last moment it showed progress."""
+        ...
+
+    def error_groups(self, query: TaskQuery, limit: int) -> list[tuple[str, int]]:
+        """The failed tasks ``query`` picks by their recorded error's type
+        (``unknown``: none recorded), with their counts, most first, at most
+        ``limit`` groups: counted by the store (a GROUP BY on how the error
+        starts), not read task by task."""
+        ...
+
+    def failed_since(self, since: datetime, limit: int) -> list[TaskRecord]:
+        """Up to ``limit`` tasks that failed for good at or after ``since``,
+        oldest failure first; cairn's own tasks left out."""
+        ...
+
+    def metric_hours(self, since: datetime) -> list[tuple[datetime, int, int, float]]:
+        """The hours summed so far from ``since`` on: (its start, tasks finished
+        in it, of which failed, what the model calls finished in it cost),
+        oldest first."""
+        ...
+
+    def calls_finished_between(
+        self, start: datetime, end: datetime
+    ) -> list[tuple[datetime, RecordedCall]]:
+        """The model calls and compactions finished in ``[start, end)``, each with
+        when it finished, read through the index of their finishes."""
+        ...
+
+    def finishes_between(self, start: datetime, end: datetime) -> list[tuple[datetime, str]]:
+        """(finished_at, status) of each task finished in ``[start, end)``, read
+        through the index on ``finished_at``; cairn's own tasks left out."""
+        ...
+
+    def save_metric_hours(self, hours: Sequence[tuple[datetime, int, int, float]]) -> None:
+        """Keep these closed hours' sums (idempotent: a second writer writes the same)."""
+        ...
+
+    def failed_steps(self, task_ids: Sequence[str]) -> dict[str, str]:
+        """The name of the last failed entry of each of ``task_ids`` that has
+        one (the step a failed task failed in), by task id."""
+        ...
+
+    def task_log(self, task_id: str) -> tuple[list[dict[str, Any]], int] | None:
+        """The log records ``task_id`` kept, and how many it did not keep; None
+        if it kept none (``cairn logs``, the task page)."""
+        ...
+
+    def steps_in_flight(self, task_ids: Sequence[str]) -> dict[str, StepInFlight]:
+        """The step in flight of each of ``task_ids`` that is running and has one
+        noted (``RunningTask.in_flight``), by task id: one look per 500 ids."""
         ...
 
     def open_alerts(self, alert_task: str, raised: str, cleared: str) -> list[str]:

@@ -198,6 +198,8 @@ class PostgresStore(SQLStore):
     claim_lock_clause: ClassVar[str] = " FOR UPDATE SKIP LOCKED"
     row_lock_clause: ClassVar[str] = " FOR UPDATE"
     share_lock_clause: ClassVar[str] = " FOR SHARE"
+    find_text_function: ClassVar[str] = "strpos"
+    case_blind_like: ClassVar[str] = "ILIKE"
     refresh_task_statistics: ClassVar[str | None] = "ANALYZE tasks"
 
     def __init__(

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 from cairn.store.capabilities import Capabilities
 from cairn.store.records import (
     ActiveRow,
     BudgetRecord,
     BudgetRefused,
+    InFlightNote,
     MessageRecord,
     NewTask,
     OperationClaim,
@@ -179,6 +180,22 @@ class Store(Protocol):
 
     def renew_task(self, task_id: str, fence: int, lease_until: datetime) -> bool:
         """Push one running task's lease if its fence still equals ``fence``."""
+        ...
+
+    def task_log(self, task_id: str) -> tuple[list[dict[str, Any]], int] | None:
+        """The log records ``task_id`` kept (``cairn.engine.tasklogs``), and how
+        many it did not keep; None if it kept none."""
+        ...
+
+    def save_task_log(self, task_id: str, lines: Sequence[dict[str, Any]], dropped: int) -> None:
+        """Replace ``task_id``'s kept log records and the count of those not kept."""
+        ...
+
+    def note_in_flight(self, notes: Sequence[InFlightNote]) -> None:
+        """Note, for each running task still at its fence, the entry its owner
+        is running now (the heartbeat's note; no checkpoint: ``updated_at`` is
+        left as it is). Gives up at once (``StoreUnavailable``) if the store
+        cannot be reached: the next beat notes it again."""
         ...
 
     def acquire_permit(

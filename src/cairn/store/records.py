@@ -86,6 +86,17 @@ class TaskRecord:
     priority: int = 0
 
 
+class InFlightNote(NamedTuple):
+    """What a running task's owner is doing now: the entry at ``seq`` (``name``),
+    begun at ``started_at``, under ``fence`` (``Store.note_in_flight``)."""
+
+    task_id: str
+    fence: int
+    seq: int
+    name: str
+    started_at: datetime
+
+
 class StepRecord(NamedTuple):
     """One entry of a task's history, at position ``seq``.
 

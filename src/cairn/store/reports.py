@@ -68,6 +68,17 @@ class OpTotals:
 
 
 @dataclass(frozen=True)
+class StepInFlight:
+    """The entry a running task's owner is running now: its position, its
+    name, and when it began (noted by the owner's lease heartbeat, so it shows
+    up to a third of a lease after the step began)."""
+
+    seq: int
+    name: str
+    started_at: datetime
+
+
+@dataclass(frozen=True)
 class RunningTask:
     """A running task and the last moment it showed progress."""
 
@@ -77,6 +88,11 @@ class RunningTask:
     owner: str | None
     checkpoint: datetime
     last_step: str | None = None  # the name of its latest history entry, if any
+    in_flight: StepInFlight | None = None  # the entry it is in now, if noted
+    # Its item key, arguments (encoded) and codec: its key as given, in alerts.
+    item_key: str | None = None
+    args: str | None = None
+    codec: str = "json"
 
 
 @dataclass(frozen=True)
@@ -93,8 +109,8 @@ class TaskQuery:
     """Which tasks a listing shows (``cairn tasks``, the dashboard's task pages).
 
     ``status``, ``batch`` and ``name`` match exactly; ``since <= created_at <
-    until``; ``search`` matches a task id (its start or all of it) or a piece of
-    its error text, letter case ignored; ``error_type`` picks the tasks whose
+    until``; ``search`` matches any part of a task's id, of its name or of its
+    error text, letter case ignored; ``error_type`` picks the tasks whose
     recorded error is of that type (a batch's failure group; ``unknown``: no
     error recorded). Tasks cairn runs for itself (names starting ``cairn.``:
     stall alerts, daily reports) are left out unless ``include_internal``."""

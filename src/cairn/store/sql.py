@@ -92,7 +92,9 @@ CLAIM_SET = (
     "interruptions = interruptions + CASE WHEN status = 'running' THEN 1 ELSE 0 END, "
     "status = 'running', owner = ?, lease_expires_at = ?, fence = fence + 1, "
     "started_at = COALESCE(started_at, ?), updated_at = ?, wake_at = NULL, "
-    "version = CASE WHEN started_at IS NULL THEN COALESCE(?, version) ELSE version END"
+    "version = CASE WHEN started_at IS NULL THEN COALESCE(?, version) ELSE version END, "
+    # The step the last owner was in is not this attempt's (schema 9).
+    "step_now_seq = NULL, step_now = NULL, step_now_at = NULL"
 )
 # {filter} picks the candidates (one batch, or any batch of some task names);
 # {lock} is where a backend that can adds FOR UPDATE SKIP LOCKED.
@@ -195,6 +197,20 @@ RENEW = (
 # One task's lease, renewed at once before an outside call (fenced).
 RENEW_TASK = (
     "UPDATE tasks SET lease_expires_at = ? WHERE id = ? AND fence = ? AND status = 'running'"
+)
+# The entry a running task is in now (cairn.engine.leases notes it at a beat),
+# fenced: a note from an owner that lost the task changes nothing. Not a
+# checkpoint: updated_at stays, so a task stuck in one step still stalls.
+NOTE_IN_FLIGHT = (
+    "UPDATE tasks SET step_now_seq = ?, step_now = ?, step_now_at = ? "
+    "WHERE id = ? AND fence = ? AND status = 'running'"
+)
+# A task's kept log records (schema 9; cairn.engine.tasklogs).
+GET_TASK_LOG = "SELECT lines, dropped FROM task_logs WHERE task_id = ?"
+SAVE_TASK_LOG = (
+    "INSERT INTO task_logs (task_id, lines, kept, dropped) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (task_id) DO UPDATE SET lines = excluded.lines, kept = excluded.kept, "
+    "dropped = excluded.dropped"
 )
 # The fence moves, so the process handing the task back can write nothing more.
 RELEASE = (

@@ -25,6 +25,7 @@ from cairn.store.reports import (
     BatchSpan,
     OpTotals,
     RunningTask,
+    StepInFlight,
     StepTotals,
     TaskQuery,
     TaskTotals,
@@ -110,7 +111,7 @@ class SQLAdmin(SQLCore):
         self, query: TaskQuery, below: int | None, above: int | None, size: int, *, newer: bool
     ) -> list[tuple[int, TaskRecord]]:
         """Up to ``size`` tasks between the positions, ascending if ``newer``."""
-        where, params = sqlviews.task_query_filter(query, self._ts)
+        where, params = sqlviews.task_query_filter(query, self._ts, self.case_blind_like)
         if below is not None:
             where.append("pos < ?")
             params.append(below)
@@ -120,10 +121,60 @@ class SQLAdmin(SQLCore):
         rows = self._exec(sqlviews.find_tasks(where, newer=newer), (*params, size)).rows
         return [(int(r[0]), sql.task_record(r[1:])) for r in rows]
 
-    def count_tasks(self, query: TaskQuery) -> int:
-        where, params = sqlviews.task_query_filter(query, self._ts)
-        statement = sqlviews.COUNT_TASKS.format(where=" AND ".join(where) or "1 = 1")
-        return int(self._exec(statement, params).rows[0][0])
+    def count_tasks(self, query: TaskQuery, *, up_to: int | None = None) -> int:
+        where, params = sqlviews.task_query_filter(query, self._ts, self.case_blind_like)
+        clause = " AND ".join(where) or "1 = 1"
+        if up_to is None:
+            statement = sqlviews.COUNT_TASKS.format(where=clause)
+            return int(self._exec(statement, params).rows[0][0])
+        statement = sqlviews.COUNT_TASKS_UP_TO.format(where=clause)
+        return int(self._exec(statement, (*params, up_to)).rows[0][0])
+
+    def error_groups(self, query: TaskQuery, limit: int) -> list[tuple[str, int]]:
+        where, params = sqlviews.task_query_filter(query, self._ts, self.case_blind_like)
+        statement = sqlviews.ERROR_GROUPS.format(
+            where=" AND ".join(where) or "1 = 1", find=self.find_text_function
+        )
+        counts: dict[str, int] = {}
+        for head, n in self._exec(statement, (*params, limit)).rows:
+            kind = sqlviews.error_type_of_head(None if head is None else str(head))
+            counts[kind] = counts.get(kind, 0) + int(n)
+        return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+    def failed_since(self, since: datetime, limit: int) -> list[TaskRecord]:
+        statement = sqlmetrics.FAILED_SINCE.format(columns=sql.TASK_COLUMNS)
+        rows = self._exec(statement, (self._ts(since), limit)).rows
+        return [sql.task_record(row) for row in rows]
+
+    def metric_hours(self, since: datetime) -> list[tuple[datetime, int, int, float]]:
+        rows = self._exec(sqlmetrics.METRIC_HOURS_SINCE, (self._ts(since),)).rows
+        return [(sql.time_of(h), int(n), int(failed), float(cost)) for h, n, failed, cost in rows]
+
+    def calls_finished_between(
+        self, start: datetime, end: datetime
+    ) -> list[tuple[datetime, RecordedCall]]:
+        params = (self._ts(start), self._ts(end))
+        rows = self._exec(sqlmetrics.CALLS_FINISHED_BETWEEN, params).rows
+        return [(sql.time_of(r[0]), RecordedCall(*r[1:])) for r in rows]
+
+    def finishes_between(self, start: datetime, end: datetime) -> list[tuple[datetime, str]]:
+        params = (self._ts(start), self._ts(end))
+        rows = self._exec(sqlmetrics.FINISHES_BETWEEN, params).rows
+        return [(sql.time_of(at), str(status)) for at, status in rows]
+
+    def save_metric_hours(self, hours: Sequence[tuple[datetime, int, int, float]]) -> None:
+        with self._writing():
+            for hour, done, failed, cost in hours:
+                self._exec(sqlmetrics.SAVE_METRIC_HOUR, (self._ts(hour), done, failed, cost))
+
+    def failed_steps(self, task_ids: Sequence[str]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for start in range(0, len(task_ids), 500):
+            ids = list(task_ids[start : start + 500])
+            statement = sqlviews.FAILED_STEPS.format(ids=", ".join("?" for _ in ids))
+            for task_id, name in self._exec(statement, ids).rows:
+                found[str(task_id)] = str(name)
+        return found
 
     def child_ids(self, task_id: str) -> list[str]:
         return [str(r[0]) for r in self._exec(sqlviews.CHILD_IDS, (task_id,)).rows]
@@ -356,18 +407,44 @@ class SQLAdmin(SQLCore):
 
     def running_checkpoints(self) -> list[RunningTask]:
         found = []
-        for tid, batch, name, owner, started, updated, last_finish, last_step in self._exec(
-            sqlmetrics.RUNNING
-        ).rows:
+        for row in self._exec(sqlmetrics.RUNNING).rows:
+            tid, batch, name, owner, started, updated, last_finish, last_step = row[:8]
             moments = [sql.time_of(updated)]
             moments += [sql.time_of(m) for m in (started, last_finish) if m is not None]
-            found.append(RunningTask(tid, batch, name, owner, max(moments), last_step))
+            now = _in_flight(row[8:12])
+            item_key, args, codec = row[12:15]
+            found.append(
+                RunningTask(
+                    tid, batch, name, owner, max(moments), last_step, now,
+                    item_key=item_key, args=args, codec=str(codec),
+                )
+            )  # fmt: skip
+        return found
+
+    def steps_in_flight(self, task_ids: Sequence[str]) -> dict[str, StepInFlight]:
+        found: dict[str, StepInFlight] = {}
+        for start in range(0, len(task_ids), 500):
+            ids = list(task_ids[start : start + 500])
+            statement = sqlmetrics.IN_FLIGHT.format(ids=", ".join("?" for _ in ids))
+            for row in self._exec(statement, ids).rows:
+                now = _in_flight(row[1:])
+                if now is not None:
+                    found[str(row[0])] = now
         return found
 
     def open_alerts(self, alert_task: str, raised: str, cleared: str) -> list[str]:
         size = len(raised)
         params = [size + 1, alert_task, size, raised, cleared, size + 1]
         return [str(r[0]) for r in self._exec(sqlmetrics.OPEN_ALERTS, params).rows]
+
+
+def _in_flight(row: Sequence[Any]) -> StepInFlight | None:
+    """``IN_FLIGHT_COLUMNS`` read: the step in flight, or None (none noted, or
+    it has ended since)."""
+    seq, name, started, current = row
+    if seq is None or name is None or started is None or not current:
+        return None
+    return StepInFlight(int(seq), str(name), sql.time_of(started))
 
 
 def _earliest(a: datetime | None, b: datetime | None) -> datetime | None:

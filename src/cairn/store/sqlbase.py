@@ -10,6 +10,7 @@ drift apart in meaning. ``SQLStore`` also carries the admin side
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import partial
@@ -20,6 +21,7 @@ from cairn.store import sql
 from cairn.store.driver_errors import DuplicateRow, unstorable_text
 from cairn.store.records import (
     ActiveRow,
+    InFlightNote,
     MessageRecord,
     NewTask,
     OperationClaim,
@@ -295,6 +297,25 @@ class SQLStore(SQLAdmin, SQLTransfer, SQLRuns, SQLBudgets):
         params = (self._ts(lease_until), task_id, fence)
         with self._writing():
             return self._exec_lease(sql.RENEW_TASK, params).rowcount == 1
+
+    def task_log(self, task_id: str) -> tuple[list[dict[str, Any]], int] | None:
+        rows = self._exec(sql.GET_TASK_LOG, (task_id,)).rows
+        if not rows:
+            return None
+        lines = json.loads(rows[0][0])
+        kept = [line for line in lines if isinstance(line, dict)] if isinstance(lines, list) else []
+        return kept, int(rows[0][1])
+
+    def save_task_log(self, task_id: str, lines: Sequence[dict[str, Any]], dropped: int) -> None:
+        text = json.dumps(list(lines), ensure_ascii=False)
+        with self._writing():
+            self._exec(sql.SAVE_TASK_LOG, (task_id, text, len(lines), dropped))
+
+    def note_in_flight(self, notes: Sequence[InFlightNote]) -> None:
+        with self._writing():
+            for note in notes:
+                params = (note.seq, note.name, self._ts(note.started_at), note.task_id, note.fence)
+                self._exec_lease(sql.NOTE_IN_FLIGHT, params, patient=False)
 
     def release_task(
         self, task_id: str, fence: int, now: datetime, *, patient: bool = True

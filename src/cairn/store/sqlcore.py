@@ -92,6 +92,12 @@ class SQLCore(ABC):
     # poller then takes no write lock, so it never holds one while it is paused,
     # nor queues behind writers.
     look_before_writing: ClassVar[bool] = False
+    # The function that finds where one text starts inside another, 1-based,
+    # 0 if absent (SQLite's instr; PostgreSQL's strpos, same arguments).
+    find_text_function: ClassVar[str] = "instr"
+    # The LIKE that ignores letter case (SQLite's LIKE does, for ASCII, as its
+    # LOWER() does; PostgreSQL's ILIKE, for all of Unicode).
+    case_blind_like: ClassVar[str] = "LIKE"
     # Run after a bulk change of the tasks table, where the backend's planner
     # works from statistics (PostgreSQL's ANALYZE). Without it, after 100,000
     # pending tasks are cancelled the planner believes them pending until

@@ -131,11 +131,30 @@ OP_TOTALS = (
 # The last checkpoint is the latest of: a step finishing, the task being
 # claimed (start or take-over; updated_at moves then), a task attempt starting.
 # Two probes of the steps primary key per running task.
+# The step in flight a running task's heartbeat noted, unless an entry was
+# completed at its position, or one recorded after it, since (that step ended;
+# the next one is noted at the next beat).
+IN_FLIGHT_COLUMNS = (
+    "t.step_now_seq, t.step_now, t.step_now_at, "
+    "NOT EXISTS (SELECT 1 FROM steps f WHERE f.task_id = t.id AND (f.seq > t.step_now_seq "
+    "OR (f.seq = t.step_now_seq AND f.status = 'completed')))"
+)
 RUNNING = (
     "SELECT t.id, t.batch, t.name, t.owner, t.started_at, t.updated_at, "
     "(SELECT MAX(s.finished_at) FROM steps s WHERE s.task_id = t.id), "
-    "(SELECT s.name FROM steps s WHERE s.task_id = t.id ORDER BY s.seq DESC LIMIT 1) "
+    "(SELECT s.name FROM steps s WHERE s.task_id = t.id ORDER BY s.seq DESC LIMIT 1), "
+    f"{IN_FLIGHT_COLUMNS}, t.item_key, t.args, t.codec "
     f"FROM tasks t WHERE t.status = 'running' AND {_PUBLIC} ORDER BY t.pos"
+)
+# cairn's own tasks' failures are not the user's (an alert whose webhook is down).
+FAILED_SINCE = (
+    "SELECT {columns} FROM tasks t WHERE t.status = 'failed' AND t.finished_at >= ? "
+    f"AND {_PUBLIC} ORDER BY t.finished_at, t.pos LIMIT ?"
+)
+# The steps in flight of some running tasks ({ids}: their placeholders).
+IN_FLIGHT = (
+    f"SELECT t.id, {IN_FLIGHT_COLUMNS} FROM tasks t "
+    "WHERE t.id IN ({ids}) AND t.status = 'running' AND t.step_now_seq IS NOT NULL"
 )
 # Alert tasks that completed with no cleared twin yet. Parameters: the prefix's
 # length + 1, the alert task's name, the prefix's length, the raised prefix,
@@ -144,4 +163,28 @@ OPEN_ALERTS = (
     "SELECT substr(t.id, ?) FROM tasks t WHERE t.name = ? AND t.status = 'completed' "
     "AND substr(t.id, 1, ?) = ? AND NOT EXISTS (SELECT 1 FROM tasks r "
     "WHERE r.id = CAST(? AS TEXT) || substr(t.id, ?)) ORDER BY t.pos"
+)
+
+# The metrics page's hourly counts (schema 9; cairn.admin.charts): the hours
+# summed, and the finishes of a span of time (through tasks_by_finish), cairn's
+# own tasks left out.
+METRIC_HOURS_SINCE = (
+    "SELECT hour, finished, failed, cost FROM metric_hours WHERE hour >= ? ORDER BY hour"
+)
+# The model calls and compactions finished in a span of time, through
+# calls_by_finish (its predicate repeated, so the planner takes it).
+CALLS_FINISHED_BETWEEN = (
+    "SELECT s.finished_at, t.id, t.batch, t.codec, s.seq, s.kind, s.name, s.output "
+    "FROM steps s JOIN tasks t ON t.id = s.task_id "
+    "WHERE (s.kind = 'llm' OR s.kind = 'conv') AND s.finished_at >= ? AND s.finished_at < ? "
+    f"AND s.status = 'completed' AND {_PUBLIC}"
+)
+FINISHES_BETWEEN = (
+    "SELECT t.finished_at, t.status FROM tasks t WHERE t.finished_at >= ? "
+    f"AND t.finished_at < ? AND {_PUBLIC}"
+)
+SAVE_METRIC_HOUR = (
+    "INSERT INTO metric_hours (hour, finished, failed, cost) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (hour) DO UPDATE SET finished = excluded.finished, failed = excluded.failed, "
+    "cost = excluded.cost"
 )

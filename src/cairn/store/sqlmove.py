@@ -73,6 +73,7 @@ BATCH_PARTS: tuple[BatchPart, ...] = (
     BatchPart(tables.SUPERSEDED_ENTRIES, _OF_BATCH, "task_id, run, seq"),
     BatchPart(tables.OPERATIONS, _OF_BATCH, "scope, key"),
     BatchPart(tables.SIGNALS, _OF_BATCH, "task_id, name"),
+    BatchPart(tables.TASK_LOGS, _OF_BATCH, "task_id"),
     BatchPart(tables.CONVERSATIONS, _OF_BATCH, "conv_id"),
     BatchPart(
         tables.MESSAGES,
@@ -93,6 +94,7 @@ NOT_OF_A_BATCH: tuple[Table, ...] = (
     # Budgets count with permits (kept, above), so they stay with them.
     tables.BUDGETS,
     tables.BUDGET_PARKS,
+    tables.METRIC_HOURS,  # the store's finishes per hour: a derived figure, of no batch
 )
 
 # Pruning: a batch's rows, children first.

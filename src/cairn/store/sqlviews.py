@@ -88,6 +88,8 @@ BATCH_RETRIED_AT = (
 # gives the rows in order and the statement stops after one page.
 FIND_TASKS = f"SELECT pos, {TASK_COLUMNS} FROM tasks WHERE {{where}} ORDER BY pos {{order}} LIMIT ?"
 COUNT_TASKS = "SELECT COUNT(*) FROM tasks WHERE {where}"
+# The same, counting no further than a limit (a search's total: "more than N").
+COUNT_TASKS_UP_TO = "SELECT COUNT(*) FROM (SELECT 1 FROM tasks WHERE {where} LIMIT ?) AS found"
 CHILD_IDS = "SELECT id FROM tasks WHERE parent_id = ? ORDER BY pos"
 # LIKE with this escape character, so a search for 50% or snake_case means itself.
 _ESCAPE = "\\"
@@ -99,9 +101,10 @@ def like_pattern(text: str) -> str:
     return "%" + escaped.replace("_", _ESCAPE + "_") + "%"
 
 
-def task_query_filter(query: TaskQuery, ts: Any) -> tuple[list[str], list[Any]]:
+def task_query_filter(query: TaskQuery, ts: Any, like: str = "LIKE") -> tuple[list[str], list[Any]]:
     """The clauses and parameters that pick the tasks of ``query`` (``ts``
-    turns a time into the backend's parameter)."""
+    turns a time into the backend's parameter; ``like``, the backend's LIKE
+    that ignores letter case: a search compares no LOWER() of every row)."""
     where: list[str] = []
     params: list[Any] = []
     for column in ("status", "batch", "name"):
@@ -116,9 +119,11 @@ def task_query_filter(query: TaskQuery, ts: Any) -> tuple[list[str], list[Any]]:
         where.append("created_at < ?")
         params.append(ts(query.until))
     if query.search:
-        # substr, not LIKE, for the id: ids may hold % or _.
-        where.append(f"(substr(id, 1, ?) = ? OR LOWER(error) LIKE LOWER(?) ESCAPE '{_ESCAPE}')")
-        params += [len(query.search), query.search, like_pattern(query.search)]
+        # Any part of the id, the task's name or its error text, any case;
+        # LIKE's own wildcards in the search mean themselves (like_pattern).
+        match = f"{like} ? ESCAPE '{_ESCAPE}'"
+        where.append(f"(id {match} OR name {match} OR error {match})")
+        params += [like_pattern(query.search)] * 3
     if query.error_type == UNKNOWN_ERROR:
         where.append("error IS NULL")
     elif query.error_type is not None:
@@ -133,6 +138,34 @@ def task_query_filter(query: TaskQuery, ts: Any) -> tuple[list[str], list[Any]]:
 
 # The failure group of tasks with no recorded error (cairn.admin.batches).
 UNKNOWN_ERROR = "unknown"
+# The failed tasks of a filter ({where}) by the start of their recorded error up
+# to the end of its type (``{"type": "builtins.ValueError"``; {find}: the
+# backend's instr), most first: a GROUP BY in the store, not a read of every
+# failed task's error.
+ERROR_GROUPS = (
+    "SELECT substr(error, 1, {find}(error, '\", ')) AS head, COUNT(*) FROM tasks "
+    "WHERE {where} AND status = 'failed' GROUP BY head ORDER BY COUNT(*) DESC, head LIMIT ?"
+)
+
+
+def error_type_of_head(head: str | None) -> str:
+    """The error type an ``ERROR_GROUPS`` head names (``{"type": "X"``), or
+    ``UNKNOWN_ERROR`` (no error recorded, or not cairn's JSON)."""
+    if head is None:
+        return UNKNOWN_ERROR
+    try:
+        value = json.loads(head + "}")
+    except ValueError:
+        return UNKNOWN_ERROR
+    kind = value.get("type") if isinstance(value, dict) else None
+    return kind if isinstance(kind, str) and kind else UNKNOWN_ERROR
+
+
+# The name of the last failed entry of each of some tasks ({ids}).
+FAILED_STEPS = (
+    "SELECT task_id, name FROM steps WHERE task_id IN ({ids}) AND status = 'failed' "
+    "ORDER BY task_id, seq"
+)
 
 
 def error_type_start(error_type: str) -> str:

@@ -164,6 +164,13 @@ TASKS = Table(
         _int("run", default=1),
         # Schema 8: claims take the highest priority first (docs/workers.md).
         _int("priority", default=0),
+        # Schema 9: the entry the task's owner is running now (its position,
+        # name, and when it began), noted by the lease heartbeat, not by the
+        # step itself (cairn.engine.leases): the dashboard's and the stall
+        # alert's "step in flight". Cleared by each claim; never exported.
+        Column("step_now_seq", "integer", nullable=True, internal=True),
+        Column("step_now", "text", nullable=True, internal=True),
+        Column("step_now_at", "time", nullable=True, internal=True),
     ),
 )
 
@@ -254,7 +261,7 @@ PERMITS = Table(
         Column("held", "bool"),
         _time("granted_at"),
         _time("ends_at"),
-        # Schema 6: what the permit holds of a TokenRate or a budget (0: one call).
+        # Schema 7: what the permit holds of a TokenRate or a budget (0: one call).
         Column("amount", "integer", default=0, wide=True),
     ),
 )
@@ -335,7 +342,7 @@ AUDIT = Table(
     ),
 )
 
-# Schema 6: budgets (cairn.budgets), by scope ('batch:NAME', 'task:ID'): the
+# Schema 7: budgets (cairn.budgets), by scope ('batch:NAME', 'task:ID'): the
 # caps (usd in nano-dollars), the warning share, how often raised, and when
 # each alert fired; and the tasks parked on one until it is raised.
 BUDGETS = Table(
@@ -359,6 +366,24 @@ BUDGET_PARKS = Table(
     (_text("task_id"), _text("scope"), _time("parked_at"), _text("needed")),
 )
 
+# Schema 9: what a task logged (the ``logging`` module) while it ran, one row
+# per task: its records as a JSON list (``cairn.engine.tasklogs``: time,
+# attempt, level, logger, message; redacted), how many are kept, and how many
+# were not (past the cap on their number and size).
+TASK_LOGS = Table(
+    "task_logs",
+    (_text("task_id"), _text("lines"), _int("kept"), _int("dropped")),
+)
+
+# Schema 9: tasks finished and failed per closed hour (its start), and what the
+# model calls finished in it cost, summed once
+# by the metrics page's reader and kept (``cairn.admin.charts``): of the store,
+# not of a batch; a derived figure, summed again if it is removed.
+METRIC_HOURS = Table(
+    "metric_hours",
+    (_time("hour"), _int("finished"), _int("failed"), Column("cost", "real", default=0.0)),
+)
+
 TABLES: tuple[Table, ...] = (
     CAIRN_META,
     BATCHES,
@@ -377,5 +402,7 @@ TABLES: tuple[Table, ...] = (
     AUDIT,
     BUDGETS,
     BUDGET_PARKS,
+    TASK_LOGS,
+    METRIC_HOURS,
 )
 BY_NAME: dict[str, Table] = {t.name: t for t in TABLES}

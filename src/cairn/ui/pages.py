@@ -13,12 +13,15 @@ from dataclasses import replace
 from cairn.admin.actions import CANCEL, RETRY
 from cairn.admin.batches import batch_view
 from cairn.admin.budgets import budget_line, budget_scope, budget_view
+from cairn.admin.charts import hourly
 from cairn.admin.conversations import call_costs, conversation_detail, costs, probe_costs
 from cairn.admin.lineage import lineage
 from cairn.admin.listing import BadCursor, batch_page, task_page
+from cairn.admin.logs import task_logs
 from cairn.admin.metrics import metrics_summary
 from cairn.admin.operations import operations as list_operations
 from cairn.admin.reruns import RERUNNABLE
+from cairn.admin.triage import ErrorGroup, error_groups, triage_rows
 from cairn.admin.views import task_view
 from cairn.agent.archive import StoredMessage
 from cairn.agent.costs import COST_COLUMNS, CostLine
@@ -27,14 +30,17 @@ from cairn.errors import UnknownTask
 from cairn.observe.stalls import stalls_in
 from cairn.observe.text import metrics_lines
 from cairn.store.records import TASK_STATUSES
-from cairn.store.reports import Window
+from cairn.store.reports import TaskQuery, Window
 from cairn.ui.actions import RESOLVE_STATUSES
+from cairn.ui.charts import bar_chart, cost_chart
 from cairn.ui.config import UIConfig
 from cairn.ui.filters import BadQuery, Query, moment, task_query
 from cairn.ui.gantt import gantt
 from cairn.ui.render import Page, href
 
 OPS_LIMIT = 200
+# The metrics page lists this many batches a page, newest first.
+TOP_BATCHES = 10
 # A batch page lists the cost of this many of its tasks (``cairn cost --batch``
 # has them all).
 COST_TASKS = 20
@@ -106,8 +112,27 @@ def tasks(config: UIConfig, query: Query) -> Page:
     kept = {k: v for k, v in query.items() if k not in ("older", "newer") and v}
     title = "Tasks" + (f" of {filters.batch}" if filters.batch else "")
     title += f" ({filters.status})" if filters.status else ""
-    context = {"page": found, "filters": kept, "statuses": TASK_STATUSES}
+    now = config.now()
+    context = {
+        "page": found,
+        "rows": triage_rows(config.store, found.rows, now),
+        "groups": _groups(config, filters),
+        "now": now,
+        "filters": kept,
+        "statuses": TASK_STATUSES,
+    }
     return Page(title, "tasks.html", context, live=True)
+
+
+def _groups(config: UIConfig, filters: TaskQuery) -> list[ErrorGroup]:
+    """The failed tasks' error groups, where an index bounds them (the failed
+    tasks, or a batch's): a search alone would count them with a second pass
+    over every task, on every poll."""
+    if filters.status not in (None, "failed"):
+        return []
+    if filters.status is None and filters.batch is None:
+        return []
+    return error_groups(config.store, replace(filters, error_type=None))
 
 
 def task(config: UIConfig, query: Query) -> Page:
@@ -121,6 +146,8 @@ def task(config: UIConfig, query: Query) -> Page:
     buttons = [a.name for a in (RETRY, CANCEL) if view.task.status in a.sources]
     context = {
         "view": view,
+        "now": now,
+        "logs": task_logs(config.store, task_id),
         "csrf": config.csrf,
         "buttons": buttons,
         "runs": lineage(config.store, view.task) if view.task.run > 1 else [],
@@ -194,25 +221,41 @@ def conversation(config: UIConfig, query: Query) -> Page:
 
 def stalls(config: UIConfig, query: Query) -> Page:
     found = stalls_in(config.store, config.now(), config.stall_after)
-    context = {"stalls": found, "stall_after": config.stall_after}
+    context = {"stalls": found, "stall_after": config.stall_after, "now": config.now()}
     return Page("Stalls", "stalls.html", context, live=True)
 
 
 def metrics(config: UIConfig, query: Query) -> Page:
+    """Bounded at any store size: the hourly chart (from kept sums), a page of
+    the newest batches, the stalls; the durability metrics (a pass over what
+    they cover) only for a chosen batch or a time window."""
     now = config.now()
     try:
-        window = Window(since=moment(query, "since", now), batch=query.get("batch") or None)
-    except BadQuery as exc:
+        since = moment(query, "since", now)
+        window = Window(since=since, batch=query.get("batch") or None)
+        top = batch_page(config.store, size=TOP_BATCHES, **_cursors(query))
+    except (BadQuery, BadCursor, ValueError) as exc:
         return message("Bad query", str(exc), 400, back="/metrics")
-    summary = metrics_summary(config.store, window, now=now, stall_after=config.stall_after)
-    # One line per step *name* would be 300 lines for numbered steps: the steps
-    # are shown grouped by name template in a table instead.
-    lines = metrics_lines(replace(summary.metrics, steps=[]))
-    context = {
-        "lines": lines,
-        "steps": summary.metrics.steps,
-        "stalls": summary.stalls,
+    hours = hourly(config.store, now)
+    context: dict[str, object] = {
+        "hours": hours,
+        "chart": bar_chart(hours),
+        "cost_chart": cost_chart(hours),
+        "finished": sum(h.finished for h in hours),
+        "failed": sum(h.failed for h in hours),
+        "cost": sum(h.cost for h in hours),
+        "top": top,
+        "lines": [],
+        "steps": [],
+        "chosen": window.batch is not None or window.since is not None,
+        "stalls": stalls_in(config.store, now, config.stall_after),
         "since": query.get("since", ""),
         "batch": query.get("batch", ""),
     }
+    if context["chosen"]:
+        summary = metrics_summary(config.store, window, now=now, stall_after=config.stall_after)
+        # One line per step *name* would be 300 lines for numbered steps: the steps
+        # are shown grouped by name template in a table instead.
+        context["lines"] = metrics_lines(replace(summary.metrics, steps=[]))
+        context["steps"] = summary.metrics.steps
     return Page("Metrics", "metrics.html", context)

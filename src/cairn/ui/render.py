@@ -20,6 +20,8 @@ from urllib.parse import urlencode
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
+from cairn.observe.text import short_type
+
 NAV = (
     ("/", "Batches"),
     ("/tasks", "Tasks"),
@@ -45,6 +47,25 @@ def seconds(value: float | None) -> str:
     if value < 3600:
         return f"{int(value // 60)} min {int(value % 60)} s"
     return f"{int(value // 3600)} h {int(value % 3600 // 60)} min"
+
+
+def elapsed(started: datetime, now: datetime) -> str:
+    """How long since ``started``, for a step in flight: in tens of seconds under
+    a minute, then in minutes, so a live page's content (and its digest) moves
+    at most that often, and an opened ``<details>`` stays open in between."""
+    value = max(0.0, (now - started).total_seconds())
+    if value < 10:
+        return "under 10 s"
+    if value < 60:
+        return f"{int(value // 10) * 10} s"
+    if value < 3600:
+        return f"{int(value // 60)} min"
+    return f"{int(value // 3600)} h {int(value % 3600 // 60)} min"
+
+
+def without(params: Mapping[str, str], *names: str) -> dict[str, str]:
+    """``params`` but ``names``: a link that drops a filter."""
+    return {k: v for k, v in params.items() if k not in names}
 
 
 def size(count: int) -> str:
@@ -84,8 +105,15 @@ def _environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(when=when, seconds=seconds, size=size, counted=counted)
-    env.globals.update(href=href, nav=NAV)
+    env.filters.update(
+        when=when,
+        seconds=seconds,
+        size=size,
+        counted=counted,
+        elapsed=elapsed,
+        short_type=short_type,
+    )
+    env.globals.update(href=href, nav=NAV, without=without, dict=dict)
     return env
 
 

@@ -22,6 +22,7 @@ from cairn.admin import (
     batch_page,
     batch_view,
     iter_tasks,
+    listing,
     metrics_summary,
     operations,
     resolve,
@@ -118,9 +119,10 @@ def test_filters_by_status_batch_name_and_time(listed: Listed) -> None:
     assert set(ids(TaskQuery(until=listed.start + hour))) == set(_ids("alpha", ITEMS))
 
 
-def test_search_matches_an_id_start_or_error_text_in_any_case(listed: Listed) -> None:
-    """An id start; a piece of the error in another case; LIKE's ``%`` and
-    ``_`` in the search mean themselves."""
+def test_search_matches_part_of_an_id_a_name_or_error_text_in_any_case(listed: Listed) -> None:
+    """An id start or any part of an id; a task name in another case; a piece
+    of the error in another case; LIKE's ``%`` and ``_`` in the search mean
+    themselves."""
 
     def ids(search: str) -> set[str]:
         return {t.id for t in task_page(listed.store, TaskQuery(search=search)).rows}
@@ -131,6 +133,22 @@ def test_search_matches_an_id_start_or_error_text_in_any_case(listed: Listed) ->
     assert ids("%") == set(_ids("alpha", [5, 10]) + _ids("beta", [5, 10]))
     assert ids("d_1") == {"alpha/n=10", "beta/n=10"}
     assert ids("no such thing") == set()
+    assert ids("/N=12") == {"alpha/n=12", "beta/n=12"}
+    assert len(ids("EVIE")) == 24
+
+
+def test_a_search_total_is_exact_on_one_page_and_capped_past_it(
+    listed: Listed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search whose matches fit one page is counted by that page; past a page
+    its total is counted up to SEARCH_COUNT and then said to be "at least"."""
+    page = task_page(listed.store, TaskQuery(search="review"), size=30)
+    assert (page.total, page.total_capped) == (24, False)
+    monkeypatch.setattr(listing, "SEARCH_COUNT", 10)
+    page = task_page(listed.store, TaskQuery(search="review"), size=5)
+    assert (page.total, page.total_capped) == (10, True)
+    older = task_page(listed.store, TaskQuery(search="n=1"), size=2, older_than=page.older)
+    assert (older.total, older.total_capped) == (8, False)
 
 
 def test_pages_go_older_and_back_newer_with_the_same_total(listed: Listed) -> None:
