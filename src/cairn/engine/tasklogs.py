@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 
 from cairn.clock import to_iso
 from cairn.engine.errortext import bounded_text
+from cairn.errors import StoreError
 from cairn.redaction import redact
 from cairn.store.protocol import Store
 
@@ -143,5 +144,10 @@ def save(store: Store, task_id: str, log: TaskLog) -> None:
             kept.append(line)
             size += grown
         store.save_task_log(task_id, kept, before_dropped + dropped)
+    except StoreError as exc:
+        # The store itself failed (full, unreachable): the task's own outcome meets
+        # the same error and says it once, clearly; a line per task here would
+        # repeat one event (a full disk under 4 tasks: 4 more warnings).
+        logging.getLogger("cairn").debug("cairn: could not keep the logs of %s: %s", task_id, exc)
     except Exception as exc:  # noqa: BLE001 - the task's outcome stands without its logs
         logging.getLogger("cairn").warning("cairn: could not keep the logs of %s: %s", task_id, exc)
