@@ -32,7 +32,8 @@ def priority_command(
 
     Workers claim the highest priority first and, within one priority, the
     oldest task (docs/workers.md). A running or finished task keeps its own.
-    The change is written to the audit trail (`cairn audit`).
+    The change is written to the audit trail (`cairn audit`). A negative PRIORITY
+    goes after `--`, with the options before it: `cairn priority --store URL -- -5 TASK`.
     """
     if (task_id is None) == (batch is None):
         fail("name one TASK or --batch BATCH (not both), e.g. cairn priority 10 --batch nightly")
