@@ -71,7 +71,7 @@ def put_then_maybe_die(self, config, checkpoint, metadata, new_versions):
         # task, so one task's writes), then die before the checkpoint is.
         deadline = time.monotonic() + 60
         while not self.get_tuple(config).pending_writes and time.monotonic() < deadline:
-            time.sleep(0.01)  # real-sleep-ok: a poll for other threads' writes, bounded by the deadline
+            time.sleep(0.01)  # real-sleep-ok: a poll, bounded by the deadline
     if step >= 1:
         hook("checkpoint")
     return put(self, config, checkpoint, metadata, new_versions)
