@@ -1,7 +1,9 @@
 """A recorded value changed on disk is reported as corruption, never replayed.
 
 Each history entry is written with a checksum of its kind, name and output
-(schema 6), checked when the task's history is loaded. A same-length edit in
+(schema 6), checked when the task's history is loaded; an operation's result
+and each message of a conversation carry one too (schema 10), checked when
+they are read back, and an import writes them for what it brings in. A same-length edit in
 place (the SQL an intruder or a bad tool would run, on both stores) and 16
 random bytes written over a recorded value in the SQLite file itself both make
 the task fail with ``RecordCorrupt`` naming the task and the position, without
@@ -10,6 +12,7 @@ the value reaching the task's code.
 
 from __future__ import annotations
 
+import io
 import random
 import sqlite3
 import string
@@ -19,6 +22,7 @@ import pytest
 
 from cairn import Cairn, Context, StoreError, TaskFailed
 from cairn.clock import FakeClock
+from cairn.portable.transfer import export_batch, import_batch
 from cairn.store.driver_errors import sqlite_error
 from cairn.task import TaskDef
 
@@ -128,3 +132,126 @@ def test_text_sqlite_cannot_decode_elsewhere_is_said_to_be_damage(tmp_path: Path
     assert "holds text that is not valid UTF-8" in str(error)
     assert "changed on disk or is damaged" in str(error)
     assert "Restore it from a backup" in str(error)
+
+
+# -- operation results and messages (schema 10) ------------------------------------------
+def _effects_app(url: str, charges: list[str], seen: list[str]) -> tuple[Cairn, TaskDef[..., str]]:
+    """A task that charges once (``ctx.once``), then keeps a conversation."""
+    app = Cairn(url, clock=FakeClock())
+
+    def charge(_op: object, item: str) -> str:
+        charges.append(item)
+        return SECRET
+
+    @app.task
+    def pay(ctx: Context, item: str = "a") -> str:
+        receipt: str = ctx.once("charge-1", charge, item)
+        seen.append(receipt)
+        conv = ctx.conversation("notes")
+        conv.append({"role": "user", "content": SECRET})
+        return ctx.step("done", lambda: receipt.upper())
+
+    return app, pay
+
+
+def _corrupt_error(
+    url: str, charges: list[str], seen: list[str], task_id: str = "t", **args: str
+) -> str:
+    """Run the task again: it must fail with RecordCorrupt, the edited value
+    never handed to the task's code and the charge not made again."""
+    app, pay = _effects_app(url, charges, seen)
+    with app, pytest.raises(TaskFailed) as failed:
+        app.run(pay, task_id=task_id, **args)
+    error = failed.value.error
+    assert error is not None
+    assert error["type"] == "cairn.errors.RecordCorrupt", error
+    assert charges == ["a"]
+    assert all(value == SECRET for value in seen)
+    return str(error["message"])
+
+
+def _paid(url: str, charges: list[str], seen: list[str]) -> None:
+    app, pay = _effects_app(url, charges, seen)
+    with app:
+        assert app.run(pay, task_id="t") == SECRET.upper()
+    assert charges == ["a"]
+
+
+def test_an_operation_result_edited_in_place_is_corruption(store_url: str) -> None:
+    """The recorded result of a completed ``ctx.once`` changed in place to
+    another valid value of the same length: the task run again fails with
+    RecordCorrupt naming the key and its position; the charge is not made
+    again and the forged receipt never reaches the task's code."""
+    charges: list[str] = []
+    seen: list[str] = []
+    _paid(store_url, charges, seen)
+    forged = '"' + "X" * len(SECRET) + '"'
+    _sql(store_url, "UPDATE operations SET result = ? WHERE key = 'charge-1'", forged)
+    _retry(store_url)
+    message = _corrupt_error(store_url, charges, seen)
+    assert "task 't'" in message
+    assert "'charge-1' at position 1 is corrupt" in message
+
+
+def test_a_message_edited_in_place_is_corruption(store_url: str) -> None:
+    """A stored message of a conversation changed in place (same length): the
+    task resumed fails with RecordCorrupt naming the conversation and the
+    message, instead of resuming the agent with a context it never had."""
+    charges: list[str] = []
+    seen: list[str] = []
+    _paid(store_url, charges, seen)
+    forged = b"u" + b"X" * len(SECRET)
+    _sql(store_url, "UPDATE messages SET content = ? WHERE idx = 0", forged)
+    _retry(store_url)
+    message = _corrupt_error(store_url, charges, seen)
+    assert "message 0 of conversation 'notes' is corrupt" in message
+
+
+def test_values_written_before_schema_10_are_not_checked(store_url: str) -> None:
+    """A result and a message without a checksum (as a store upgraded from
+    schema 9 holds them) replay as they are: no false alarm on old records."""
+    charges: list[str] = []
+    seen: list[str] = []
+    _paid(store_url, charges, seen)
+    _sql(store_url, "UPDATE operations SET checksum = NULL")
+    _sql(store_url, "UPDATE messages SET checksum = NULL")
+    _retry(store_url)
+    app, pay = _effects_app(store_url, charges, seen)
+    with app:
+        assert app.run(pay, task_id="t") == SECRET.upper()
+    assert charges == ["a"]
+
+
+@pytest.mark.parametrize("table", ["steps", "operations", "messages"])
+def test_an_imported_value_is_checked_like_one_written_here(table: str, tmp_path: Path) -> None:
+    """A batch exported and imported into another store: its entries, results
+    and messages carry checksums there (worked out by the import), so an
+    edit in place after the import is found as corruption too."""
+    charges: list[str] = []
+    seen: list[str] = []
+    source_url = f"sqlite:///{tmp_path / 'source.db'}"
+    app, pay = _effects_app(source_url, charges, seen)
+    with app:
+        app.run_batch("b", pay, [{"item": "a"}])
+    assert charges == ["a"]
+    out = io.StringIO()
+    target_url = f"sqlite:///{tmp_path / 'target.db'}"
+    with Cairn(source_url) as source:
+        export_batch(source.store, None, "b", out)
+    with Cairn(target_url) as target:
+        import_batch(target.store, None, out.getvalue().splitlines(keepends=True))
+    forged_text = '"' + "X" * len(SECRET) + '"'
+    edits = {
+        "steps": ("UPDATE steps SET output = ? WHERE name = 'done'", '"' + "Y" * len(SECRET) + '"'),
+        "operations": ("UPDATE operations SET result = ?", forged_text),
+        "messages": ("UPDATE messages SET content = ?", b"u" + b"X" * len(SECRET)),
+    }
+    _sql(target_url, *edits[table])
+    (task_id,) = _task_ids(target_url)
+    _sql(target_url, "UPDATE tasks SET status = 'pending', result = NULL")
+    _corrupt_error(target_url, charges, seen, task_id, item="a")
+
+
+def _task_ids(url: str) -> list[str]:
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+        return [row[0] for row in conn.execute("SELECT id FROM tasks")]

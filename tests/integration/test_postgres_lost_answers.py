@@ -580,7 +580,7 @@ def test_a_resolve_whose_answer_was_lost_settles_the_key_and_retries_the_task(
     app, pay = _pay_app(shared_db, "raise", [])
     with app, pytest.raises(TaskFailed, match="in doubt"):
         app.run(pay, order="r-3")
-    lost = answer_lost(shared_db, b"result = $2, permanent = $3", b"UPDATE 1")
+    lost = answer_lost(shared_db, b"result = $2, checksum = $3", b"UPDATE 1")
     with lost as (proxy, url), closing(open_store(url)) as store:
         now = FakeClock().now()
         resolved = resolve(

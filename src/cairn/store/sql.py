@@ -300,7 +300,7 @@ LOAD_HISTORY = f"SELECT {STEP_COLUMNS}, checksum FROM steps WHERE task_id = ?"
 # at a position from the fork point on) is not part of the current run's
 # history: it is kept among that run's superseded entries (schema 5).
 LOAD_OP_HISTORY = (
-    "SELECT step_seq, key, result, calls, claimed_at, completed_at FROM operations o "
+    "SELECT step_seq, key, result, calls, claimed_at, completed_at, checksum FROM operations o "
     "WHERE o.task_id = ? AND o.status = 'completed' AND NOT EXISTS (SELECT 1 FROM "
     "superseded_entries e WHERE e.task_id = o.task_id AND e.seq = o.step_seq "
     "AND e.kind = 'op' AND e.name = o.key)"
@@ -317,8 +317,11 @@ def history_of(
     """A task's history from the rows of ``LOAD_OP_HISTORY`` and ``LOAD_HISTORY``;
     ``RecordCorrupt`` for a row that does not match its checksum, unless not
     ``checked`` (a rerun's fork moves entries aside without replaying them)."""
-    history = {
-        seq: StepRecord(
+    history = {}
+    for seq, key, result, calls, claimed, completed, recorded in op_rows:
+        if checked and recorded is not None and recorded != op_checksum(key, result):
+            raise _corrupt(task_id, (None, seq, "op", key))
+        history[seq] = StepRecord(
             task_id,
             seq,
             "op",
@@ -333,8 +336,6 @@ def history_of(
             time_of(claimed),
             time_of(completed),
         )
-        for seq, key, result, calls, claimed, completed in op_rows
-    }
     # A history row at the same position (an operation adopted from another
     # task, or written by an older cairn) is the task's own record: it wins.
     for row in step_rows:
@@ -351,6 +352,63 @@ def entry_checksum(kind: str, name: str, output: str | None) -> int:
     a small output); it finds a value changed on disk, not a forgery. The
     SQLite store's hot path computes the same expression inline."""
     return zlib.crc32(f"{kind}\0{name}\0{output}".encode("utf-8", "surrogatepass"))
+
+
+def op_checksum(key: str, result: str | None) -> int | None:
+    """The checksum written with an operation's result (schema 10): the entry
+    checksum of the history entry the completed operation is; None while it
+    has no result (claimed, failed), so nothing is checked."""
+    return None if result is None else entry_checksum("op", key, result)
+
+
+def checked_op(task_id: str, row: Sequence[Any]) -> Sequence[Any]:
+    """A row of ``GET_OP`` without its trailing checksum, once its result is
+    found to match it; ``RecordCorrupt`` naming the claimant's position if not."""
+    *op, recorded = row
+    key, result = op[1], op[8]
+    if recorded is not None and recorded != op_checksum(key, result):
+        raise _corrupt(op[5] or task_id, (None, op[6], "op", key))
+    return op
+
+
+def message_checksum(
+    content: bytes, tokens: int, kind: str, covers_until: int | None, meta: str | None
+) -> int:
+    """The checksum written with a message (schema 10): CRC-32 of its stored
+    content (the bytes ``pack_content`` made) and of what a resume reads beside
+    it. Computed over the stored bytes, so checking a row costs no unpacking."""
+    tail = f"\0{tokens}\0{kind}\0{covers_until}\0{meta}".encode("utf-8", "surrogatepass")
+    return zlib.crc32(tail, zlib.crc32(content))
+
+
+def checked_messages(
+    task_id: str, conv: str, rows: Sequence[Sequence[Any]], at: tuple[int, int, int, int, int, int]
+) -> list[Sequence[Any]]:
+    """``rows`` without their trailing checksum, each found to match it;
+    ``RecordCorrupt`` naming the task, the conversation and the message's index
+    at the first that does not. ``at`` gives the row's positions of its index,
+    content, tokens, kind, covers_until and meta."""
+    idx, content, tokens, kind, covers, meta = at
+    kept = []
+    for row in rows:
+        recorded = row[-1]
+        if recorded is not None and recorded != message_checksum(
+            bytes(row[content]), row[tokens], row[kind], row[covers], row[meta]
+        ):
+            raise _corrupt_message(task_id, conv, row[idx])
+        kept.append(row[:-1])
+    return kept
+
+
+def _corrupt_message(task_id: str, conv: str, idx: int) -> RecordCorrupt:
+    return RecordCorrupt(
+        f"task {task_id!r}: message {idx} of conversation {conv!r} is corrupt: it does "
+        "not match the checksum written with it, so the store was changed on disk (an "
+        "edit in place, bytes written over the file, a failing disk). It was not "
+        "replayed. Restore the store from a backup (`cairn backup` makes one).",
+        task_id=task_id,
+        seq=idx,
+    )
 
 
 def _corrupt(task_id: str, row: Sequence[Any]) -> RecordCorrupt:
@@ -409,6 +467,7 @@ OWN_RECLAIM = (
 # found written, the statement run again after its answer was lost.
 SETTLE_OP = (
     "UPDATE operations SET status = ?, result = COALESCE(?, result), "
+    "checksum = COALESCE(?, checksum), "
     "error = COALESCE(?, error), permanent = ?, completed_at = ?, updated_at = ? "
     "WHERE scope = ? AND key = ? AND calls = ? "
     "AND (status = 'claimed' OR status = 'in_doubt' "
@@ -420,7 +479,8 @@ SETTLE_OP = (
 LATE_OP = (
     "UPDATE operations SET late_result = ?, late_at = ?, updated_at = ? WHERE scope = ? AND key = ?"
 )
-GET_OP = f"SELECT {OP_COLUMNS} FROM operations WHERE scope = ? AND key = ?"
+# The checksum last: checked_op checks the result against it, then drops it.
+GET_OP = f"SELECT {OP_COLUMNS}, checksum FROM operations WHERE scope = ? AND key = ?"
 
 
 # -- shared limits (cairn.limits) --------------------------------------------------------
@@ -515,8 +575,8 @@ MESSAGE_COLUMNS = tables.MESSAGES.listed(skip=("conv_id",))
 # An append is one fenced insert: one statement, one commit, and a row count of 0
 # means the fence moved.
 INSERT_MESSAGE = (
-    f"INSERT INTO messages (conv_id, {MESSAGE_COLUMNS}) "
-    f"SELECT ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {_FENCE}"
+    f"INSERT INTO messages (conv_id, {MESSAGE_COLUMNS}, checksum) "
+    f"SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {_FENCE}"
 )
 # Reads name the conversation by (task, name); the key is one probe of the
 # conversations table's unique index.
@@ -525,10 +585,11 @@ _CONV_ID = f"({FIND_CONVERSATION})"
 # summary's covers_until (the summary itself among them). The latest summary is
 # one probe of the partial index, and the rest is a range of the primary key, so
 # the read costs O(active rows) however long the conversation has grown.
+# Each read gives the checksum last (checked_messages).
 LOAD_ACTIVE_MESSAGES = (
-    f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conv_id = {_CONV_ID} AND idx = 0 "
+    f"SELECT {MESSAGE_COLUMNS}, checksum FROM messages WHERE conv_id = {_CONV_ID} AND idx = 0 "
     "UNION ALL "
-    f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conv_id = {_CONV_ID} AND idx > "
+    f"SELECT {MESSAGE_COLUMNS}, checksum FROM messages WHERE conv_id = {_CONV_ID} AND idx > "
     f"COALESCE((SELECT covers_until FROM messages WHERE conv_id = {_CONV_ID} "
     "AND kind = 'summary' ORDER BY idx DESC LIMIT 1), 0) "
     "ORDER BY idx"
@@ -536,9 +597,13 @@ LOAD_ACTIVE_MESSAGES = (
 # The same rows, in the columns a resume reads (the role is in the content's format
 # byte or its JSON).
 ACTIVE_ROW_COLUMNS = "idx, content, tokens, kind, covers_until, meta"
+# Where checked_messages finds what a message's checksum covers, in a row of
+# MESSAGE_COLUMNS and in one of ACTIVE_ROW_COLUMNS.
+MESSAGE_CHECKED_AT = (0, 2, 3, 4, 5, 6)
+ACTIVE_ROW_CHECKED_AT = (0, 1, 2, 3, 4, 5)
 LOAD_ACTIVE_ROWS = LOAD_ACTIVE_MESSAGES.replace(MESSAGE_COLUMNS, ACTIVE_ROW_COLUMNS)
 LOAD_MESSAGES = (
-    f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conv_id = {_CONV_ID} AND idx >= ? "
+    f"SELECT {MESSAGE_COLUMNS}, checksum FROM messages WHERE conv_id = {_CONV_ID} AND idx >= ? "
     "ORDER BY idx LIMIT ?"
 )
 

@@ -266,7 +266,8 @@ class SQLAdmin(SQLCore):
         stamp = self._ts(now)
         completed_at = stamp if status == "completed" else None
         error = sqlviews.RESOLVED_AS_FAILED if status == "failed" else None
-        params = (status, result, int(permanent), completed_at, stamp, error, scope, key)
+        checksum = sql.op_checksum(key, result)
+        params = (status, result, checksum, int(permanent), completed_at, stamp, error, scope, key)
         own = (sqlviews.RESOLVED_AT, (scope, key, status, stamp))
         with self._writing():
             return self._write_once(sqlviews.RESOLVE_OP, params, own).rowcount == 1

@@ -542,6 +542,7 @@ class SQLStore(SQLAdmin, SQLTransfer, SQLRuns, SQLBudgets):
         return (
             status,
             result,
+            sql.op_checksum(key, result),
             error,
             int(permanent),
             completed_at,
@@ -603,7 +604,7 @@ class SQLStore(SQLAdmin, SQLTransfer, SQLRuns, SQLBudgets):
 
     def get_operation(self, scope: str, key: str) -> OperationRecord | None:
         rows = self._exec(sql.GET_OP, (scope, key)).rows
-        return sql.op_record(rows[0]) if rows else None
+        return sql.op_record(tuple(sql.checked_op(scope, rows[0]))) if rows else None
 
     # -- shared limits (cairn.limits) ----------------------------------------------------
     def acquire_permit(
@@ -686,6 +687,9 @@ class SQLStore(SQLAdmin, SQLTransfer, SQLRuns, SQLBudgets):
             message.covers_until,
             message.meta,
             sql.micros_of(message.created_at),
+            sql.message_checksum(
+                content, message.tokens, message.kind, message.covers_until, message.meta
+            ),
             message.task_id,
             fence,
         )
@@ -732,16 +736,23 @@ class SQLStore(SQLAdmin, SQLTransfer, SQLRuns, SQLBudgets):
     def load_active_messages(self, task_id: str, conv: str) -> list[MessageRecord]:
         params = (task_id, conv) * 3
         rows = self._exec(sql.LOAD_ACTIVE_MESSAGES, params).rows
-        return [sql.message_record(task_id, conv, r) for r in rows]
+        return self._message_records(task_id, conv, rows)
 
     def load_active_rows(self, task_id: str, conv: str) -> list[ActiveRow]:
         rows = self._exec(sql.LOAD_ACTIVE_ROWS, (task_id, conv) * 3).rows
+        checked = sql.checked_messages(task_id, conv, rows, sql.ACTIVE_ROW_CHECKED_AT)
         unpack = sql.unpack_message
-        return [(r[0], unpack(r[1]), r[2], r[3], r[4], r[5]) for r in rows]
+        return [(r[0], unpack(r[1]), r[2], r[3], r[4], r[5]) for r in checked]
 
     def load_messages(self, task_id: str, conv: str, start: int, limit: int) -> list[MessageRecord]:
         rows = self._exec(sql.LOAD_MESSAGES, (task_id, conv, start, limit)).rows
-        return [sql.message_record(task_id, conv, r) for r in rows]
+        return self._message_records(task_id, conv, rows)
+
+    def _message_records(
+        self, task_id: str, conv: str, rows: Sequence[Sequence[Any]]
+    ) -> list[MessageRecord]:
+        checked = sql.checked_messages(task_id, conv, rows, sql.MESSAGE_CHECKED_AT)
+        return [sql.message_record(task_id, conv, tuple(r)) for r in checked]
 
     # -- schedules (cairn.schedule) ----------------------------------------------------------
     def add_schedule(self, schedule: ScheduleRecord) -> bool:

@@ -38,10 +38,11 @@ class BatchPart:
         return f"DELETE FROM {self.table.name} WHERE {self.where}"
 
 
-def insert(table: Table) -> str:
+def insert(table: Table, *, derived: tuple[str, ...] = ()) -> str:
     """An import's insert of one row of ``table``: every carried column but the one
-    the store assigns, whose new value the statement returns."""
-    names = [c.name for c in table.written]
+    the store assigns, whose new value the statement returns, then the
+    ``derived`` ones (internal columns the import works out, a checksum)."""
+    names = [c.name for c in table.written] + list(derived)
     statement = (
         f"INSERT INTO {table.name} ({', '.join(names)}) VALUES ({', '.join('?' for _ in names)})"
     )

@@ -33,7 +33,31 @@ _WRITTEN: dict[str, tuple[tuple[Column, bool], ...]] = {
     name: tuple((c, c.kind in ("text", "integer") and c.refers_to is None) for c in t.written)
     for name, t in _TABLES.items()
 }
-_INSERTS: dict[str, str] = {name: sqlmove.insert(table) for name, table in _TABLES.items()}
+
+
+def _checksum_of(table: str) -> Callable[[list[Any]], int | None] | None:
+    """What works out the checksum an imported row of ``table`` is written with,
+    from its insert's parameters (a value is checked on replay whichever way it
+    came in; the file's own checksum, if it had one, is not trusted), or None
+    for a table without one."""
+    at = {c.name: i for i, (c, _) in enumerate(_WRITTEN[table])}
+    if table == "steps":
+        kind, name, output = at["kind"], at["name"], at["output"]
+        return lambda p: sql.entry_checksum(p[kind], p[name], p[output])
+    if table == "operations":
+        key, result = at["key"], at["result"]
+        return lambda p: sql.op_checksum(p[key], p[result])
+    if table == "messages":
+        fields = [at[n] for n in ("content", "tokens", "kind", "covers_until", "meta")]
+        return lambda p: sql.message_checksum(*(p[i] for i in fields))
+    return None
+
+
+_CHECKSUMS = {name: _checksum_of(name) for name in _TABLES}
+_INSERTS: dict[str, str] = {
+    name: sqlmove.insert(table, derived=("checksum",) if _CHECKSUMS[name] else ())
+    for name, table in _TABLES.items()
+}
 # Rows of one table an import sends in one go (``Tx.exec_many``): few enough to
 # hold, many enough that PostgreSQL is not asked one round trip per row.
 IMPORT_CHUNK = 500
@@ -224,6 +248,9 @@ class _Inserts:
         params = [
             row[c.name] if as_is else param(c, row[c.name], keys) for c, as_is in _WRITTEN[table]
         ]
+        checksum = _CHECKSUMS[table]
+        if checksum is not None:
+            params.append(checksum(params))
         identity = _IDENTITY[table]
         if identity is None:
             self._table = table

@@ -200,7 +200,7 @@ def batch_search(search: str | None) -> tuple[list[str], list[Any]]:
 
 # -- operations -------------------------------------------------------------------
 RESOLVE_OP = (
-    "UPDATE operations SET status = ?, result = ?, permanent = ?, completed_at = ?, "
+    "UPDATE operations SET status = ?, result = ?, checksum = ?, permanent = ?, completed_at = ?, "
     "updated_at = ?, error = COALESCE(?, error) "
     "WHERE scope = ? AND key = ? AND status != 'completed'"
 )

@@ -196,7 +196,7 @@ STEPS = Table(
         _text("kept", nullable=True),
         # Schema 6: CRC-32 of kind, name and output (sql.entry_checksum), checked
         # when the history is loaded; the store's own, never in a record or an
-        # export (an imported or moved entry has none, and is not checked).
+        # export (an import works it out again for what it brings in).
         Column("checksum", "integer", nullable=True, internal=True, wide=True),
     ),
 )
@@ -221,6 +221,9 @@ OPERATIONS = Table(
         # Schema 2: what a claimant learned after it had lost its task (audit only).
         _text("late_result", nullable=True, blob_refs=True),
         _time("late_at", nullable=True),
+        # Schema 10: CRC-32 of the key and result (sql.op_checksum), checked when
+        # the result is read back for a replay; the store's own, like a step's.
+        Column("checksum", "integer", nullable=True, internal=True, wide=True),
     ),
 )
 
@@ -246,6 +249,9 @@ MESSAGES = Table(
         Column("covers_until", "integer", nullable=True),
         Column("meta", "text", nullable=True, blob_refs=True, refs_inside=True),
         Column("created_at", "micros"),
+        # Schema 10: CRC-32 of the stored content, tokens, kind, covers_until and
+        # meta (sql.message_checksum), checked when the message is read back.
+        Column("checksum", "integer", nullable=True, internal=True, wide=True),
     ),
 )
 

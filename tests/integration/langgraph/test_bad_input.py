@@ -17,6 +17,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from cairn.errors import InvalidName, NotACairnStore
 from cairn.integrations.langgraph import CairnSaver, CheckpointFormatError
 from cairn.integrations.langgraph import saver as saver_module
+from cairn.integrations.langgraph._chain import unsqueeze
 from cairn.store import open_store
 from tests.integration.langgraph.graphs import echo_graph, say, texts, thread
 from tests.integration.langgraph.stored import all_rows
@@ -137,6 +138,30 @@ def test_a_row_changed_outside_cairn_is_refused(store_url: str) -> None:
         before = table_bytes(saver.store)
     with CairnSaver(store_url) as fresh:
         with pytest.raises(CheckpointFormatError, match="LangGraph row"):
+            fresh.get_tuple(thread("t"))
+        assert table_bytes(fresh.store) == before
+
+
+def test_a_row_whose_bytes_were_changed_in_place_is_corruption(store_url: str) -> None:
+    """A stored row whose bytes were changed in place so that they still read
+    (the first row of the thread, stored again as plain bytes with one byte of
+    its value flipped, its checksum kept): raw deflate and plain bytes carry no
+    check of their own, so only the row's checksum can tell; reading refuses
+    with CheckpointFormatError saying the row is corrupt, and nothing changes."""
+    with CairnSaver(store_url) as saver:
+        say(echo_graph(saver), thread("t"), "hello " * 50)
+        rid, base, data = saver.store._exec(
+            "SELECT rid, base, data FROM cairn_lg_rows ORDER BY rid"
+        ).rows[0]
+        assert base is None  # its dictionary is the fixed one alone
+        data = bytes(data)
+        raw = bytearray(unsqueeze(data, b""))
+        raw[len(raw) // 2] ^= 0x01
+        forged = b"\x02" + data[1:5] + bytes(raw)
+        saver.store._exec("UPDATE cairn_lg_rows SET data = ? WHERE rid = ?", (forged, rid))
+        before = table_bytes(saver.store)
+    with CairnSaver(store_url) as fresh:
+        with pytest.raises(CheckpointFormatError, match="LangGraph row is corrupt"):
             fresh.get_tuple(thread("t"))
         assert table_bytes(fresh.store) == before
 

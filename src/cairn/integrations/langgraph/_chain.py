@@ -34,7 +34,13 @@ from cairn.integrations.langgraph._packing import ZDICT_1, CheckpointFormatError
 
 WINDOW = 32 * 1024  # deflate's largest window: a dictionary longer than this is not used
 _LEVEL = 6
-_PLAIN, _DEFLATE = 0, 1  # the first byte of a stored row: how the rest is stored
+# The first byte of a stored row: how the rest is stored. A row written since
+# the checksums (2, 3) has the CRC-32 of its raw bytes next, 4 bytes big-endian,
+# checked when it is read: raw deflate has no check of its own, so a row
+# changed on disk could otherwise decompress into other values. Rows of the
+# first two tags (written before) are read unchecked.
+_PLAIN, _DEFLATE, _PLAIN_CHECKED, _DEFLATE_CHECKED = 0, 1, 2, 3
+_CRC_BYTES = 4
 
 
 class StoredRow(NamedTuple):
@@ -51,9 +57,10 @@ def squeeze(raw: bytes, context: bytes) -> bytes:
     """``raw`` as stored after ``context`` (the chain's last bytes)."""
     packer = zlib.compressobj(_LEVEL, zlib.DEFLATED, -15, zdict=dictionary(context))
     packed = packer.compress(raw) + packer.flush()
+    crc = zlib.crc32(raw).to_bytes(_CRC_BYTES, "big")
     if len(packed) < len(raw):
-        return bytes((_DEFLATE,)) + packed
-    return bytes((_PLAIN,)) + raw
+        return b"".join((bytes((_DEFLATE_CHECKED,)), crc, packed))
+    return b"".join((bytes((_PLAIN_CHECKED,)), crc, raw))
 
 
 def unsqueeze(data: bytes, context: bytes) -> bytes:
@@ -65,8 +72,30 @@ def inflate(data: bytes, zdict: bytes | memoryview) -> bytes:
     """The raw bytes of a stored row, given its whole dictionary."""
     data = bytes(data)
     tag = data[0] if data else -1
+    if tag in (_PLAIN_CHECKED, _DEFLATE_CHECKED):
+        return _checked(
+            tag - _PLAIN_CHECKED, data[1 + _CRC_BYTES :], data[1 : 1 + _CRC_BYTES], zdict
+        )
+    return _unchecked(tag, data[1:], zdict)
+
+
+def _checked(tag: int, body: bytes, crc: bytes, zdict: bytes | memoryview) -> bytes:
+    """The raw bytes of a row written with its checksum, found to match it."""
+    raw = _unchecked(tag, body, zdict)
+    if zlib.crc32(raw).to_bytes(_CRC_BYTES, "big") != crc:
+        raise CheckpointFormatError(
+            "a stored LangGraph row is corrupt: it does not match the checksum written "
+            "with it, so the store was changed on disk (an edit in place, bytes written "
+            "over the file, a failing disk), or a row it depends on was. It was not "
+            "read back. Restore the store from a backup (`cairn backup` makes one)."
+        )
+    return raw
+
+
+def _unchecked(tag: int, body: bytes, zdict: bytes | memoryview) -> bytes:
+    """The raw bytes of a row's ``body`` stored under ``tag`` (plain or deflated)."""
     if tag == _PLAIN:
-        return data[1:]
+        return body
     if tag != _DEFLATE:
         raise CheckpointFormatError(
             f"a stored LangGraph row is tagged {tag}, a compression this cairn does not "
@@ -75,7 +104,7 @@ def inflate(data: bytes, zdict: bytes | memoryview) -> bytes:
         )
     unpacker = zlib.decompressobj(-15, zdict=zdict)
     try:
-        raw = unpacker.decompress(data[1:]) + unpacker.flush()
+        raw = unpacker.decompress(body) + unpacker.flush()
     except zlib.error as exc:
         raise CheckpointFormatError(
             f"a stored LangGraph row does not decompress ({exc}): it was changed by "
