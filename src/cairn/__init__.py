@@ -59,6 +59,7 @@ from cairn.limits import Concurrency, Rate, TokenRate
 from cairn.operations import operation
 from cairn.outside_errors import is_transient
 from cairn.redaction import register_secret
+from cairn.retention import Retention
 from cairn.retry import Retry
 from cairn.task import TaskDef, step
 
@@ -100,6 +101,7 @@ __all__ = [
     "Rate",
     "RecordCorrupt",
     "ResultTimeout",
+    "Retention",
     "Retry",
     "RetryAfter",
     "SchemaTooNew",

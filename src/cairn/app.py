@@ -51,6 +51,7 @@ from cairn.names import check_name
 from cairn.priority import check_priority
 from cairn.progress import choose_progress
 from cairn.redaction import read_environment, register_secret, shown_url
+from cairn.retention import Retention, policies_of
 from cairn.retry import NO_RETRY, Retry
 from cairn.schedule import Catchup, Schedule, check_spec, fire_due, make_schedule
 from cairn.signals import send_signal
@@ -85,6 +86,11 @@ class Cairn:
     (``OPENAI_API_KEY``...); each value given here is replaced by
     ``[redacted]`` in every error, log line, span, alert and export, and in
     recorded values, in this process (``cairn.redaction``; docs/values.md).
+
+    ``retention``: how long finished tasks are kept, by status and batch name
+    (``Retention(completed="30d", failed="90d")``, or several); this app's
+    workers delete what is older, a small chunk at a time (``cairn.retention``;
+    docs/workers.md).
     """
 
     def __init__(
@@ -106,6 +112,7 @@ class Cairn:
         version: str | None = None,
         group_commit: bool | None = None,
         secrets: Iterable[str] = (),
+        retention: Retention | Sequence[Retention] | None = None,
     ) -> None:
         register_secret(*secrets)
         read_environment(now=True)
@@ -143,6 +150,8 @@ class Cairn:
         self._version = None if version is None else check_name("version", version)
         # Whether tasks' step writes that meet share one commit (docs/architecture.md).
         self.group_commit = group_commit
+        # How long finished tasks are kept; applied by workers (cairn.retention).
+        self.retention: tuple[Retention, ...] = policies_of(retention)
 
     # -- the store -----------------------------------------------------------------
     @property

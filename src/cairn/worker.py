@@ -41,7 +41,9 @@ from cairn.engine.claim import WAIT, Claimer
 from cairn.engine.config import EngineConfig
 from cairn.engine.execute import Outcome, aexecute, execute
 from cairn.errors import StoreError
+from cairn.retention import Housekeeper
 from cairn.schedule import Scheduler
+from cairn.store.admin import admin
 from cairn.store.postgres import redacted
 from cairn.store.records import TaskRecord
 
@@ -104,6 +106,7 @@ class Worker:
         self._signals: list[int] = []
         self._signals_seen = 0
         self._scheduler = Scheduler(app, lambda created: self._wake.set())
+        self._housekeeper: Housekeeper | None = None
 
     # -- control -----------------------------------------------------------------
     def stop(self) -> None:
@@ -171,6 +174,7 @@ class Worker:
         # worker runs them too).
         self._tick_schedules()
         self._note_versions()
+        self._start_housekeeping()
         try:
             self._run_threads()
         finally:
@@ -219,6 +223,24 @@ class Worker:
                 self._wake.set()
             self._tick_schedules()
             self._note_versions()
+            if self._housekeeper is not None:
+                self._housekeeper.tick()
+
+    def _start_housekeeping(self) -> None:
+        """Retention, if the app has a policy: noted in the store, then run by
+        whichever worker takes each run's turn (cairn.retention)."""
+        if not self.app.retention:
+            return
+        store = admin(self.app.store, "retention=")
+        keeper = Housekeeper(store, self.app.retention, self.app.clock, blobs=self.app.blobs)
+        try:
+            keeper.start()
+        except StoreError as exc:  # it says what is wrong; the runs try again
+            log.warning(
+                "cairn worker: could not note the retention policy (%s)",
+                " ".join(str(exc).split()),
+            )
+        self._housekeeper = keeper
 
     def _tick_schedules(self) -> None:
         if not self.app.schedules():

@@ -15,8 +15,8 @@ import pytest
 from cairn import Cairn
 from cairn.agent import load_conversation
 from cairn.blobs import FileBlobStore, is_ref, parse_ref
+from cairn.blobs.in_store import referenced_blobs
 from cairn.clock import FakeClock
-from cairn.portable._refs import referenced_blobs
 from cairn.store import admin
 from tests.crashes import LEASE, Crash
 from tests.integration.store.test_conversation_blobs import KB, big_report, cli, reader

@@ -27,10 +27,10 @@ from typing import Any
 import pytest
 
 from cairn.blobs import FileBlobStore
+from cairn.blobs.in_store import referenced_blobs
 from cairn.blobs.ref import BlobRef
 from cairn.errors import TransferError
 from cairn.portable import export_batch, import_batch, prune
-from cairn.portable._refs import referenced_blobs
 from cairn.store import sql, sqlforks, sqlmove, tables
 from cairn.store.entries import entry_text
 from cairn.store.records import MessageRecord, NewTask, StepRecord

@@ -10,8 +10,8 @@ import pytest
 from cairn.agent.fidelity import FidelityReport, NothingToProbe, Rate, fidelity
 from cairn.agent.fidelity_points import stratified
 from cairn.agent.handoff import archive_part
+from cairn.blobs.in_store import hashes_in
 from cairn.blobs.ref import BlobRef
-from cairn.portable._refs import hashes_in
 
 
 def test_every_point_is_probed_up_to_the_cap() -> None:

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cairn.blobs.file import FileBlobStore
+from cairn.blobs.in_store import hashes_in
 from cairn.blobs.protocol import BlobStore
 from cairn.errors import TransferError
-from cairn.portable._refs import hashes_in
 from cairn.store.sqlitecopy import blob_refs_of_copy, copy_store_file
 
 

@@ -1,25 +1,20 @@
-"""Retention: ``cairn prune`` deletes finished batches' records, ``cairn gc``
-deletes the blobs no record refers to any more.
-
-gc never deletes a blob younger than its grace period: a task writes its blob
-before it commits the record that refers to it, so a fresh blob that no record
-names yet may be one a running task is about to commit. Writing a blob that is
-already stored refreshes its time, so the grace period covers re-use too.
-"""
+"""Retention by hand: ``cairn prune`` deletes finished batches' records (the
+blobs no record refers to any more go at ``cairn gc``: ``cairn.blobs.gc``; a
+policy that runs itself is ``cairn.retention``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from cairn.blobs.protocol import BlobStore
+from cairn.blobs.gc import DEFAULT_GRACE, GcReport, collect_garbage
 from cairn.errors import TransferError
-from cairn.portable._refs import referenced_blobs
 from cairn.store.admin import admin
 from cairn.store.protocol import Store
 
+__all__ = ["DEFAULT_GRACE", "GcReport", "PrunePlan", "collect_garbage", "prune"]
+
 _FINISHED = frozenset({"completed", "failed", "cancelled"})
-DEFAULT_GRACE = timedelta(hours=24)
 
 
 @dataclass(frozen=True)
@@ -73,44 +68,3 @@ def prune(
         for name in plan.pruned:
             target.delete_batch(name)
     return plan
-
-
-@dataclass(frozen=True)
-class GcReport:
-    """What gc found and did."""
-
-    referenced: int
-    deleted: list[str]
-    deleted_bytes: int
-    young: int  # unreferenced, but inside the grace period: kept
-
-
-def collect_garbage(
-    store: Store,
-    blobs: BlobStore,
-    now: datetime,
-    *,
-    grace: timedelta = DEFAULT_GRACE,
-    dry_run: bool = False,
-) -> GcReport:
-    """Delete the blobs of ``blobs`` that no record of ``store`` refers to and that
-    are older than ``grace``."""
-    target = admin(store, "cairn gc")
-    # Listed before the references are read: a blob written after this listing is
-    # not looked at, and one written before it is either referenced by the time
-    # we read, or young enough to be spared.
-    listed = list(blobs.blobs())
-    referenced = referenced_blobs(target)
-    deleted: list[str] = []
-    size = young = 0
-    for info in listed:
-        if info.sha256 in referenced:
-            continue
-        if info.modified > now - grace:
-            young += 1
-            continue
-        if not dry_run:
-            blobs.delete(info.sha256)
-        deleted.append(info.sha256)
-        size += info.size
-    return GcReport(len(referenced), deleted, size, young)

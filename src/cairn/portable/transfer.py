@@ -54,10 +54,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, Any
 
+from cairn.blobs.in_store import hashes_in
 from cairn.blobs.protocol import BlobStore
 from cairn.clock import SystemClock, from_iso, to_iso
 from cairn.errors import BlobCorrupt, TransferError
-from cairn.portable._refs import hashes_in
 from cairn.redaction import redact
 from cairn.store import sqlmove, tables
 from cairn.store.admin import AdminStore, admin

@@ -372,6 +372,28 @@ class AdminStore(Store, Protocol):
         """Delete every row of ``batch``, in one transaction."""
         ...
 
+    def count_expired(self, batch: str, status: str, finished_before: datetime) -> int:
+        """How many tasks of ``batch`` in ``status`` finished before ``finished_before``."""
+        ...
+
+    def expire_tasks(self, batch: str, status: str, finished_before: datetime, limit: int) -> int:
+        """Delete up to ``limit`` such tasks with all their rows (and the batch's
+        row once it has no task left), in one short transaction; how many went."""
+        ...
+
+    def meta_value(self, key: str) -> str | None:
+        """The store's own note ``key``, if there is one."""
+        ...
+
+    def put_meta(self, key: str, value: str) -> None:
+        """Write the store's own note ``key``."""
+        ...
+
+    def take_turn(self, key: str, due: str, then: str) -> bool:
+        """Move note ``key`` to ``then`` if it is missing or at most ``due``;
+        whether this caller did (and so has the turn)."""
+        ...
+
     def blob_refs(self) -> Iterator[str]:
         """Every blob reference any record of the store holds."""
         ...

@@ -105,6 +105,49 @@ BATCH_STATUS = (
 ALL_BATCHES = "SELECT name FROM batches ORDER BY created_at, name"
 PRUNE_BATCH = tuple(part.delete for part in reversed(BATCH_PARTS))
 
+# Retention (cairn.retention): a batch's tasks of one status finished before a
+# time, found through the tasks' (batch, status, pos) index, a chunk at a time.
+# The store's own notes (the policy, the next run) are rows of cairn_meta; a
+# worker takes a run's turn by moving its time on, if it is due, in one statement.
+META_VALUE = "SELECT value FROM cairn_meta WHERE key = ?"
+PUT_META = (
+    "INSERT INTO cairn_meta (key, value) VALUES (?, ?) "
+    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+)
+TAKE_TURN = (
+    "INSERT INTO cairn_meta (key, value) VALUES (?, ?) "
+    "ON CONFLICT (key) DO UPDATE SET value = excluded.value WHERE cairn_meta.value <= ?"
+)
+# A batch with a task not finished (its statuses named, so each is a probe of
+# that index) is not touched: checked in the same statement as the deletion's
+# pick, so a task enqueued into the batch since it was looked at keeps it whole.
+EXPIRED_TASKS = (
+    "SELECT id FROM tasks WHERE batch = ? AND status = ? AND finished_at < ? "
+    "AND NOT EXISTS (SELECT 1 FROM tasks u WHERE u.batch = ? "
+    "AND u.status IN ('pending', 'running', 'waiting')) LIMIT ?"
+)
+COUNT_EXPIRED = "SELECT COUNT(*) FROM tasks WHERE batch = ? AND status = ? AND finished_at < ?"
+# A batch's row goes with its last task.
+DROP_EMPTY_BATCH = (
+    "DELETE FROM batches WHERE name = ? AND NOT EXISTS (SELECT 1 FROM tasks WHERE batch = ?)"
+)
+
+
+def delete_tasks(count: int) -> tuple[str, ...]:
+    """Statements that delete ``count`` tasks (their ids the parameters, once
+    each) with every row of theirs, children first: the batch's parts but the
+    batch's own row, each picked by task id instead of by batch."""
+    ids = f"IN ({', '.join('?' * count)})"
+    of_tasks = f"task_id {ids}"
+    statements = []
+    for part in reversed(BATCH_PARTS[1:]):
+        where = (
+            f"id {ids}" if part.table is tables.TASKS else part.where.replace(_OF_BATCH, of_tasks)
+        )
+        statements.append(f"DELETE FROM {part.table.name} WHERE {where}")
+    return tuple(statements)
+
+
 # Every value that may be a blob reference (cairn.blobs.ref: text starting '!blob:'),
 # each query with its parameters: the first bytes compared with the prefix, which is
 # exact and alike on both backends (LIKE is not: SQLite's does not match a BLOB, and

@@ -10,6 +10,7 @@ converts values between their stored form and the form a record holds.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from cairn.clock import from_iso
@@ -222,6 +223,46 @@ class SQLTransfer(SQLCore):
         with self._writing():
             deleted = self._atomically(delete)
         self._after_bulk_change(deleted)
+
+    def count_expired(self, batch: str, status: str, finished_before: datetime) -> int:
+        """How many tasks of ``batch`` in ``status`` finished before ``finished_before``."""
+        params = (batch, status, self._ts(finished_before))
+        return int(self._exec(sqlmove.COUNT_EXPIRED, params).rows[0][0])
+
+    def expire_tasks(self, batch: str, status: str, finished_before: datetime, limit: int) -> int:
+        """Delete up to ``limit`` tasks of ``batch`` in ``status`` that finished
+        before ``finished_before``, with every row of theirs, and the batch's row
+        once no task is left, in one transaction that a small ``limit`` keeps
+        short (retention runs beside claims). How many tasks went."""
+        look = (batch, status, self._ts(finished_before), batch, limit)
+
+        def expire(tx: Tx) -> int:
+            ids = [str(row[0]) for row in tx.exec(sqlmove.EXPIRED_TASKS, look).rows]
+            if ids:
+                for statement in sqlmove.delete_tasks(len(ids)):
+                    tx.exec(statement, ids)
+                tx.exec(sqlmove.DROP_EMPTY_BATCH, (batch, batch))
+            return len(ids)
+
+        with self._writing():
+            return self._atomically(expire)
+
+    def meta_value(self, key: str) -> str | None:
+        """The store's own note ``key`` (``cairn_meta``), if there is one."""
+        rows = self._exec(sqlmove.META_VALUE, (key,)).rows
+        return None if not rows else str(rows[0][0])
+
+    def put_meta(self, key: str, value: str) -> None:
+        """Write the store's own note ``key``."""
+        with self._writing():
+            self._exec(sqlmove.PUT_META, (key, value))
+
+    def take_turn(self, key: str, due: str, then: str) -> bool:
+        """Whether this caller takes the turn noted as ``key``: if the note is
+        missing or at most ``due`` (text that sorts as time does), it becomes
+        ``then`` and the turn is this caller's; otherwise another took it."""
+        with self._writing():
+            return self._exec(sqlmove.TAKE_TURN, (key, then, due)).rowcount == 1
 
     def blob_refs(self) -> Iterator[str]:
         """Every blob reference (``!blob:`` text) any record of the store holds."""

@@ -21,6 +21,7 @@ from cairn.admin.logs import task_logs
 from cairn.admin.metrics import metrics_summary
 from cairn.admin.operations import operations as list_operations
 from cairn.admin.reruns import RERUNNABLE
+from cairn.admin.retention import retention_lines
 from cairn.admin.triage import ErrorGroup, error_groups, triage_rows
 from cairn.admin.views import task_view
 from cairn.agent.archive import StoredMessage
@@ -60,7 +61,8 @@ def batches(config: UIConfig, query: Query) -> Page:
         found = batch_page(config.store, search=search, size=config.page_size, **_cursors(query))
     except (BadCursor, ValueError) as exc:
         return message("Bad page", str(exc), 400)
-    return Page("Batches", "batches.html", {"page": found, "q": search or ""}, live=True)
+    shown = {"page": found, "q": search or "", "retention": retention_lines(config.store)}
+    return Page("Batches", "batches.html", shown, live=True)
 
 
 def _cost(line: CostLine, label: str) -> dict[str, object]:

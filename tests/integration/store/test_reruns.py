@@ -24,9 +24,9 @@ from cairn import Cairn, Context, op_key
 from cairn.admin.audit import Actor, audit_page
 from cairn.admin.lineage import batch_diff, lineage, run_history, task_diff
 from cairn.admin.reruns import ForkPoint, apply_rerun, plan_rerun, rerun_candidates
+from cairn.blobs.in_store import referenced_blobs
 from cairn.clock import FakeClock
 from cairn.portable import export_batch, import_batch
-from cairn.portable._refs import referenced_blobs
 from cairn.store import AdminStore, admin
 from cairn.store.reports import TaskQuery
 from cairn.testing.servers import ApiServer

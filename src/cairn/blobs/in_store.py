@@ -1,4 +1,4 @@
-"""Finding the blobs that records refer to."""
+"""Finding the blobs that a store's records refer to (backup, export, gc)."""
 
 from __future__ import annotations
 
