@@ -687,9 +687,7 @@ class SQLStore(SQLAdmin, SQLTransfer, SQLRuns, SQLBudgets):
             message.covers_until,
             message.meta,
             sql.micros_of(message.created_at),
-            sql.message_checksum(
-                content, message.tokens, message.kind, message.covers_until, message.meta
-            ),
+            sql.message_checksum(content, message.covers_until),
             message.task_id,
             fence,
         )
@@ -740,9 +738,14 @@ class SQLStore(SQLAdmin, SQLTransfer, SQLRuns, SQLBudgets):
 
     def load_active_rows(self, task_id: str, conv: str) -> list[ActiveRow]:
         rows = self._exec(sql.LOAD_ACTIVE_ROWS, (task_id, conv) * 3).rows
-        checked = sql.checked_messages(task_id, conv, rows, sql.ACTIVE_ROW_CHECKED_AT)
-        unpack = sql.unpack_message
-        return [(r[0], unpack(r[1]), r[2], r[3], r[4], r[5]) for r in checked]
+        # One pass, checked as it goes: a resume reads every active row.
+        unpack, check = sql.unpack_message, sql.message_checksum
+        loaded: list[ActiveRow] = []
+        for idx, content, tokens, kind, covers, meta, recorded in rows:
+            if recorded is not None and recorded != check(content, covers):
+                raise sql.corrupt_message(task_id, conv, idx)
+            loaded.append((idx, unpack(content), tokens, kind, covers, meta))
+        return loaded
 
     def load_messages(self, task_id: str, conv: str, start: int, limit: int) -> list[MessageRecord]:
         rows = self._exec(sql.LOAD_MESSAGES, (task_id, conv, start, limit)).rows

@@ -49,8 +49,8 @@ def _checksum_of(table: str) -> Callable[[list[Any]], int | None] | None:
         key, result = at["key"], at["result"]
         return lambda p: sql.op_checksum(p[key], p[result])
     if table == "messages":
-        fields = [at[n] for n in ("content", "tokens", "kind", "covers_until", "meta")]
-        return lambda p: sql.message_checksum(*(p[i] for i in fields))
+        content, covers = at["content"], at["covers_until"]
+        return lambda p: sql.message_checksum(p[content], p[covers])
     return None
 
 

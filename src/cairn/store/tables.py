@@ -249,8 +249,8 @@ MESSAGES = Table(
         Column("covers_until", "integer", nullable=True),
         Column("meta", "text", nullable=True, blob_refs=True, refs_inside=True),
         Column("created_at", "micros"),
-        # Schema 10: CRC-32 of the stored content, tokens, kind, covers_until and
-        # meta (sql.message_checksum), checked when the message is read back.
+        # Schema 10: CRC-32 of the stored content and covers_until
+        # (sql.message_checksum), checked when the message is read back.
         Column("checksum", "integer", nullable=True, internal=True, wide=True),
     ),
 )
