@@ -43,6 +43,9 @@ RELEASED = {
     "postgres/0009_in_flight_logs_and_hours.sql": (
         "9c2d039b2e41441a1eccd02e99cf3130bb2909468a08a16e2da6c5f3a5fdd50b"
     ),
+    "postgres/0010_search_trigrams.sql": (
+        "1e22ea3018f995296646c726b7a1482effcff1748df65650ccd6b88dd9f42722"
+    ),
     "sqlite/0001_initial.sql": ("349d82616b1eb61253e11592a348213d2e256fe6e5d4e5626d4c7a3b9fe8a862"),
     "sqlite/0002_claims_and_late_outcomes.sql": (
         "47640a9a877925cb04764c7c792a3d808a19c7d827ca7904bb47b04c645fe54e"
@@ -67,6 +70,9 @@ RELEASED = {
     ),
     "sqlite/0009_in_flight_logs_and_hours.sql": (
         "cd39eb9480757b575054f69688c8b386aae87d326a103da4bf29fa09825b5fbe"
+    ),
+    "sqlite/0010_search_trigrams.sql": (
+        "7d462cd7afdf884013d1057682598f190fb24fe5c15b680ae8d18fdb4335c4fe"
     ),
 }
 
