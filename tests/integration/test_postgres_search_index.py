@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -160,6 +161,25 @@ def _as_role(url: str, role: str) -> str:
     parts = urlsplit(url)
     host = parts.netloc.rsplit("@", 1)[-1]
     return urlunsplit((parts.scheme, f"{role}@{host}", parts.path, parts.query, parts.fragment))
+
+
+def _documented_statements() -> str:
+    """The SQL docs/workers.md gives for adding the indexes later."""
+    text = (Path(__file__).parents[2] / "docs" / "workers.md").read_text(encoding="utf-8")
+    block = text.split("```sql\n", 1)[1].split("```", 1)[0]
+    return "\n".join(line.strip() for line in block.splitlines())
+
+
+def test_the_statements_in_the_docs_add_the_indexes_later(pg_url: str) -> None:
+    """On a store migrated without the indexes (dropped here), the statements
+    docs/workers.md gives build them, and a rare term is read through them."""
+    _sql(pg_url, *(f"DROP INDEX cairn.{index}" for index in TRIGRAM_INDEXES))
+    _filled(pg_url)
+    assert "trigrams" not in _plan(pg_url, "9f2c41")
+    _sql(pg_url, _documented_statements(), "ANALYZE cairn.tasks")
+    assert _indexes(pg_url) >= TRIGRAM_INDEXES
+    assert "BitmapOr" in _plan(pg_url, "9f2c41")
+    assert _found(pg_url, "9f2c41") == _expected("9f2c41")
 
 
 # Two ways a store's role gets no trigram index, as a DBA would leave them: the
