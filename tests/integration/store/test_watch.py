@@ -10,7 +10,7 @@ from datetime import timedelta
 
 from cairn import Cairn
 from cairn.clock import FakeClock
-from cairn.observe.notifiers import SlackNotifier, WebhookNotifier
+from cairn.observe.notifiers import Notifier, SlackNotifier, WebhookNotifier
 from cairn.observe.stalls import StallWatcher
 from cairn.store.records import NewTask, StepRecord, TaskRecord
 from tests.servers import WebhookServer
@@ -106,7 +106,7 @@ def test_a_hashed_id_is_named_by_its_key_as_given_in_stall_and_recovery(
     assert task is not None
     label = f"url=a b/c ({task_id})"
     with WebhookServer() as chat, WebhookServer() as hook:
-        notifiers = [SlackNotifier(chat.url), WebhookNotifier(hook.url)]
+        notifiers: list[Notifier] = [SlackNotifier(chat.url), WebhookNotifier(hook.url)]
         watcher = StallWatcher(any_app, notifiers, stall_after=STALL_AFTER)
         clock.advance(STALL_AFTER + 1)
         assert watcher.check().raised == [task_id]
