@@ -44,7 +44,7 @@ RELEASED = {
         "9c2d039b2e41441a1eccd02e99cf3130bb2909468a08a16e2da6c5f3a5fdd50b"
     ),
     "postgres/0010_search_trigrams.sql": (
-        "1e22ea3018f995296646c726b7a1482effcff1748df65650ccd6b88dd9f42722"
+        "28ec08ca6dacd8ce6d395cc515a4f7cd44e838c4c795517acc4569a24295eb9b"
     ),
     "sqlite/0001_initial.sql": ("349d82616b1eb61253e11592a348213d2e256fe6e5d4e5626d4c7a3b9fe8a862"),
     "sqlite/0002_claims_and_late_outcomes.sql": (
