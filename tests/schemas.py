@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,9 @@ CANONICAL_SQLITE = HERE / "canonical_schema_sqlite.json"
 def _rows(url: str, statement: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
     with psycopg.connect(url, autocommit=True) as conn:
         return conn.execute(statement.encode(), params).fetchall()
+
+
+_TRIGRAM_CLASS = re.compile(r" \w+\.gin_trgm_ops\b")
 
 
 def describe_postgres(url: str, schema: str) -> dict[str, Any]:
@@ -53,6 +57,10 @@ def describe_postgres(url: str, schema: str) -> dict[str, Any]:
         (schema,),
     )
     for table, definition in indexes:
+        # pg_trgm lives in one schema per database (the first cairn schema
+        # migrated there, or a DBA's): its operator class is named by that
+        # schema, whichever store's index uses it.
+        definition = _TRIGRAM_CLASS.sub(" gin_trgm_ops", definition)
         described[table]["indexes"].append(definition.replace(f" {schema}.", " "))
     return described
 

@@ -24,7 +24,7 @@ from cairn.agent import Price, PriceTable
 from cairn.agent.simulate import SimulatedModelServer
 from cairn.budgets import nanos_to_usd
 from cairn.cli import app as cli_app
-from cairn.observe.notifiers import WebhookNotifier
+from cairn.observe.notifiers import SlackNotifier, WebhookNotifier
 from cairn.observe.stalls import StallWatcher
 from cairn.store import admin
 from tests.servers import WebhookServer
@@ -239,3 +239,34 @@ def test_cairn_watch_posts_each_budget_alert_once_until_a_raise(tmp_path: Path) 
     assert posts[0]["tokens"] == 10
     assert posts[0]["parked"] == 1
     assert "cairn budget b --raise" in posts[0]["text"]
+
+
+def test_a_task_budget_alert_names_the_task_by_its_key_as_given(tmp_path: Path) -> None:
+    """A task budget on a task whose arguments cairn hashed into its id (a slash
+    and a space) refuses a call: its alert's text and headline name the task by
+    its arguments as given, its id after them; the ``budget`` field and the
+    raise command keep the id."""
+    with SimulatedModelServer(reply) as server, WebhookServer() as chat:
+        app, _ = make_app(tmp_path, server)
+        client = openai.OpenAI(base_url=server.base_url, api_key="sk-unused", max_retries=0)
+
+        @app.task(budget=Budget(tokens=10))
+        def fetch(ctx: Context, url: str) -> str:
+            answer = ctx.llm_call(
+                [{"role": "user", "content": f"read {url}"}], model=MODEL, client=client,
+                max_tokens=40, prices=PRICES,
+            )  # fmt: skip
+            return str(answer.content)
+
+        with app:
+            report = app.run_batch("t", fetch, [{"url": "a b/c"}], progress=False)
+            (task,) = admin(app.store).list_tasks(batch="t")
+            watcher = StallWatcher(app, [SlackNotifier(chat.url)])
+            assert watcher.check().budgets == [f"budget/task:{task.id}/reached-0"]
+        (post,) = [post.json() for post in chat.delivered]
+    assert report.counts == {"waiting": 1}
+    assert "/sha256:" in task.id
+    label = f"url=a b/c ({task.id})"
+    assert post["blocks"][0]["text"]["text"] == f"Budget reached: task:{label}"
+    assert post["text"].startswith(f"cairn: budget task:{label} reached")
+    assert f"cairn budget --task {task.id} --raise" in post["text"]

@@ -168,3 +168,17 @@ def test_slack_gets_the_failure_escaped(tmp_path: Path, restored_logging: None) 
     text = post.json()["text"]
     assert "&lt;!channel&gt; no evidence for bad1" in text
     assert "<!channel>" not in text
+
+
+def test_a_hashed_id_is_named_by_its_key_as_given(tmp_path: Path, restored_logging: None) -> None:
+    """A task whose arguments cairn hashed into its id (a slash and a space)
+    fails: its message names it by its arguments as given, its id after them;
+    the ``task_id`` field stays the id."""
+    url = f"sqlite:///{tmp_path / 'cairn.db'}"
+    _run(url, ["bad x/y"])
+    _one_left(url)
+    with WebhookServer() as hook:
+        assert "1 failure message(s)" in _watch(url, hook.url)
+        (post,) = [post.json() for post in hook.delivered]
+    assert post["task_id"].startswith(f"{BATCH}/sha256:")
+    assert post["text"].startswith(f"cairn: task app_id=bad x/y ({post['task_id']}) ")

@@ -181,9 +181,11 @@ def _total(
     store: AdminStore, query: TaskQuery, found: list[Any], *, whole: bool
 ) -> tuple[int, bool]:
     """How many tasks ``query`` picks, and whether that is a lower bound. A
-    search's matches are not indexed (any part of the id, name or error text):
-    when the first page holds them all, that page is the count; otherwise they
-    are counted no further than ``SEARCH_COUNT``, so a common term answers fast."""
+    search's matches (any part of the id, name or error text) are found by a
+    scan, or on PostgreSQL with pg_trgm by trigram indexes that a common term
+    gains nothing from: when the first page holds them all, that page is the
+    count; otherwise they are counted no further than ``SEARCH_COUNT``, so a
+    common term answers fast."""
     if not query.search:
         return store.count_tasks(query), False
     if whole:

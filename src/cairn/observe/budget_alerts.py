@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cairn.budgets import nanos_to_usd
+from cairn.observe.text import task_label
 from cairn.store.admin import AdminStore
 from cairn.store.records import BudgetRecord
 
@@ -32,10 +33,27 @@ def budget_alerts(store: AdminStore) -> list[BudgetAlert]:
     """Every alert the store's budgets have raised since their last raise."""
     found = []
     for budget in store.budgets_like(""):
-        for which, at in (("warned", budget.warned_at), ("reached", budget.reached_at)):
-            if at is not None:
-                found.append(_alert(budget, which))
+        raised = [
+            w
+            for w, at in (("warned", budget.warned_at), ("reached", budget.reached_at))
+            if at is not None
+        ]
+        if raised:
+            shown = _shown_scope(store, budget.scope)
+            found += [_alert(budget, which, shown) for which in raised]
     return found
+
+
+def _shown_scope(store: AdminStore, scope: str) -> str:
+    """``scope`` as an alert names it: a task's by its key as given, its id after
+    (``task:url=a b (crawl/sha256:…)``), as the task list shows it."""
+    kind, _, task_id = scope.partition(":")
+    if kind != "task":
+        return scope
+    task = store.get_task(task_id)
+    if task is None:
+        return scope
+    return f"task:{task_label(task_id, task.item_key, task.args, task.codec)}"
 
 
 def _spend(budget: BudgetRecord) -> str:
@@ -48,21 +66,21 @@ def _spend(budget: BudgetRecord) -> str:
     return "; ".join(parts)
 
 
-def _alert(budget: BudgetRecord, which: str) -> BudgetAlert:
+def _alert(budget: BudgetRecord, which: str, shown: str) -> BudgetAlert:
     scope = budget.scope
     kind, _, name = scope.partition(":")
     raise_it = f"cairn budget {name}" if kind == "batch" else f"cairn budget --task {name}"
     if which == "warned":
         text = (
-            f"cairn: budget {scope} passed {budget.warn_at:.0%} of its cap: {_spend(budget)} spent"
+            f"cairn: budget {shown} passed {budget.warn_at:.0%} of its cap: {_spend(budget)} spent"
         )
-        title = f"Budget at {budget.warn_at:.0%}: {scope}"
+        title = f"Budget at {budget.warn_at:.0%}: {shown}"
     else:
         text = (
-            f"cairn: budget {scope} reached: {_spend(budget)} spent or reserved; "
+            f"cairn: budget {shown} reached: {_spend(budget)} spent or reserved; "
             f"{len(budget.parked)} task(s) parked until it is raised ({raise_it} --raise ...)"
         )
-        title = f"Budget reached: {scope}"
+        title = f"Budget reached: {shown}"
     fields = {
         "budget": scope,
         "alert": which,

@@ -35,7 +35,7 @@ from urllib.parse import urlencode
 
 from cairn.clock import to_iso
 from cairn.observe.stalls import ALERT_TASK, Alert, CheckResult, StallWatcher, task_link
-from cairn.observe.text import first_line, readable_key, recorded_error, short_type
+from cairn.observe.text import first_line, recorded_error, short_type, task_label
 from cairn.store.admin import AdminStore, admin
 from cairn.store.records import FINISHED_STATUSES, BatchSummary, TaskRecord
 from cairn.store.reports import TaskQuery
@@ -61,8 +61,7 @@ def failure_key(task: TaskRecord) -> str:
 
 def _label(task: TaskRecord) -> str:
     """The task as people gave it: its key as given, its id after."""
-    key = readable_key(task.item_key, task.args, task.codec)
-    return task.id if key is None or task.id.endswith(key) else f"{key} ({task.id})"
+    return task_label(task.id, task.item_key, task.args, task.codec)
 
 
 def _error(task: TaskRecord) -> tuple[str, str]:

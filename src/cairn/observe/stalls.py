@@ -29,7 +29,7 @@ from cairn.errors import CairnError
 from cairn.keys import op_key
 from cairn.observe.budget_alerts import budget_alerts
 from cairn.observe.notifiers import Message, Notifier
-from cairn.observe.text import in_words, moment, readable_key
+from cairn.observe.text import in_words, moment, task_label
 from cairn.store.admin import AdminStore, admin
 from cairn.store.reports import RunningTask
 
@@ -102,6 +102,11 @@ def in_flight_seconds(stall: Stall, now: datetime) -> float | None:
     return None if now_in is None else max(0.0, (now - now_in.started_at).total_seconds())
 
 
+def _stall_label(task: RunningTask) -> str:
+    """The stalled task as people gave it: its key as given, its id after."""
+    return task_label(task.task_id, task.item_key, task.args, task.codec)
+
+
 def _stall_text(stall: Stall, checkpoint: str, stall_after: float, now: datetime) -> str:
     task = stall.task
     where = f" of batch {task.batch}" if task.batch else ""
@@ -112,10 +117,8 @@ def _stall_text(stall: Stall, checkpoint: str, stall_after: float, now: datetime
         if task.in_flight is None or flying is None
         else f"; in step {task.in_flight.name} (#{task.in_flight.seq}) for {in_words(flying)}"
     )
-    key = readable_key(task.item_key, task.args, task.codec)
-    label = task.task_id if key is None or task.task_id.endswith(key) else f"{key} ({task.task_id})"
     return (
-        f"cairn: task {label}{where} ({task.name}) has made no progress for "
+        f"cairn: task {_stall_label(task)}{where} ({task.name}) has made no progress for "
         f"{in_words(stall.seconds)} (last checkpoint {moment(checkpoint)}{step}; threshold "
         f"{in_words(stall_after)}){doing}; owner {task.owner or '-'}"
     )
@@ -196,7 +199,7 @@ class StallWatcher:
             checkpoint = stalled[stall.task.task_id]
             text = _stall_text(stall, checkpoint, self.stall_after, now)
             fields = stall_fields(stall, checkpoint, self.stall_after, self.dashboard, now)
-            title = f"Stalled: {stall.task.task_id}"
+            title = f"Stalled: {_stall_label(stall.task)}"
             self._deliver(result, "stall", stall.task.task_id, checkpoint, text, fields, title)
         alerts = admin(self.app.store, "stall checks").open_alerts(ALERT_TASK, RAISED, CLEARED)
         for opened in alerts:
@@ -214,15 +217,18 @@ class StallWatcher:
         record = self.app.store.get_task(task_id)
         status = record.status if record is not None else "removed"
         finished = status not in ("running", "pending", "waiting")
+        label = (
+            task_id
+            if record is None
+            else task_label(task_id, record.item_key, record.args, record.codec)
+        )
+        since = moment(checkpoint)
         if finished:
-            text = (
-                f"cairn: task {task_id} finished ({status}) after a stall since "
-                f"{moment(checkpoint)}"
-            )
-            title = f"Finished after a stall: {task_id}"
+            text = f"cairn: task {label} finished ({status}) after a stall since {since}"
+            title = f"Finished after a stall: {label}"
         else:
-            text = f"cairn: task {task_id} is moving again after a stall since {moment(checkpoint)}"
-            title = f"Moving again: {task_id}"
+            text = f"cairn: task {label} is moving again after a stall since {since}"
+            title = f"Moving again: {label}"
         fields = {
             "task_name": record.name if record is not None else None,
             "batch": record.batch if record is not None else None,

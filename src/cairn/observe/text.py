@@ -74,6 +74,14 @@ def readable_key(item_key: str | None, args: str | None, codec: str) -> str | No
     return text if len(text) <= KEY_SHOWN else text[: KEY_SHOWN - 1] + "…"
 
 
+def task_label(task_id: str, item_key: str | None, args: str | None, codec: str) -> str:
+    """How an alert names a task: its readable key first, the id after it in
+    parentheses (``url=a b (crawl/sha256:…)``), or the id alone when no key
+    can be shown or the id already ends with it (``crawl/n=7``)."""
+    key = readable_key(item_key, args, codec)
+    return task_id if key is None or task_id.endswith(key) else f"{key} ({task_id})"
+
+
 def moment(iso: str) -> str:
     """A recorded ISO time for people: ``2026-05-24 06:00:07 UTC`` (to the second)."""
     try:

@@ -10,7 +10,7 @@ from datetime import timedelta
 
 from cairn import Cairn
 from cairn.clock import FakeClock
-from cairn.observe.notifiers import SlackNotifier, WebhookNotifier
+from cairn.observe.notifiers import Notifier, SlackNotifier, WebhookNotifier
 from cairn.observe.stalls import StallWatcher
 from cairn.store.records import NewTask, StepRecord, TaskRecord
 from tests.servers import WebhookServer
@@ -87,3 +87,36 @@ def test_stalls_again_after_progress_is_a_new_alert(any_app: Cairn, clock: FakeC
         assert kinds == ["stall", "recovered", "stall", "recovered"]
         assert {post.json()["task_id"] for post in hook.delivered} == {"crawl/2"}
         assert len({post.headers["idempotency-key"] for post in hook.delivered}) == 4
+
+
+def test_a_hashed_id_is_named_by_its_key_as_given_in_stall_and_recovery(
+    any_app: Cairn, clock: FakeClock
+) -> None:
+    """A task whose arguments cairn hashed into its id (a slash and a space) is
+    named in the stall's and the recovery's text and headline by its arguments
+    as given, its id after them, as the task list shows it; the webhook's
+    ``task_id`` field stays the id."""
+    task_id = "crawl/sha256:0f3a9c1d2e4b5a6c"
+    new = NewTask(
+        task_id, "crawl", '{"url": "a b/c"}', "json", batch=None, item_key="sha256:0f3a9c1d2e4b5a6c"
+    )
+    any_app.store.create_task(new, clock.now())
+    lease = clock.now() + timedelta(days=1)
+    task = any_app.store.claim_task(task_id, 0, "busy-host/7/0/n", lease, clock.now())
+    assert task is not None
+    label = f"url=a b/c ({task_id})"
+    with WebhookServer() as chat, WebhookServer() as hook:
+        notifiers: list[Notifier] = [SlackNotifier(chat.url), WebhookNotifier(hook.url)]
+        watcher = StallWatcher(any_app, notifiers, stall_after=STALL_AFTER)
+        clock.advance(STALL_AFTER + 1)
+        assert watcher.check().raised == [task_id]
+        checkpoint(any_app, clock, task, 0)
+        assert watcher.check().cleared == [task_id]
+        slack = [post.json() for post in chat.delivered]
+        generic = [post.json() for post in hook.delivered]
+    headers = [post["blocks"][0]["text"]["text"] for post in slack]
+    assert headers == [f"Stalled: {label}", f"Moving again: {label}"]
+    assert [f"cairn: task {label} " in post["text"] for post in slack] == [True, True]
+    assert [post["kind"] for post in generic] == ["stall", "recovered"]
+    assert all(f"cairn: task {label} " in post["text"] for post in generic)
+    assert {post["task_id"] for post in generic} == {task_id}
