@@ -274,7 +274,7 @@ def test_a_handed_off_conversation_is_compared_against_day_1s_archive_plus_day_2
     _day2(tmp_path / "day2.db", server, doc)
     opened = open_store(f"sqlite:///{tmp_path / 'day2.db'}")
     try:
-        rows = list(iter_history(opened, "day2/reader", "main"))
+        rows = list(iter_history(opened, "day2/reader", "main", carried=False))
     finally:
         opened.close()
     origin = rows[0].meta["handoff"]  # type: ignore[index]

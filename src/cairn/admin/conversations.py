@@ -121,7 +121,8 @@ def _covers(rows: list[StoredMessage], active: frozenset[int]) -> list[SummaryCo
     covers = []
     first = 0
     for row in rows:
-        if row.kind != "summary" or row.covers_until is None:
+        # A carried row's positions are those of the conversation it came from.
+        if row.kind != "summary" or row.covers_until is None or row.carried is not None:
             continue
         reason = (row.meta or {}).get("fallback_reason")
         cover = SummaryCover(

@@ -310,9 +310,10 @@ class Conversation:
 
     # -- the archive and handoff -------------------------------------------------------------
     def history(self, *, include_summaries: bool = True) -> Iterator[StoredMessage]:
-        """Every stored row up to this point, archived ones included, oldest first."""
+        """Every stored row up to this point, archived ones included, oldest first;
+        a handoff's carried archive first (each of its rows marked ``carried``)."""
         for stored in iter_history(self._run.store, self.task_id, self.name, blobs=self._reader):
-            if stored.idx >= self._pos:
+            if stored.carried is None and stored.idx >= self._pos:
                 return
             if include_summaries or stored.kind == "message":
                 yield stored
@@ -364,8 +365,10 @@ class Conversation:
                     self.diverge(stored, f"{row.kind} {describe(row.message)} (from the opening)")
                 row = stored
             self.take(row)
-        if seed and seed[0].meta is not None:
-            self.handed_off = seed[0].meta.get("handoff")
+            if row.idx == 0 and row.meta is not None:
+                # The stored row's record: on replay the seed holds the archive
+                # inline, the store a reference to the blob it was written to.
+                self.handed_off = row.meta.get("handoff")
 
     def row_at(self, idx: int) -> Row:
         """The stored row at ``idx`` (read in pages while replaying)."""

@@ -1,7 +1,8 @@
 """``cairn conversation TASK``: a task's conversation, active context or all of it.
 
 By default the active context (system prompt, latest summary, the messages
-after it); ``--all`` adds the archived head, every row ever appended.
+after it); ``--all`` adds the archived head, every row ever appended, after
+the rows a handoff carried, if any (state ``carried from TASK``).
 ``--jsonl`` exports the rows as JSON Lines; ``--handoff`` prints the handoff
 document a Day 2 task can start from (``--archive``: with every row inline).
 """
@@ -41,7 +42,10 @@ def conversation_command(
     task_id: TaskArgument,
     name: NameOption = None,
     show_all: Annotated[
-        bool, typer.Option("--all", help="Every row, the archived head included.")
+        bool,
+        typer.Option(
+            "--all", help="Every row, the archived head and a handoff's carried rows included."
+        ),
     ] = False,
     jsonl: Annotated[bool, typer.Option("--jsonl", help="Export rows as JSON Lines.")] = False,
     handoff: Annotated[
@@ -73,7 +77,7 @@ def conversation_command(
         export_jsonl(iter(shown), sys.stdout)
         return
     if as_json:
-        rows_json = [{**row.to_json(), "active": row.idx in detail.active} for row in shown]
+        rows_json = [{**row.to_json(), "active": _is_active(row, detail)} for row in shown]
         summaries = [
             {
                 "idx": c.idx,
@@ -109,7 +113,14 @@ def _print_rows(detail: ConversationDetail, shown: list[StoredMessage]) -> None:
     table.print()
 
 
+def _is_active(row: StoredMessage, detail: ConversationDetail) -> bool:
+    return row.carried is None and row.idx in detail.active
+
+
 def _state(row: StoredMessage, active: frozenset[int]) -> str:
+    if row.carried is not None:
+        # From the archive a handoff carried: its idx is the earlier conversation's.
+        return f"carried from {row.carried.get('task_id')}"
     if row.kind == "summary":
         state = "summary" if row.idx in active else "old summary"
         # A summary the extractive fallback wrote says so (cairn.agent.fallback).
