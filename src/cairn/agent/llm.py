@@ -326,6 +326,8 @@ def _conversation_call(
     chunks: Chunks | None = None,
     limit: str | None = None,
 ) -> Machine[Reply]:
+    # Before compaction and the limits count the context (cairn.agent.tokens).
+    conv.count_for(model)
     yield from compaction_machine(conv)
     # Decided once per call, before the first attempt (a retry sends the same
     # context), and recorded in the reply row (cairn.agent.clearing).
