@@ -176,6 +176,12 @@ class ConversationView:
     store: Store
 
     @property
+    def counter_recorded(self) -> bool:
+        """True if a reply row of the active context records its counter (a
+        ``ctx.llm`` call's does)."""
+        return any(row.meta is not None and "counter" in row.meta for row in self.parsed)
+
+    @property
     def counted_by(self) -> str:
         """What counted the tokens between model calls, as the latest reply row
         recorded it (``o200k_base (exact)``, ``estimate``: ``cairn.agent.tokens``);

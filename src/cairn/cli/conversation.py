@@ -5,6 +5,9 @@ after it); ``--all`` adds the archived head, every row ever appended, after
 the rows a handoff carried, if any (state ``carried from TASK``).
 ``--jsonl`` exports the rows as JSON Lines; ``--handoff`` prints the handoff
 document a Day 2 task can start from (``--archive``: with every row inline).
+The table ends with the conversation's model calls (``conversation_calls``:
+its ``ctx.llm`` calls, and the task's Agents SDK calls), the latest ten unless
+``--calls``.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ NameOption = Annotated[
 ]
 _COLUMNS = ("idx", "state", "role", "tokens", "created", "text")
 _TEXT_WIDTH = 120
+_CALLS = 10
+_CALL_COLUMNS = ("seq", "call", "input", "output", "cost")
 
 
 def conversation_command(
@@ -53,6 +58,10 @@ def conversation_command(
     ] = False,
     archive: Annotated[
         bool, typer.Option("--archive", help="With --handoff: carry every row inline.")
+    ] = False,
+    all_calls: Annotated[
+        bool,
+        typer.Option("--calls", help=f"List every model call (default: the latest {_CALLS})."),
     ] = False,
     store: StoreOption = DEFAULT_URL,
     blobs: BlobsOption = None,
@@ -94,6 +103,31 @@ def conversation_command(
         )
         return
     _print_rows(detail, shown)
+    _print_calls(detail, all_calls)
+
+
+def _print_calls(detail: ConversationDetail, all_calls: bool) -> None:
+    """The conversation's model calls (``conversation_calls``): the latest
+    ``_CALLS``, or every one."""
+    calls = detail.calls if all_calls else detail.calls[-_CALLS:]
+    if not calls:
+        return
+    console = stdout_console()
+    console.print()
+    earlier = len(detail.calls) - len(calls)
+    more = f" (the latest {len(calls)}; --calls lists all {len(detail.calls)})" if earlier else ""
+    console.print(f"model calls{more}")
+    table = RowTable(console, _CALL_COLUMNS, right=("seq", "input", "output", "cost"))
+    for call in calls:
+        usage = call.line.usage
+        table.add_row(
+            str(call.seq),
+            call.name,
+            str(usage.input_tokens),
+            str(usage.output_tokens),
+            f"${call.line.cost:.6f}",
+        )
+    table.print()
 
 
 def _print_rows(detail: ConversationDetail, shown: list[StoredMessage]) -> None:
