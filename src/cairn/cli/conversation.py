@@ -18,7 +18,12 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from cairn.admin.conversations import ConversationDetail, call_costs, conversation_detail
+from cairn.admin.conversations import (
+    CallCost,
+    ConversationDetail,
+    call_costs,
+    conversation_detail,
+)
 from cairn.agent.archive import StoredMessage, export_jsonl, iter_history
 from cairn.agent.handoff import archive_part
 from cairn.agent.message_blobs import MessageReader
@@ -86,24 +91,28 @@ def conversation_command(
         export_jsonl(iter(shown), sys.stdout)
         return
     if as_json:
-        rows_json = [{**row.to_json(), "active": _is_active(row, detail)} for row in shown]
-        summaries = [
-            {
-                "idx": c.idx,
-                "covers": [c.first, c.covers_until],
-                "tokens": c.tokens,
-                "active": c.active,
-                "fallback_reason": c.fallback_reason,
-            }
-            for c in detail.summaries
-        ]
-        costs = [{"seq": c.seq, "kind": c.kind, "name": c.name, **c.line.to_json()} for c in calls]
-        print_json(
-            {"stats": detail.stats(), "rows": rows_json, "summaries": summaries, "calls": costs}
-        )
+        _print_detail_json(detail, shown, calls)
         return
     _print_rows(detail, shown)
     _print_calls(detail, all_calls)
+
+
+def _print_detail_json(
+    detail: ConversationDetail, shown: list[StoredMessage], calls: list[CallCost]
+) -> None:
+    rows_json = [{**row.to_json(), "active": _is_active(row, detail)} for row in shown]
+    summaries = [
+        {
+            "idx": c.idx,
+            "covers": [c.first, c.covers_until],
+            "tokens": c.tokens,
+            "active": c.active,
+            "fallback_reason": c.fallback_reason,
+        }
+        for c in detail.summaries
+    ]
+    costs = [{"seq": c.seq, "kind": c.kind, "name": c.name, **c.line.to_json()} for c in calls]
+    print_json({"stats": detail.stats(), "rows": rows_json, "summaries": summaries, "calls": costs})
 
 
 def _print_calls(detail: ConversationDetail, all_calls: bool) -> None:
