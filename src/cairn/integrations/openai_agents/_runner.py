@@ -34,8 +34,10 @@ from cairn.context import Context
 from cairn.engine.run import in_event_loop
 from cairn.integrations._definition import check_definition
 from cairn.integrations.openai_agents._approvals import check_approvals, settled
+from cairn.integrations.openai_agents._compacting import compacting_filter
 from cairn.integrations.openai_agents._fingerprint import changes, fingerprint
 from cairn.integrations.openai_agents._model import RecordedModel, RecordedProvider, model_name
+from cairn.integrations.openai_agents._session import CairnSession
 from cairn.integrations.openai_agents._state import RunState
 from cairn.integrations.openai_agents._tools import recorded_tool
 from cairn.retry import Retry
@@ -75,6 +77,7 @@ async def run(
     check_approvals(approvals)
     # One clone for the whole run: a run resumed after an approval goes on with it.
     clone, config, state = _prepared(ctx, agent, run_config, prices, retry, parallel_tools)
+    config = _compacting(config, kwargs.get("session"))
     start: str | list[Any] | SDKRunState[Any] = input
     while True:
         try:
@@ -109,7 +112,17 @@ def run_streamed(
             f"run_streamed() takes the task's ctx first, not {ctx!r}: call it inside a cairn task"
         )
     clone, config, _ = _prepared(ctx, agent, run_config, prices, retry, parallel_tools)
+    config = _compacting(config, kwargs.get("session"))
     return Runner.run_streamed(clone, input, run_config=config, **kwargs)
+
+
+def _compacting(config: RunConfig, session: Any) -> RunConfig:
+    """``config`` sending a ``CairnSession``'s compacted context to each model
+    call of the run (``_compacting``); as it is for any other session."""
+    if not isinstance(session, CairnSession):
+        return config
+    own = config.call_model_input_filter
+    return dataclasses.replace(config, call_model_input_filter=compacting_filter(session, own))
 
 
 def _prepared(
