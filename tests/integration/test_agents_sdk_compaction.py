@@ -1,5 +1,6 @@
-"""Compaction inside one ``Runner.run``: the session's threshold bounds every
-model request of a long run, and a run resumed after a crash sends the same.
+"""Compaction inside one ``Runner.run`` (``run(..., compact_in_run=True)``): the
+session's threshold bounds every model request of a long run, and a run
+resumed after a crash sends the same.
 
 The agent reads 17 documents, one tool call a turn, in one ``run()`` with a
 ``CairnSession`` inside the task; the model is the simulated OpenAI server,
@@ -64,7 +65,13 @@ def _define(app: Cairn, server: SimulatedModelServer, seen: list[int]) -> Any:
         agent = Agent(name="reader", instructions=INSTRUCTIONS, model=model, tools=[read])
         config = RunConfig(call_model_input_filter=own)
         result = await run(
-            ctx, agent, "Read them all.", session=session, max_turns=40, run_config=config
+            ctx,
+            agent,
+            "Read them all.",
+            session=session,
+            max_turns=40,
+            run_config=config,
+            compact_in_run=True,
         )
         return str(result.final_output)
 

@@ -5,13 +5,20 @@ Within one run the SDK sends the session's items as they were when the run
 started plus everything the run has added since, however many turns it takes;
 it saves each turn to the session before the next model call, and the
 ``CairnSession`` compacts past its threshold as it saves, but the SDK's own
-input list keeps growing. ``run()`` and ``run_streamed()`` therefore put a
-``RunConfig.call_model_input_filter`` in front of every model call of a run
-with a ``CairnSession``: when the session holds a summary and its items after
-the summary are the end of the run's input, the input sent is the summary and
-those items. Otherwise (no compaction yet, a session the run's input does not
-end with) the input goes as it is. A filter of the caller's own runs after,
+input list keeps growing. ``run()`` and ``run_streamed()`` given
+``compact_in_run=True`` therefore put a ``RunConfig.call_model_input_filter``
+in front of every model call of a run with a ``CairnSession``: when the
+session holds a summary and its items after the summary are the end of the
+run's input, the input sent is the summary and those items. Otherwise (no
+compaction yet, a session the run's input does not end with) the input goes
+as it is. A filter of the caller's own runs after,
 on what this one gives.
+
+It is asked for, not the default: an agent that tracks its progress only in
+its context (which documents it has read) loses it when the head is folded
+into a summary that does not keep it, and then repeats its work; the
+simulated researcher of ``examples/agents_sdk.py`` does, with the extractive
+summarizer, until its turns run out.
 
 The compactions are the session's own, recorded in the task's history as any
 conversation's (or its session task's), so a run resumed after a SIGKILL
