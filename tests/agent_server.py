@@ -40,7 +40,7 @@ import anthropic
 import openai
 
 from cairn import Cairn, Context, TaskDef
-from cairn.agent import ExtractiveSummarizer, tool_result, user
+from cairn.agent import EstimateCounter, ExtractiveSummarizer, tool_result, user
 from cairn.agent.messages import text_of
 from cairn.agent.simulate import SimulatedModelServer
 from cairn.clock import FakeClock
@@ -238,6 +238,9 @@ def reader_task(
             summarizer=summarizer or ExtractiveSummarizer(max_tokens=250),
             client=client,
             max_context=max_context,
+            # The fake server counts with the estimate, and so does the conversation
+            # (named no counter, it would count gpt-4o-mini's real tokens).
+            counter=EstimateCounter(),
         )
         if restored is not None:
             restored.append(conv.restored)

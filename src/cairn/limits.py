@@ -32,7 +32,9 @@ How a permit counts:
   ``max_tokens`` while it runs, then the tokens the provider reported, for
   ``per`` seconds after it ended. A call is let through only if the amounts
   counted now leave room for its own. A 429 with ``Retry-After`` closes the
-  limit for every caller until then (``cairn.engine.permits``).
+  limit for every caller until then (``cairn.engine.permits``), as does an
+  answer whose rate-limit headers say the provider has less room left than
+  the call needed, until the provider's reset (``cairn.agent.rate_headers``).
 """
 
 from __future__ import annotations

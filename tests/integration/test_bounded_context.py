@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cairn import Cairn, Context
-from cairn.agent import tool_result, user
+from cairn.agent import EstimateCounter, tool_result, user
 from cairn.agent.summarize import SummaryRequest
 from cairn.agent.tokens import count_messages
 from cairn.cli import app as cli_app
@@ -40,6 +40,9 @@ def _task(app: Cairn, client: Any, items: int, *, bound: int = 1200) -> Any:
             summary_tokens=150,
             summarizer=refusing,
             client=client,
+            # The fake server counts with the estimate, and so does the conversation
+            # (named no counter, it would count gpt-4o-mini's real tokens).
+            counter=EstimateCounter(),
         )
         for i in range(items):
             conv.append(user(f"note {i}: the report report-{i}.pdf is due on day {i}. " * 3))
@@ -195,6 +198,7 @@ def test_a_kept_summary_that_would_leave_the_context_over_the_bound_gives_way(
                 summary_tokens=2000,
                 summarizer=wordy,
                 client=openai_client(server),
+                counter=EstimateCounter(),  # as the fake server counts
             )
             for i in range(12):
                 conv.append(user(f"note {i}: " + "the figures for the quarter. " * 8))

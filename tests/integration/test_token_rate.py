@@ -31,6 +31,7 @@ from cairn.clock import FakeClock
 from cairn.limits import LimitBook
 from cairn.retry import NO_RETRY
 from cairn.store import admin
+from tests.agent_server import anthropic_client
 
 REPLY = "word " * 20
 MODEL = "gpt-4o-mini"
@@ -169,6 +170,63 @@ def test_a_429_closes_the_limit_for_every_task_not_only_the_caller(
     assert server.requests == 2
     assert arrivals[0] >= told + timedelta(seconds=seconds)
     assert step.attempts == 1
+
+
+# -- the provider's rate-limit headers ---------------------------------------------------
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize(
+    ("provider_tokens", "stream", "waits"),
+    [(60, False, True), (60, True, True), (1000, False, False)],
+    ids=["short", "short-streamed", "ample"],
+)
+def test_rate_limit_headers_narrow_the_limit_for_every_task(
+    tmp_path: Path, provider: str, provider_tokens: int, stream: bool, waits: bool
+) -> None:
+    """The server's limit (60 tokens a minute) is far below the app's TokenRate.
+    Task A's call is answered 200 with the provider's rate-limit headers (OpenAI's
+    x-ratelimit-*, Anthropic's anthropic-ratelimit-* against its Date header)
+    saying fewer tokens are left than A's call needed: task B, started
+    afterwards, does not send before the provider's reset (a minute on the fake
+    clock, which the server's limit also goes by), and is answered at its first
+    attempt; a streamed answer's headers count the same. With room left (1000
+    tokens a minute), B is sent at once."""
+    clock = FakeClock()
+    arrivals: list[Any] = []
+
+    def timed(request: dict[str, Any]) -> dict[str, Any]:
+        arrivals.append(clock.now())
+        return reply(request)
+
+    with SimulatedModelServer(
+        timed, tokens_per_window=provider_tokens, window=60, clock=lambda: clock.now().timestamp()
+    ) as server:
+        app = Cairn(
+            f"sqlite:///{tmp_path / 'cairn.db'}",
+            clock=clock,
+            limits={provider: TokenRate(100_000, per=60)},
+            task_retry=NO_RETRY,
+        )
+        client = client_of(server) if provider == "openai" else anthropic_client(server)
+        impatient = Retry(attempts=1, max_deferral=0)
+
+        @app.task
+        def ask(ctx: Context, who: str) -> str:
+            answer = ctx.llm_call(
+                [{"role": "user", "content": who}], model=f"{provider}-model", client=client,
+                max_tokens=40, retry=impatient, stream=stream,
+            )  # fmt: skip
+            return str(answer.content)
+
+        with app:
+            assert app.run(ask, who="a", task_id="a").strip() == REPLY.strip()
+            assert app.run(ask, who="b", task_id="b").strip() == REPLY.strip()
+            (step,) = app.store.load_history("b").values()
+    assert server.requests == 2
+    assert step.attempts == 1
+    if waits:
+        assert arrivals[1] >= arrivals[0] + timedelta(seconds=60)
+    else:
+        assert arrivals[1] == arrivals[0]
 
 
 def test_a_call_bigger_than_its_limit_fails_saying_what_to_change(tmp_path: Path) -> None:

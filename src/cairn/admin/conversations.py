@@ -8,7 +8,7 @@ the conversation and puts the pieces together for the CLI and the dashboard.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cairn.agent.archive import (
     Blobs,
@@ -18,7 +18,7 @@ from cairn.agent.archive import (
     load_conversation,
 )
 from cairn.agent.costs import CostLine, CostReport, cost_report, line_of
-from cairn.agent.pricing import PriceTable
+from cairn.agent.pricing import PriceTable, Usage
 from cairn.errors import UnknownTask
 from cairn.store import AdminStore
 from cairn.store.reports import TaskQuery
@@ -29,6 +29,7 @@ __all__ = [
     "ConversationDetail",
     "SummaryCover",
     "call_costs",
+    "conversation_calls",
     "conversation_detail",
     "conversation_name",
     "costs",
@@ -89,12 +90,14 @@ class CallCost:
 @dataclass(frozen=True, slots=True)
 class ConversationDetail:
     """A conversation: its active context, every row when asked for
-    (``archive``, else None), its summaries and what they cover."""
+    (``archive``, else None), its summaries and what they cover, and its
+    model calls (``conversation_calls``)."""
 
     view: ConversationView
     active: frozenset[int]
     archive: list[StoredMessage] | None
     summaries: list[SummaryCover]
+    calls: list[CallCost] = field(default_factory=list)
 
     def shown(self) -> list[StoredMessage]:
         """The archive if it was read, else the active context."""
@@ -113,15 +116,36 @@ class ConversationDetail:
             "archived messages": stats.archived_messages,
             "active tokens": stats.active_tokens,
             "tokens without compaction": stats.full_tokens,
-            "token counts": self.view.counted_by,
+            "token counts": self._counted_by(),
+            "model calls": self._calls_line(),
         }
+
+    def _counted_by(self) -> str:
+        counted = self.view.counted_by
+        if self.view.counter_recorded or not self.calls:
+            return counted
+        # Calls made outside ctx.llm (an Agents SDK session's) record no counter
+        # in the conversation's rows; the provider counted each of them.
+        n = len(self.calls)
+        return f"the provider's at each of the {n} model calls; between them not recorded"
+
+    def _calls_line(self) -> str:
+        if not self.calls:
+            return "none recorded in this task"
+        usage = sum((c.line.usage for c in self.calls), Usage())
+        cost = sum(c.line.cost for c in self.calls)
+        return (
+            f"{len(self.calls)} (input {usage.input_tokens:,} tokens, output "
+            f"{usage.output_tokens:,}, estimated ${cost:.4f})"
+        )
 
 
 def _covers(rows: list[StoredMessage], active: frozenset[int]) -> list[SummaryCover]:
     covers = []
     first = 0
     for row in rows:
-        if row.kind != "summary" or row.covers_until is None:
+        # A carried row's positions are those of the conversation it came from.
+        if row.kind != "summary" or row.covers_until is None or row.carried is not None:
             continue
         reason = (row.meta or {}).get("fallback_reason")
         cover = SummaryCover(
@@ -152,7 +176,23 @@ def conversation_detail(
     active = frozenset(row.idx for row in view.active_rows())
     rows = list(iter_history(store, task_id, conv, blobs=blobs)) if archive else None
     summaries = _covers(rows if rows is not None else list(view.stored), active)
-    return ConversationDetail(view, active, rows, summaries)
+    calls = conversation_calls(store, task_id, conv)
+    return ConversationDetail(view, active, rows, summaries, calls)
+
+
+def conversation_calls(
+    store: AdminStore, task_id: str, conv: str, *, prices: PriceTable | None = None
+) -> list[CallCost]:
+    """The model calls of conversation ``conv`` of ``task_id``, in order, priced:
+    its ``ctx.llm`` calls, and the task's calls made outside any conversation's
+    ``ctx.llm`` (an Agents SDK run's, whose session is a conversation of the
+    task; ``ctx.llm_call``'s), which no row ties to one conversation. Another
+    conversation's ``ctx.llm`` calls and the compactions are left out."""
+    return [
+        call
+        for call in call_costs(store, task_id, prices=prices)
+        if call.kind == "llm" and (call.name == f"llm {conv}" or not call.name.startswith("llm "))
+    ]
 
 
 def call_costs(

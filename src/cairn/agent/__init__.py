@@ -14,13 +14,19 @@ The model SDKs are optional extras: ``pip install 'cairn-durable[openai]'`` or
 
 from __future__ import annotations
 
-from cairn.agent.archive import ConversationView, StoredMessage, iter_history, load_conversation
+from cairn.agent.archive import (
+    ConversationView,
+    StoredMessage,
+    carried_history,
+    iter_history,
+    load_conversation,
+)
 from cairn.agent.clearing import ToolResultClearing
 from cairn.agent.compaction import Compaction
 from cairn.agent.conversation import Conversation
 from cairn.agent.conversation_stats import ConversationStats
 from cairn.agent.fidelity import Disagreement, FidelityReport, fidelity, next_tool_call
-from cairn.agent.handoff import parse_handoff
+from cairn.agent.handoff import handoff_archive, parse_handoff
 from cairn.agent.messages import Message, assistant, system, tool_call, tool_result, user
 from cairn.agent.pricing import DEFAULT_PRICES, Price, PriceTable, Usage
 from cairn.agent.providers import (
@@ -79,10 +85,12 @@ __all__ = [
     "ToolResultClearing",
     "Usage",
     "assistant",
+    "carried_history",
     "count_message",
     "counter_for",
     "describe_counter",
     "fidelity",
+    "handoff_archive",
     "iter_history",
     "load_conversation",
     "next_tool_call",

@@ -3,6 +3,13 @@
 ``load_conversation(store, task_id)`` reads the active context in time
 proportional to it (as ``ctx.conversation`` does when it opens);
 ``iter_history`` streams every row, the compacted head included, in pages.
+A conversation started from a handoff that carried its archive
+(``conv.handoff(archive="inline")`` or ``"blob"``) holds that archive in its
+first row's meta, not as rows of its own: ``iter_history`` (and so
+``conv.history()`` and ``cairn conversation --all``) yields those carried rows
+first, oldest first, each marked with ``carried`` (where the handoff came
+from) and keeping the position it had in the earlier conversation;
+``carried_history`` reads them alone.
 Archived heads stay in the ``messages`` table, row by row; a message above the
 app's ``inline_limit`` is in the blob store (``cairn.agent.message_blobs``), and both
 read it back transparently, checking its hash. ``blobs`` names the blob store to
@@ -20,12 +27,12 @@ from typing import IO, Any
 
 from cairn.agent._window import Row, Window, rows_of
 from cairn.agent.conversation_stats import ConversationStats, stats_of
-from cairn.agent.handoff import build_handoff
+from cairn.agent.handoff import archived_rows, build_handoff
 from cairn.agent.message_blobs import MessageReader
 from cairn.agent.messages import Message
 from cairn.agent.summarize import summary_text
 from cairn.blobs import BlobStore, Offloader
-from cairn.clock import to_iso
+from cairn.clock import from_iso, to_iso
 from cairn.store.protocol import Store
 from cairn.store.records import MessageRecord
 
@@ -34,7 +41,9 @@ PAGE = 500
 
 @dataclass(frozen=True, slots=True)
 class StoredMessage:
-    """One stored row of a conversation, as the archive shows it."""
+    """One stored row of a conversation, as the archive shows it. ``carried``
+    is set on a row a handoff carried from an earlier conversation (its task,
+    conversation and the handoff's time); ``idx`` is then its position there."""
 
     idx: int
     kind: str
@@ -43,6 +52,7 @@ class StoredMessage:
     covers_until: int | None
     meta: dict[str, Any] | None
     created_at: datetime
+    carried: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, record: MessageRecord) -> StoredMessage:
@@ -68,7 +78,24 @@ class StoredMessage:
             data["covers_until"] = self.covers_until
         if self.meta is not None:
             data["meta"] = self.meta
+        if self.carried is not None:
+            data["carried"] = self.carried
         return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], carried: dict[str, Any]) -> StoredMessage:
+        """A row as ``to_json`` wrote it, carried by a handoff from ``carried``
+        (a row an earlier handoff had carried keeps its own mark)."""
+        return cls(
+            int(data["idx"]),
+            str(data["kind"]),
+            dict(data["message"]),
+            int(data["tokens"]),
+            data.get("covers_until"),
+            data.get("meta"),
+            from_iso(str(data["created_at"])),
+            dict(data.get("carried") or carried),
+        )
 
 
 Blobs = BlobStore | Offloader | MessageReader | None
@@ -81,11 +108,37 @@ def reader_of(store: Store, blobs: Blobs) -> MessageReader:
     return MessageReader(blobs, store_url=store.url)
 
 
-def iter_history(
-    store: Store, task_id: str, name: str, *, start: int = 0, blobs: Blobs = None
-) -> Iterator[StoredMessage]:
-    """Every row of conversation ``name``, oldest first, read ``PAGE`` rows at a time."""
+def carried_history(
+    store: Store, task_id: str, name: str = "main", *, blobs: Blobs = None
+) -> list[StoredMessage]:
+    """The rows of the archive a handoff carried into conversation ``name``
+    (started with ``start_from=doc`` from ``conv.handoff(archive=...)``), oldest
+    first, each marked ``carried``; [] if it carried none."""
     reader = reader_of(store, blobs)
+    first = reader.read(store.load_messages(task_id, name, 0, 1))
+    meta = StoredMessage.of(first[0]).meta if first else None
+    origin = (meta or {}).get("handoff")
+    if not isinstance(origin, Mapping):
+        return []
+    mark = {key: origin.get(key) for key in ("task_id", "conversation", "created_at")}
+    return [StoredMessage.from_json(row, mark) for row in archived_rows(origin, reader.load)]
+
+
+def iter_history(
+    store: Store,
+    task_id: str,
+    name: str,
+    *,
+    start: int = 0,
+    blobs: Blobs = None,
+    carried: bool = True,
+) -> Iterator[StoredMessage]:
+    """Every row of conversation ``name``, oldest first, read ``PAGE`` rows at a
+    time; from ``start`` = 0 and with ``carried``, the rows a handoff carried
+    come first (``carried_history``)."""
+    reader = reader_of(store, blobs)
+    if carried and start == 0:
+        yield from carried_history(store, task_id, name, blobs=reader)
     position = start
     while True:
         page = reader.read(store.load_messages(task_id, name, position, PAGE))
@@ -121,6 +174,12 @@ class ConversationView:
     rows: int
     parsed: tuple[Row, ...]
     store: Store
+
+    @property
+    def counter_recorded(self) -> bool:
+        """True if a reply row of the active context records its counter (a
+        ``ctx.llm`` call's does)."""
+        return any(row.meta is not None and "counter" in row.meta for row in self.parsed)
 
     @property
     def counted_by(self) -> str:

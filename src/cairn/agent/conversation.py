@@ -151,6 +151,9 @@ class Conversation:
         self._inline_limit = -1 if run.offloader is None else run.offloader.inline_limit
         self._reader = MessageReader(run.offloader)
         self.handed_off: dict[str, Any] | None = None
+        # Opened with neither ``model`` nor ``counter``: each ``ctx.llm`` call's
+        # model picks the counter (``count_for``).
+        self.counts_by_call = False
         # The tool schemas the reply rows recorded so far, by digest (cairn.agent.llm).
         self.tool_schemas: dict[str, list[dict[str, Any]]] = {}
 
@@ -263,6 +266,19 @@ class Conversation:
         for row in fresh:
             self.take(row)
 
+    def count_for(self, model: str) -> None:
+        """Count with ``model``'s counter from here on, if the conversation was
+        opened naming no model or counter (``counts_by_call``): ``ctx.llm`` calls
+        this before each call. The active context is counted again with it (in
+        memory: stored rows keep their counts, and the same code reaches the same
+        call on replay, so it counts the same). A cleared tool result keeps its
+        placeholder's count."""
+        counter = counter_for(model)
+        if not self.counts_by_call or counter is self.counter:
+            return
+        self.counter = counter
+        self._window = self._window.recounted(lambda m: count_message(m, counter))
+
     # -- tool-result clearing ----------------------------------------------------------------
     def clear_tool_results(self) -> Cleared:
         """Clear the tool results the policy clears now (``cairn.agent.clearing``)
@@ -310,9 +326,10 @@ class Conversation:
 
     # -- the archive and handoff -------------------------------------------------------------
     def history(self, *, include_summaries: bool = True) -> Iterator[StoredMessage]:
-        """Every stored row up to this point, archived ones included, oldest first."""
+        """Every stored row up to this point, archived ones included, oldest first;
+        a handoff's carried archive first (each of its rows marked ``carried``)."""
         for stored in iter_history(self._run.store, self.task_id, self.name, blobs=self._reader):
-            if stored.idx >= self._pos:
+            if stored.carried is None and stored.idx >= self._pos:
                 return
             if include_summaries or stored.kind == "message":
                 yield stored
@@ -364,8 +381,10 @@ class Conversation:
                     self.diverge(stored, f"{row.kind} {describe(row.message)} (from the opening)")
                 row = stored
             self.take(row)
-        if seed and seed[0].meta is not None:
-            self.handed_off = seed[0].meta.get("handoff")
+            if row.idx == 0 and row.meta is not None:
+                # The stored row's record: on replay the seed holds the archive
+                # inline, the store a reference to the blob it was written to.
+                self.handed_off = row.meta.get("handoff")
 
     def row_at(self, idx: int) -> Row:
         """The stored row at ``idx`` (read in pages while replaying)."""
@@ -490,7 +509,9 @@ def open_conversation(
 
     Asked again in the same task attempt, it returns the same object. Without a
     ``counter``, the one for ``model`` (``cairn.agent.tokens.counter_for``): exact
-    for an OpenAI model with the ``tokens`` extra, else the estimate."""
+    for an OpenAI model with the ``tokens`` extra, else the estimate. With
+    neither, the estimate until the first ``ctx.llm``, then the counter for
+    each call's model (``Conversation.count_for``)."""
     check_name("conversation name", name)
     run: TaskRun = ctx._run
     key = id(run)
@@ -515,6 +536,7 @@ def open_conversation(
         clear_tool_results=clear_tool_results,
         max_context=max_context,
     )
+    conv.counts_by_call = counter is None and model is None
     conv.open(system, start_from)
     known[name] = conv
     return conv

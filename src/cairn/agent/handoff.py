@@ -21,7 +21,9 @@ app's blob store and puts the reference there. A conversation started from a
 document with an archive keeps it (in its own blob store, when it has one: its
 first row's meta names the blob, and ``cairn export``, ``cairn backup`` and
 ``cairn gc`` see that reference), so Day 2 can read Day 1's head on any store:
-``handoff_archive`` reads it back, and ``cairn fidelity`` compares Day 2 against
+``conv.history()``, ``iter_history`` and ``cairn conversation --all`` show it
+first, each row marked as carried (``cairn.agent.archive.carried_history``),
+``handoff_archive`` gives its messages, and ``cairn fidelity`` compares Day 2 against
 Day 1's archive followed by Day 2's own messages.
 """
 
@@ -178,14 +180,36 @@ def _origin(doc: Mapping[str, Any], seeded: int, offload: Offload | None) -> dic
     return origin
 
 
-def handoff_archive(origin: Mapping[str, Any], load: Callable[[str], str]) -> list[Message]:
-    """The messages of the archive a handoff carried (``origin``: what the first
-    row of the conversation it started recorded), read from the blob store with
-    ``load`` if it is there; [] if it carried none."""
+def archived_rows(
+    origin: Mapping[str, Any], load: Callable[[str], str] | None = None
+) -> list[dict[str, Any]]:
+    """The stored rows (as ``cairn conversation --jsonl`` writes them) of the
+    archive a handoff carried: ``origin`` is what the first row of the
+    conversation it started recorded (``conv.handed_off``); an archive in the
+    blob store is read with ``load``. [] if it carried none."""
     archive = origin.get("archive")
     if not isinstance(archive, Mapping):
         return []
-    rows: Any = archive.get("rows")
-    if "blob" in archive:
-        rows = json.loads(load(str(archive["blob"])))["rows"]
-    return [normalize(row["message"]) for row in rows if row.get("kind") == "message"]
+    if "blob" not in archive:
+        return list(archive.get("rows") or [])
+    if load is None:
+        raise ValueError(
+            "this handoff's archive is in the blob store; pass a blob reader "
+            "(blobs=... to carried_history, or load= to handoff_archive)"
+        )
+    rows: list[dict[str, Any]] = json.loads(load(str(archive["blob"])))["rows"]
+    return rows
+
+
+def handoff_archive(
+    origin: Mapping[str, Any], load: Callable[[str], str] | None = None
+) -> list[Message]:
+    """The messages (summaries left out) of the archive a handoff carried, oldest
+    first: ``origin`` is ``conv.handed_off`` (what the first row of the
+    conversation it started recorded); ``load`` reads a blob reference (needed
+    only for ``archive="blob"``). [] if it carried none."""
+    return [
+        normalize(row["message"])
+        for row in archived_rows(origin, load)
+        if row.get("kind") == "message"
+    ]

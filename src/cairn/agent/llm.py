@@ -64,6 +64,7 @@ from cairn.agent.providers import (
     default_client,
     provider_for,
 )
+from cairn.agent.rate_headers import ProviderRoom
 from cairn.agent.reply import Reply
 from cairn.agent.summarize import is_async_summarizer
 from cairn.agent.tokens import count_message, counter_for, describe_counter, is_exact
@@ -240,9 +241,17 @@ def _sender(
     tools: Tools,
     params: Mapping[str, Any],
     chunks: Chunks | None = None,
+    said: list[ProviderRoom | None] | None = None,
 ) -> Callable[[], Any]:
     """The function the step machine calls: send (unless ``prepare`` found the
-    answer already stored) and record. Async when the provider is."""
+    answer already stored) and record. Async when the provider is. ``said``
+    gets the room the answer's rate-limit headers said is left (for the meter)."""
+    heard = said if said is not None else []
+
+    def noted(completion: Completion) -> dict[str, Any]:
+        heard[:] = [completion.room]
+        return finish(completion)
+
     if provider.is_async:
 
         async def send_async() -> dict[str, Any]:
@@ -250,7 +259,7 @@ def _sender(
             if found is not None:
                 return found
             pending = _request(provider, messages, model, tools, params, chunks)
-            return finish(await pending)
+            return noted(await pending)
 
         return send_async
 
@@ -258,9 +267,13 @@ def _sender(
         found, messages = prepare()
         if found is not None:
             return found
-        return finish(_request(provider, messages, model, tools, params, chunks))
+        return noted(_request(provider, messages, model, tools, params, chunks))
 
     return send
+
+
+def _last(said: list[ProviderRoom | None]) -> Callable[[], ProviderRoom | None]:
+    return lambda: said[-1] if said else None
 
 
 def _handed_back(
@@ -326,6 +339,7 @@ def _conversation_call(
     chunks: Chunks | None = None,
     limit: str | None = None,
 ) -> Machine[Reply]:
+    conv.count_for(model)  # before compaction and the limits count the context
     yield from compaction_machine(conv)
     # Decided once per call, before the first attempt (a retry sends the same
     # context), and recorded in the reply row (cairn.agent.clearing).
@@ -355,8 +369,9 @@ def _conversation_call(
         conv.write(row)
         return {"idx": row.idx, **meta}
 
-    send = _sender(provider, prepare, finish, model, tools, params, chunks)
-    meter = _conversation_meter(conv, provider, model, tools, params, prices, limit)
+    said: list[ProviderRoom | None] = []
+    send = _sender(provider, prepare, finish, model, tools, params, chunks, said)
+    meter = _conversation_meter(conv, provider, model, tools, params, prices, limit, said)
     outcome = yield from step_machine(
         conv._run,
         "llm",
@@ -383,9 +398,11 @@ def _conversation_meter(
     params: Mapping[str, Any],
     prices: PriceTable,
     limit: str | None,
+    said: list[ProviderRoom | None],
 ) -> Meter | None:
     """The call's token limit and budgets: its prompt is the conversation's
-    active context right before each try (none while it replays a stored reply)."""
+    active context right before each try (none while it replays a stored reply);
+    ``said`` the room the provider's answer said is left."""
     return meter_for(
         conv._run,
         provider=provider.name,
@@ -396,6 +413,7 @@ def _conversation_meter(
         counter=conv.counter,
         messages=lambda: None if conv.replaying else conv.messages,
         limit=limit,
+        room=_last(said),
     )
 
 
@@ -462,7 +480,8 @@ def llm_call(
         meta = _completion_meta(provider, completion, table)
         return {"message": normalize(completion.message), **meta}
 
-    send = _sender(provider, prepare, finish, model, tools, params, chunks)
+    said: list[ProviderRoom | None] = []
+    send = _sender(provider, prepare, finish, model, tools, params, chunks, said)
     run: TaskRun = ctx._run
     printed = model_fingerprint(model, _system_of(request), tools)
     meter = meter_for(
@@ -475,6 +494,7 @@ def llm_call(
         counter=counter_for(model),
         messages=lambda: request,
         limit=limit,
+        room=_last(said),
     )
     machine = _single_call(run, name, send, retry or ctx._default_step_retry, printed, meter)
     if provider.is_async:

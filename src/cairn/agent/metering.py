@@ -5,7 +5,9 @@ Before: the prompt's tokens, counted exactly as the conversation counts them
 (the provider's tokenizer where cairn has it, ``cairn.agent.tokens``), its
 tool schemas, plus the call's ``max_tokens`` (or ``max_completion_tokens``;
 without either, the limit's ``output``, else ``DEFAULT_OUTPUT``), and that
-worst case's price. After: the usage and the cost the call recorded.
+worst case's price. After: the usage and the cost the call recorded, and
+the room the provider's answer said it has left (``room``: the call's
+``Completion.room``, ``cairn.agent.rate_headers``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from cairn.agent.messages import Message
 from cairn.agent.pricing import PriceTable, Usage
+from cairn.agent.rate_headers import ProviderRoom
 from cairn.agent.tokens import TokenCounter, count_messages, counter_for
 from cairn.budgets import usd_to_nanos
 from cairn.engine.budgets import scopes_of
@@ -61,9 +64,11 @@ def meter_for(
     counter: TokenCounter,
     messages: Callable[[], list[Message] | None],
     limit: str | None,
+    room: Callable[[], ProviderRoom | None] | None = None,
 ) -> Meter | None:
     """The call's meter, or None when no token limit and no budget applies to it.
-    ``messages`` gives the prompt right before a try (None: nothing is sent)."""
+    ``messages`` gives the prompt right before a try (None: nothing is sent);
+    ``room`` what the provider's answer to the last try said is left."""
     rate = run.limits.for_model(provider, model, limit)
     if rate is None and not scopes_of(run):
         return None
@@ -88,7 +93,11 @@ def meter_for(
         tokens = usage.input_tokens + usage.output_tokens
         return Metered(tokens, usd_to_nanos(float(cost or 0.0)))
 
-    return Meter(need, used, rate)
+    def provider_wait(tokens: int) -> float | None:
+        said = None if room is None else room()
+        return None if said is None else said.wait_for(tokens)
+
+    return Meter(need, used, rate, provider_wait)
 
 
 def framework_meter(

@@ -6,11 +6,13 @@ reads cairn's classes, so each provider call turns them into:
 
 * ``RetryAfter`` for HTTP 429, waiting what the provider asked: its
   ``retry-after-ms`` header (which the SDKs read first), else ``Retry-After``
-  (seconds or an HTTP-date), else (for a 429) the longer of OpenAI's
-  ``x-ratelimit-reset-requests`` and ``x-ratelimit-reset-tokens`` (``6m0s``),
-  else ``DEFAULT_RETRY_AFTER``; a 503 that names a wait is waited out the same
-  way (a model call's token limit is then closed for everyone that long:
-  ``cairn.engine.meter``);
+  (seconds or an HTTP-date), else (for a 429) the later of the provider's
+  request and token resets (OpenAI's ``x-ratelimit-reset-requests`` and
+  ``x-ratelimit-reset-tokens``, ``6m0s``; Anthropic's
+  ``anthropic-ratelimit-requests-reset`` and ``-tokens-reset``, a time:
+  ``cairn.agent.rate_headers``), else ``DEFAULT_RETRY_AFTER``; a 503 that
+  names a wait is waited out the same way (a model call's token limit is
+  then closed for everyone that long: ``cairn.engine.meter``);
 * ``Permanent`` for 401 and 403 (a wrong or unauthorised key: retrying cannot
   fix it) and the other 4xx (the request itself is wrong);
 * ``Transient`` for 5xx, 408, 409, timeouts and dropped connections;
@@ -37,10 +39,10 @@ one as ``provider_error`` for code that catches it in this process.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable
 from typing import Any
 
+from cairn.agent.rate_headers import room_of
 from cairn.errors import MalformedAnswer, Permanent, RetryAfter, Transient
 from cairn.outside_errors import DEFAULT_RETRY_AFTER, http_status_of, retry_after_seconds
 from cairn.redaction import REDACTED, header_secrets, redact, secrets_of
@@ -101,27 +103,13 @@ def _header_seconds(error: BaseException) -> float | None:
     return retry_after_seconds(seconds if isinstance(seconds, str) else None)
 
 
-# OpenAI's rate-limit headers say when each limit has room again, as a Go
-# duration ("1s", "6m0s", "120ms"); a 429 without Retry-After waits the longer.
-_RESETS = ("x-ratelimit-reset-requests", "x-ratelimit-reset-tokens")
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
-_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-
-
 def _reset_seconds(error: BaseException) -> float | None:
-    """The wait OpenAI's rate-limit headers name (for a 429 only: they come on
-    every answer, and a 503's are no throttle)."""
+    """The wait the provider's rate-limit headers name (``cairn.agent.rate_headers``:
+    the later of its token and request resets), for a 429 only: they come on
+    every answer, and a 503's are no throttle."""
     headers = getattr(getattr(error, "response", None), "headers", None)
-    if headers is None:
-        return None
-    waits = []
-    for name in _RESETS:
-        value = headers.get(name)
-        if isinstance(value, str) and value.strip():
-            parts = _DURATION.findall(value.strip())
-            if parts and "".join(n + u for n, u in parts) == value.strip():
-                waits.append(sum(float(n) * _UNIT_SECONDS[u] for n, u in parts))
-    return max(waits) if waits else None
+    room = room_of(headers)
+    return None if room is None else room.longest_reset
 
 
 def _retryable(status: int) -> bool:

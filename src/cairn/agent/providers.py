@@ -19,6 +19,11 @@ again, from the start. Once the reply is whole (OpenAI's finish reason came,
 or Anthropic's ``message_delta``) a break is not one: only the end marker, or
 OpenAI's usage chunk (then estimated), is missing, and the reply is kept
 rather than bought again.
+
+Each answer's rate-limit headers (``cairn.agent.rate_headers``) come back on
+the ``Completion`` as ``room``: a non-streamed request goes through the SDK's
+``with_raw_response`` (which keeps the headers; a client without it is called
+as it is), a streamed one's headers are on its response.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import json
 import os
 import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
 from cairn.agent.messages import SYSTEM_ROLES, Message, text_of
@@ -41,6 +46,7 @@ from cairn.agent.provider_errors import (
     provider_error,
     redact,
 )
+from cairn.agent.rate_headers import ProviderRoom, room_of
 from cairn.agent.tokens import count_message, count_messages, counter_for
 from cairn.errors import ConfigurationError, RetryAfter, Transient
 from cairn.redaction import register_from
@@ -56,6 +62,8 @@ class Completion:
     usage: Usage
     model: str
     finish_reason: str | None = None
+    # What the answer's rate-limit headers said is left (None: they said nothing).
+    room: ProviderRoom | None = None
 
 
 @runtime_checkable
@@ -157,6 +165,38 @@ async def _asend(provider: str, client: Any, create: Any, **kwargs: Any) -> Any:
         if mapped is None:
             raise
         raise mapped from None
+
+
+def _headed(resource: Any, is_async: bool) -> Callable[..., Any]:
+    """``resource.create`` returning (the answer, the ``room`` its rate-limit
+    headers say is left), through ``with_raw_response`` when the client has it."""
+    raw = getattr(getattr(resource, "with_raw_response", None), "create", None)
+    create = resource.create
+    if is_async:
+
+        async def acall(**kwargs: Any) -> tuple[Any, ProviderRoom | None]:
+            if raw is None:
+                return await create(**kwargs), None
+            response = await raw(**kwargs)
+            parsed = response.parse()  # async in the anthropic SDK, not in openai's
+            if inspect.isawaitable(parsed):
+                parsed = await parsed
+            return parsed, room_of(getattr(response, "headers", None))
+
+        return acall
+
+    def call(**kwargs: Any) -> tuple[Any, ProviderRoom | None]:
+        if raw is None:
+            return create(**kwargs), None
+        response = raw(**kwargs)
+        return response.parse(), room_of(getattr(response, "headers", None))
+
+    return call
+
+
+def _stream_room(stream: Any) -> ProviderRoom | None:
+    """The room a streamed answer's headers say is left."""
+    return room_of(getattr(getattr(stream, "response", None), "headers", None))
 
 
 def _sent_error(
@@ -391,21 +431,21 @@ class OpenAIProvider:
         kwargs = dict(params)
         if tools:
             kwargs["tools"] = list(tools)
-        create = self._client.chat.completions.create
+        create = _headed(self._client.chat.completions, self.is_async)
         if self.is_async:
             return self._acomplete(create, messages, model, kwargs)
-        response = _send(
+        response, room = _send(
             self.name, self._client, create, model=model, messages=list(messages), **kwargs
         )
-        return self._completion(messages, model, response)
+        return replace(self._completion(messages, model, response), room=room)
 
     async def _acomplete(
         self, create: Any, messages: Sequence[Message], model: str, kwargs: dict[str, Any]
     ) -> Completion:
-        response = await _asend(
+        response, room = await _asend(
             self.name, self._client, create, model=model, messages=list(messages), **kwargs
         )
-        return self._completion(messages, model, response)
+        return replace(self._completion(messages, model, response), room=room)
 
     def _completion(self, messages: Sequence[Message], asked: str, response: Any) -> Completion:
         """The completion ``response`` answers to a request for model ``asked``
@@ -450,7 +490,7 @@ class OpenAIProvider:
                 on_text(text)
         finally:
             _close(stream)
-        return reply.completion(self.name, messages)
+        return replace(reply.completion(self.name, messages), room=_stream_room(stream))
 
     async def _astream(
         self,
@@ -471,7 +511,7 @@ class OpenAIProvider:
         finally:
             await texts.aclose()
             await _aclose(stream)
-        return reply.completion(self.name, messages)
+        return replace(reply.completion(self.name, messages), room=_stream_room(stream))
 
 
 class _OpenAIStream:
@@ -657,11 +697,13 @@ class AnthropicProvider:
         params: Mapping[str, Any],
     ) -> Completion | Awaitable[Completion]:
         turns, kwargs = self._request(messages, tools, params)
-        create = self._client.messages.create
+        create = _headed(self._client.messages, self.is_async)
         if self.is_async:
             return self._acomplete(create, messages, model, turns, kwargs)
-        response = _send(self.name, self._client, create, model=model, messages=turns, **kwargs)
-        return self._completion(messages, model, response)
+        response, room = _send(
+            self.name, self._client, create, model=model, messages=turns, **kwargs
+        )
+        return replace(self._completion(messages, model, response), room=room)
 
     async def _acomplete(
         self,
@@ -671,10 +713,10 @@ class AnthropicProvider:
         turns: list[dict[str, Any]],
         kwargs: dict[str, Any],
     ) -> Completion:
-        response = await _asend(
+        response, room = await _asend(
             self.name, self._client, create, model=model, messages=turns, **kwargs
         )
-        return self._completion(messages, model, response)
+        return replace(self._completion(messages, model, response), room=room)
 
     def _completion(self, messages: Sequence[Message], asked: str, response: Any) -> Completion:
         """The completion ``response`` answers to a request for model ``asked``
@@ -725,7 +767,7 @@ class AnthropicProvider:
                 on_text(text)
         finally:
             _close(stream)
-        return reply.completion(self.name, messages)
+        return replace(reply.completion(self.name, messages), room=_stream_room(stream))
 
     async def _astream(
         self,
@@ -747,7 +789,7 @@ class AnthropicProvider:
         finally:
             await texts.aclose()
             await _aclose(stream)
-        return reply.completion(self.name, messages)
+        return replace(reply.completion(self.name, messages), room=_stream_room(stream))
 
 
 _ANTHROPIC_USAGE = (

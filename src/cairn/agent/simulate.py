@@ -39,7 +39,15 @@ can kill its client while the reply is arriving.
 
 Given ``tokens_per_window`` and/or ``requests_per_window``, it enforces them as
 a provider enforces its TPM and RPM (``Throttle``): a request that would pass
-either in the last ``window`` seconds is answered HTTP 429 with ``Retry-After``.
+either in the last ``window`` seconds is answered HTTP 429 with ``Retry-After``,
+and every answer carries the provider's rate-limit headers, as the real APIs
+send them: on ``/v1/chat/completions`` OpenAI's ``x-ratelimit-remaining-tokens``,
+``x-ratelimit-reset-tokens`` (a duration, ``12.5s``) and the ``-requests``
+pair; on ``/v1/messages`` Anthropic's ``anthropic-ratelimit-tokens-remaining``,
+``anthropic-ratelimit-tokens-reset`` (an RFC 3339 time) and the
+``-requests-`` pair. A reset is when the window holds nothing any more. Given
+``clock`` (seconds, as ``time.time``), the limits and the ``Date`` header go by
+it instead of the machine's time, so a test on a fake clock sees them agree.
 """
 
 from __future__ import annotations
@@ -55,6 +63,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -149,6 +158,7 @@ class _Stream:
     events: list[bytes]
     drop: _Drop | None
     hold: Hold | None
+    headers: Mapping[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,10 +182,17 @@ class Throttle:
     (``time.monotonic``) each answered request came and its tokens, so a test
     reads the most any window really held (``busiest``) and ``refused``."""
 
-    def __init__(self, tokens: int | None, requests: int | None, window: float) -> None:
+    def __init__(
+        self,
+        tokens: int | None,
+        requests: int | None,
+        window: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.tokens = tokens
         self.requests = requests
         self.window = window
+        self.clock = clock
         self.answered: list[tuple[float, int]] = []
         self.refused = 0
         self.refused_after_first: int = 0
@@ -183,9 +200,9 @@ class Throttle:
     def admit(self, tokens: int) -> None:
         """Count a request of ``tokens`` now, or raise ``_Throttled``."""
         if self.tokens is None and self.requests is None:
-            self.answered.append((time.monotonic(), tokens))
+            self.answered.append((self.clock(), tokens))
             return
-        now = time.monotonic()
+        now = self.clock()
         recent = [(at, n) for at, n in self.answered if at > now - self.window]
         over_tokens = self.tokens is not None and sum(n for _, n in recent) + tokens > self.tokens
         over_requests = self.requests is not None and len(recent) + 1 > self.requests
@@ -196,6 +213,16 @@ class Throttle:
             oldest = recent[0][0] if recent else now
             raise _Throttled(max(1, math.ceil(oldest + self.window - now)))
         self.answered.append((now, tokens))
+
+    def room(self) -> tuple[int | None, int | None, float]:
+        """What is left now of the tokens and the requests (None: no cap), and
+        the seconds until the window holds nothing (the limits' reset)."""
+        now = self.clock()
+        recent = [(at, n) for at, n in self.answered if at > now - self.window]
+        reset = recent[-1][0] + self.window - now if recent else 0.0
+        tokens = None if self.tokens is None else max(0, self.tokens - sum(n for _, n in recent))
+        requests = None if self.requests is None else max(0, self.requests - len(recent))
+        return tokens, requests, reset
 
     def busiest(self) -> tuple[int, int]:
         """The most tokens, and the most requests, answered in any one window."""
@@ -225,12 +252,18 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(body, _Raw):
             self._send(HTTPStatus.OK, body.data, {"Content-Type": body.content_type})
             return
-        stream = owner.streamed(self.path, raw, status, body)
+        stream = owner.streamed(self.path, raw, status, body, headers)
         if stream is not None:
             self._stream(stream)
             return
         self._send(
             status, json.dumps(body).encode(), {**headers, "Content-Type": "application/json"}
+        )
+
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        """The ``Date`` header, by the server's clock."""
+        return super().date_time_string(
+            self.server.owner.wall() if timestamp is None else timestamp
         )
 
     def _send(self, status: int, data: bytes, headers: Mapping[str, str]) -> None:
@@ -249,6 +282,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Connection", "close")
+        for name, value in stream.headers.items():
+            self.send_header(name, value)
         self.end_headers()
         for number, event in enumerate(stream.events):
             drop = stream.drop
@@ -295,10 +330,15 @@ class SimulatedModelServer:
         tokens_per_window: int | None = None,
         requests_per_window: int | None = None,
         window: float = 60.0,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.respond = respond
+        # The time its limits and its Date header go by (see the module doc).
+        self.wall: Callable[[], float] = clock or time.time
         # A provider's TPM and RPM: see ``Throttle``.
-        self.throttle = Throttle(tokens_per_window, requests_per_window, window)
+        self.throttle = Throttle(
+            tokens_per_window, requests_per_window, window, clock or time.monotonic
+        )
         self.cached_tokens = cached_tokens
         self.report_usage = report_usage
         # How this "model" counts tokens; another counter than the client's makes
@@ -460,17 +500,52 @@ class SimulatedModelServer:
             return HTTPStatus.OK, planned, {}
         try:
             if path.rstrip("/").endswith("/chat/completions"):
-                return HTTPStatus.OK, self._openai(body), {}
+                return HTTPStatus.OK, self._openai(body), self._room_headers(openai=True)
             if path.rstrip("/").endswith("/messages"):
-                return HTTPStatus.OK, self._anthropic(body), {}
+                return HTTPStatus.OK, self._anthropic(body), self._room_headers(openai=False)
         except _Throttled as refused:
             error = {"message": "rate limit reached", "type": "rate_limit_error"}
             headers = {"Retry-After": str(refused.seconds)}
             return HTTPStatus.TOO_MANY_REQUESTS, {"error": error}, headers
         return HTTPStatus.NOT_FOUND, {"error": {"message": f"no route {path}"}}, {}
 
+    def _room_headers(self, *, openai: bool) -> dict[str, str]:
+        """The rate-limit headers of an answer (none without a limit), in the
+        API's names (see the module doc)."""
+        throttle = self.throttle
+        if throttle.tokens is None and throttle.requests is None:
+            return {}
+        with self._lock:
+            tokens, requests, reset = throttle.room()
+        if openai:
+            names, when = ("x-ratelimit-remaining-", "x-ratelimit-reset-"), f"{reset:.3f}s"
+            pairs = {"tokens": tokens, "requests": requests}
+            return {
+                header: value
+                for kind, left in pairs.items()
+                if left is not None
+                for header, value in ((names[0] + kind, str(left)), (names[1] + kind, when))
+            }
+        # A whole second, as late as the reset or later: the Date header has no fraction.
+        at = datetime.fromtimestamp(math.ceil(self.wall() + reset), UTC)
+        pairs = {"tokens": tokens, "requests": requests}
+        return {
+            header: value
+            for kind, left in pairs.items()
+            if left is not None
+            for header, value in (
+                (f"anthropic-ratelimit-{kind}-remaining", str(left)),
+                (f"anthropic-ratelimit-{kind}-reset", at.strftime("%Y-%m-%dT%H:%M:%SZ")),
+            )
+        }
+
     def streamed(
-        self, path: str, raw: bytes, status: int, answer: dict[str, Any]
+        self,
+        path: str,
+        raw: bytes,
+        status: int,
+        answer: dict[str, Any],
+        headers: Mapping[str, str] | None = None,
     ) -> _Stream | None:
         """The stream that carries ``answer``, if the request asked for one and
         the answer is not an error."""
@@ -496,7 +571,7 @@ class SimulatedModelServer:
         if planned is not None:
             openai = path.rstrip("/").endswith("/chat/completions")
             drop = _Drop(*planned, _error_event(openai))
-        return _Stream(events, drop, hold)
+        return _Stream(events, drop, hold, dict(headers or {}))
 
     def _reply(self, request: dict[str, Any]) -> tuple[Message, int, int, bool]:
         """The reply, the prompt's and the reply's tokens, and whether the reply

@@ -12,7 +12,9 @@ Which count a conversation uses
   conversation opened for an OpenAI model (``ctx.conversation(..., model="gpt-4o")``
   or ``counter=counter_for("gpt-4o")``), an ``ExactCounter`` on that model's
   encoding (``encoding_for_model``), which counts a message as OpenAI does; the
-  ``EstimateCounter`` otherwise. ``describe_counter`` names the one in use; each
+  ``EstimateCounter`` otherwise. A conversation opened naming neither a model
+  nor a counter takes each ``ctx.llm`` call's model from that call on
+  (``Conversation.count_for``). ``describe_counter`` names the one in use; each
   reply row records it (its meta's ``counter``) and ``cairn conversation`` shows it.
 
 ``TokenCounter`` is the extension point: anything with ``count(text) -> int``.
@@ -151,10 +153,35 @@ class ExactCounter:
         self._encode = loaded.encode_ordinary
 
     def count(self, text: str) -> int:
-        return len(self._encode(text)) if text else 0
+        if len(text) <= _PIECE:
+            return len(self._encode(text)) if text else 0
+        # bpe-openai refuses a text of a million characters or more, and one
+        # of more than 200,000 tokens: a long one is encoded in pieces cut
+        # before a whitespace, where the encodings' pre-tokenizer mostly splits
+        # anyway (measured: exact on prose, code and Japanese; JSON 2 tokens
+        # over in 95,000, from a newline run cut in two).
+        return sum(len(self._encode(piece)) for piece in _pieces(text))
 
     def __repr__(self) -> str:
         return f"ExactCounter({self.encoding!r})"
+
+
+# At most 4 bytes a character, so at most 200,000 tokens a piece.
+_PIECE = 50_000
+_SPACE = re.compile(r"\s")
+
+
+def _pieces(text: str) -> list[str]:
+    """``text`` in pieces of at most ``_PIECE`` characters, each (but the first)
+    starting at a whitespace when there is one to cut before."""
+    pieces, start = [], 0
+    while len(text) - start > _PIECE:
+        end = start + _PIECE
+        cut = max((m.start() for m in _SPACE.finditer(text, start + 1, end)), default=end)
+        pieces.append(text[start:cut])
+        start = cut
+    pieces.append(text[start:])
+    return pieces
 
 
 def _load(encoding: str) -> Any:

@@ -42,7 +42,11 @@ def earlier_archive(
     earlier = (
         []
         if not isinstance(task_id, str) or not isinstance(name, str)
-        else [r for r in iter_history(store, task_id, name, blobs=reader) if r.idx < upto]
+        else [
+            r
+            for r in iter_history(store, task_id, name, blobs=reader, carried=False)
+            if r.idx < upto
+        ]
     )
     if not earlier:
         raise ValueError(

@@ -1,9 +1,13 @@
 """``cairn conversation TASK``: a task's conversation, active context or all of it.
 
 By default the active context (system prompt, latest summary, the messages
-after it); ``--all`` adds the archived head, every row ever appended.
+after it); ``--all`` adds the archived head, every row ever appended, after
+the rows a handoff carried, if any (state ``carried from TASK``).
 ``--jsonl`` exports the rows as JSON Lines; ``--handoff`` prints the handoff
 document a Day 2 task can start from (``--archive``: with every row inline).
+The table ends with the conversation's model calls (``conversation_calls``:
+its ``ctx.llm`` calls, and the task's Agents SDK calls), the latest ten unless
+``--calls``.
 """
 
 from __future__ import annotations
@@ -14,7 +18,12 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from cairn.admin.conversations import ConversationDetail, call_costs, conversation_detail
+from cairn.admin.conversations import (
+    CallCost,
+    ConversationDetail,
+    call_costs,
+    conversation_detail,
+)
 from cairn.agent.archive import StoredMessage, export_jsonl, iter_history
 from cairn.agent.handoff import archive_part
 from cairn.agent.message_blobs import MessageReader
@@ -35,13 +44,18 @@ NameOption = Annotated[
 ]
 _COLUMNS = ("idx", "state", "role", "tokens", "created", "text")
 _TEXT_WIDTH = 120
+_CALLS = 10
+_CALL_COLUMNS = ("seq", "call", "input", "output", "cost")
 
 
 def conversation_command(
     task_id: TaskArgument,
     name: NameOption = None,
     show_all: Annotated[
-        bool, typer.Option("--all", help="Every row, the archived head included.")
+        bool,
+        typer.Option(
+            "--all", help="Every row, the archived head and a handoff's carried rows included."
+        ),
     ] = False,
     jsonl: Annotated[bool, typer.Option("--jsonl", help="Export rows as JSON Lines.")] = False,
     handoff: Annotated[
@@ -49,6 +63,10 @@ def conversation_command(
     ] = False,
     archive: Annotated[
         bool, typer.Option("--archive", help="With --handoff: carry every row inline.")
+    ] = False,
+    all_calls: Annotated[
+        bool,
+        typer.Option("--calls", help=f"List every model call (default: the latest {_CALLS})."),
     ] = False,
     store: StoreOption = DEFAULT_URL,
     blobs: BlobsOption = None,
@@ -73,23 +91,52 @@ def conversation_command(
         export_jsonl(iter(shown), sys.stdout)
         return
     if as_json:
-        rows_json = [{**row.to_json(), "active": row.idx in detail.active} for row in shown]
-        summaries = [
-            {
-                "idx": c.idx,
-                "covers": [c.first, c.covers_until],
-                "tokens": c.tokens,
-                "active": c.active,
-                "fallback_reason": c.fallback_reason,
-            }
-            for c in detail.summaries
-        ]
-        costs = [{"seq": c.seq, "kind": c.kind, "name": c.name, **c.line.to_json()} for c in calls]
-        print_json(
-            {"stats": detail.stats(), "rows": rows_json, "summaries": summaries, "calls": costs}
-        )
+        _print_detail_json(detail, shown, calls)
         return
     _print_rows(detail, shown)
+    _print_calls(detail, all_calls)
+
+
+def _print_detail_json(
+    detail: ConversationDetail, shown: list[StoredMessage], calls: list[CallCost]
+) -> None:
+    rows_json = [{**row.to_json(), "active": _is_active(row, detail)} for row in shown]
+    summaries = [
+        {
+            "idx": c.idx,
+            "covers": [c.first, c.covers_until],
+            "tokens": c.tokens,
+            "active": c.active,
+            "fallback_reason": c.fallback_reason,
+        }
+        for c in detail.summaries
+    ]
+    costs = [{"seq": c.seq, "kind": c.kind, "name": c.name, **c.line.to_json()} for c in calls]
+    print_json({"stats": detail.stats(), "rows": rows_json, "summaries": summaries, "calls": costs})
+
+
+def _print_calls(detail: ConversationDetail, all_calls: bool) -> None:
+    """The conversation's model calls (``conversation_calls``): the latest
+    ``_CALLS``, or every one."""
+    calls = detail.calls if all_calls else detail.calls[-_CALLS:]
+    if not calls:
+        return
+    console = stdout_console()
+    console.print()
+    earlier = len(detail.calls) - len(calls)
+    more = f" (the latest {len(calls)}; --calls lists all {len(detail.calls)})" if earlier else ""
+    console.print(f"model calls{more}")
+    table = RowTable(console, _CALL_COLUMNS, right=("seq", "input", "output", "cost"))
+    for call in calls:
+        usage = call.line.usage
+        table.add_row(
+            str(call.seq),
+            call.name,
+            str(usage.input_tokens),
+            str(usage.output_tokens),
+            f"${call.line.cost:.6f}",
+        )
+    table.print()
 
 
 def _print_rows(detail: ConversationDetail, shown: list[StoredMessage]) -> None:
@@ -109,7 +156,14 @@ def _print_rows(detail: ConversationDetail, shown: list[StoredMessage]) -> None:
     table.print()
 
 
+def _is_active(row: StoredMessage, detail: ConversationDetail) -> bool:
+    return row.carried is None and row.idx in detail.active
+
+
 def _state(row: StoredMessage, active: frozenset[int]) -> str:
+    if row.carried is not None:
+        # From the archive a handoff carried: its idx is the earlier conversation's.
+        return f"carried from {row.carried.get('task_id')}"
     if row.kind == "summary":
         state = "summary" if row.idx in active else "old summary"
         # A summary the extractive fallback wrote says so (cairn.agent.fallback).

@@ -74,7 +74,9 @@ def fidelity_command(
     with opened_store(store) as opened:
         get_task_or_fail(opened, task_id)
         conv = conversation_name(opened, task_id, name)
-        rows: list[StoredMessage] = list(iter_history(opened, task_id, conv, blobs=reader))
+        rows: list[StoredMessage] = list(
+            iter_history(opened, task_id, conv, blobs=reader, carried=False)
+        )
         try:
             before, origin = earlier_archive(opened, rows, reader)
         except (CairnError, ValueError, KeyError) as exc:

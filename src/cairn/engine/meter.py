@@ -16,7 +16,9 @@ it, a retry included) the machine:
 A call that raises gives back its budget reservation (a provider does not bill
 an error) but keeps its token reservation for the window (its request may have
 counted). A ``RetryAfter`` (HTTP 429) also closes the token limit for everyone
-for the time the provider asked.
+for the time the provider asked; so does an answer whose rate-limit headers say
+the provider has less room left than this call needed (``provider_wait``:
+``cairn.agent.rate_headers``), until the provider's reset.
 """
 
 from __future__ import annotations
@@ -51,6 +53,9 @@ class Meter:
     need: Callable[[], Usage | None]
     used: Callable[[Any], Usage]
     rate: tuple[str, TokenRate] | None
+    # After a call that needed so many tokens: how long the provider's answer
+    # says nobody should send another (None: it has room, or did not say).
+    provider_wait: Callable[[int], float | None] | None = None
 
 
 def metered(run: TaskRun, meter: Meter, call: Call) -> Machine[Any]:
@@ -78,6 +83,10 @@ def metered(run: TaskRun, meter: Meter, call: Call) -> Machine[Any]:
         _ended(run, permit, hold, need)
         raise
     _ended(run, permit, hold, meter.used(value), settled=True)
+    if meter.rate is not None and meter.provider_wait is not None:
+        wait = meter.provider_wait(need.tokens)
+        if wait is not None:
+            permits.close(run, meter.rate[0], wait)
     return value
 
 

@@ -109,6 +109,6 @@ def settle(run: TaskRun, permit: Permit, tokens: int) -> None:
 
 
 def close(run: TaskRun, name: str, seconds: float) -> None:
-    """The provider said to wait ``seconds`` (HTTP 429): nobody on the store gets a
-    permit of ``name`` before then."""
+    """The provider said to wait ``seconds`` (HTTP 429, or its rate-limit headers):
+    nobody on the store gets a permit of ``name`` before then."""
     run.store.close_limit(name, run.now() + timedelta(seconds=seconds))

@@ -198,7 +198,9 @@ def _message(row: StoredMessage, active: frozenset[int]) -> dict[str, object]:
         "role": message.get("role", "?"),
         "text": text_of(message),
         "tokens": row.tokens,
-        "active": row.idx in active,
+        # A row a handoff carried has the earlier conversation's idx.
+        "active": row.carried is None and row.idx in active,
+        "carried": None if row.carried is None else row.carried.get("task_id"),
     }
 
 

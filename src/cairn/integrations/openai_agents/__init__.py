@@ -15,7 +15,8 @@ a recorded entry of the task (``_runner``), ``run_streamed`` the same for
 ``Runner.run_streamed`` (``_streamed``); ``once_tool`` marks a tool whose
 calls go through ``ctx.once`` (``operation_key()`` is its key, inside it);
 ``CairnSession`` is the SDK's ``Session`` on a cairn conversation, inside a
-task or on its own (``_session``). A run resumed with another agent
+task or on its own (``_session``), whose compacted context each model call of a
+run sends with ``compact_in_run=True`` (``_compacting``). A run resumed with another agent
 definition raises ``AgentDefinitionChanged`` (``_fingerprint``). See
 docs/agents-sdk.md.
 """

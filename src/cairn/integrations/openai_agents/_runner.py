@@ -34,8 +34,10 @@ from cairn.context import Context
 from cairn.engine.run import in_event_loop
 from cairn.integrations._definition import check_definition
 from cairn.integrations.openai_agents._approvals import check_approvals, settled
+from cairn.integrations.openai_agents._compacting import compacting_filter
 from cairn.integrations.openai_agents._fingerprint import changes, fingerprint
 from cairn.integrations.openai_agents._model import RecordedModel, RecordedProvider, model_name
+from cairn.integrations.openai_agents._session import CairnSession
 from cairn.integrations.openai_agents._state import RunState
 from cairn.integrations.openai_agents._tools import recorded_tool
 from cairn.retry import Retry
@@ -52,6 +54,7 @@ async def run(
     parallel_tools: bool = False,
     approvals: str = "return",
     approval_timeout: float | None = None,
+    compact_in_run: bool = False,
     **kwargs: Any,
 ) -> RunResult:
     """``Runner.run(agent, input, ...)`` as a durable part of the task ``ctx`` runs.
@@ -65,7 +68,9 @@ async def run(
     its place in the response gives it. ``approvals="wait"`` makes each tool
     approval the run stops at a durable ``ctx.wait_for`` and goes on once it
     is decided (``_approvals``; ``"return"``: the interruptions come back in
-    the result, as the SDK returns them). Raises
+    the result, as the SDK returns them). ``compact_in_run``: with a
+    ``CairnSession``, each model call sends the session's compacted context,
+    so its threshold bounds every request of a long run (``_compacting``). Raises
     ``AgentDefinitionChanged`` if the task started this run with another agent
     definition."""
     if not isinstance(ctx, Context):
@@ -75,6 +80,7 @@ async def run(
     check_approvals(approvals)
     # One clone for the whole run: a run resumed after an approval goes on with it.
     clone, config, state = _prepared(ctx, agent, run_config, prices, retry, parallel_tools)
+    config = _compacting(config, kwargs.get("session"), compact_in_run)
     start: str | list[Any] | SDKRunState[Any] = input
     while True:
         try:
@@ -98,6 +104,7 @@ def run_streamed(
     prices: PriceTable | None = None,
     retry: Retry | None = None,
     parallel_tools: bool = False,
+    compact_in_run: bool = False,
     **kwargs: Any,
 ) -> RunResultStreaming:
     """``Runner.run_streamed(agent, input, ...)`` as a durable part of the task:
@@ -109,7 +116,17 @@ def run_streamed(
             f"run_streamed() takes the task's ctx first, not {ctx!r}: call it inside a cairn task"
         )
     clone, config, _ = _prepared(ctx, agent, run_config, prices, retry, parallel_tools)
+    config = _compacting(config, kwargs.get("session"), compact_in_run)
     return Runner.run_streamed(clone, input, run_config=config, **kwargs)
+
+
+def _compacting(config: RunConfig, session: Any, asked: bool) -> RunConfig:
+    """``config`` sending a ``CairnSession``'s compacted context to each model
+    call of the run (``_compacting``), if ``asked``; else as it is."""
+    if not asked or not isinstance(session, CairnSession):
+        return config
+    own = config.call_model_input_filter
+    return dataclasses.replace(config, call_model_input_filter=compacting_filter(session, own))
 
 
 def _prepared(

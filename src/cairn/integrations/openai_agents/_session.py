@@ -100,6 +100,19 @@ class CairnSession:
             items = [item for _, _, item in _entries(conv)]
         return items if limit is None else items[max(0, len(items) - limit) :]  # type: ignore[return-value]
 
+    async def compacted_context(self) -> tuple[Any, list[Any]] | None:
+        """The session's summary item and the items after it, if it has been
+        compacted (None otherwise, or after ``clear_session`` with nothing
+        compacted since): what a run's next model call sends (``_compacting``)."""
+        with self._conversation() as conv:
+            summary = conv._window.summary
+            if summary is None or (summary.meta or {}).get("session_cleared"):
+                return None
+            entries = _entries(conv)
+        if not entries:
+            return None
+        return entries[0][2], [item for _, _, item in entries[1:]]
+
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append ``items`` (one commit), then compact if over the threshold."""
         with self._conversation() as conv:
