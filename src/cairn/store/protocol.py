@@ -211,6 +211,8 @@ class Store(Protocol):
         *,
         amount: int = 0,
         amount_capacity: int | None = None,
+        lock_row: str | None = None,
+        sweep: str | None = None,
     ) -> PermitRefused | None:
         """Take permit ``permit`` of shared limit ``limit`` if fewer than ``capacity``
         permits count against it now (and, with ``amount_capacity``, the amounts
@@ -220,11 +222,20 @@ class Store(Protocol):
         A permit counts while its call runs (until ``lease_until``, pushed on by
         ``renew_leases`` while ``task_id`` runs under ``owner``), then for
         ``window`` after ``release_permit`` or ``settle_permit``. None when
-        granted (also when this very permit was granted already); otherwise why not."""
+        granted (also when this very permit was granted already); otherwise why not.
+
+        A keyed limit's permits (``limit`` is ``"name<US>key"``) are counted per
+        key under the lock of one row, ``lock_row`` (the declared name); with
+        ``sweep`` (a prefix, ``"name<US>"``), the spent permits of every key of
+        it are dropped too, so that keys no longer used leave no rows."""
         ...
 
-    def release_permit(self, limit: str, permit: str, now: datetime) -> None:
-        """The call holding ``permit`` ended at ``now``, whatever its outcome."""
+    def release_permit(
+        self, limit: str, permit: str, now: datetime, *, forget: bool = False
+    ) -> None:
+        """The call holding ``permit`` ended at ``now``, whatever its outcome.
+        ``forget``: the permit counts no longer at all (a concurrency limit's),
+        so its row is deleted."""
         ...
 
     def settle_permit(self, limit: str, permit: str, amount: int, now: datetime) -> None:

@@ -434,6 +434,14 @@ LOCK_LIMIT = "SELECT closed_until FROM limits WHERE name = ?{lock}"
 # A permit counts until ends_at plus the window (zero for a concurrency limit).
 DROP_SPENT_PERMITS = "DELETE FROM permits WHERE limit_name = ? AND ends_at <= ?"
 HAS_PERMIT = "SELECT 1 FROM permits WHERE limit_name = ? AND permit = ?"
+# A keyed limit (cairn.limits: "name<US>key") now and then drops the spent permits
+# of all its keys, so that a key never used again leaves no rows behind. By
+# prefix, not by range: a range of text is ordered by the server's collation,
+# which may not order the separator as a byte does.
+DROP_SPENT_KEYED = "DELETE FROM permits WHERE substr(limit_name, 1, ?) = ? AND ends_at <= ?"
+# A keyed concurrency limit's permit counts for no window once its call ends:
+# it is deleted then, so the rows of a key last only while its calls run.
+FORGET_PERMIT = "DELETE FROM permits WHERE limit_name = ? AND permit = ?"
 # Counted permits, how many are still held, when the first ended one stops
 # counting, and the amount (tokens) they hold in all.
 COUNT_PERMITS = (

@@ -619,17 +619,22 @@ class SQLStore(SQLAdmin, SQLTransfer, SQLRuns, SQLBudgets):
         *,
         amount: int = 0,
         amount_capacity: int | None = None,
+        lock_row: str | None = None,
+        sweep: str | None = None,
     ) -> PermitRefused | None:
         spent_before = self._ts(now - window)
         lock = sql.LOCK_LIMIT.format(lock=self.row_lock_clause)
+        locked = limit if lock_row is None else lock_row
 
         def take(tx: Tx) -> PermitRefused | None:
-            tx.exec(sql.ENSURE_LIMIT, (limit,))
-            closed = tx.exec(lock, (limit,)).rows[0][0]
+            tx.exec(sql.ENSURE_LIMIT, (locked,))
+            closed = tx.exec(lock, (locked,)).rows[0][0]
             if tx.exec(sql.HAS_PERMIT, (limit, permit)).rows:
                 return None  # a retried transaction whose first try committed
             if closed is not None and sql.time_of(closed) > now:
                 return PermitRefused(0, sql.time_of(closed))
+            if sweep is not None:
+                tx.exec(sql.DROP_SPENT_KEYED, (len(sweep), sweep, spent_before))
             tx.exec(sql.DROP_SPENT_PERMITS, (limit, spent_before))
             counted, held, first_ended, total = tx.exec(sql.COUNT_PERMITS, (limit,)).rows[0]
             room = amount_capacity is None or int(total) + amount <= amount_capacity
@@ -645,9 +650,14 @@ class SQLStore(SQLAdmin, SQLTransfer, SQLRuns, SQLBudgets):
         with self._writing():
             return self._atomically(take)
 
-    def release_permit(self, limit: str, permit: str, now: datetime) -> None:
+    def release_permit(
+        self, limit: str, permit: str, now: datetime, *, forget: bool = False
+    ) -> None:
         with self._writing():
-            self._exec(sql.RELEASE_PERMIT, (self._ts(now), limit, permit))
+            if forget:
+                self._exec(sql.FORGET_PERMIT, (limit, permit))
+            else:
+                self._exec(sql.RELEASE_PERMIT, (self._ts(now), limit, permit))
 
     def settle_permit(self, limit: str, permit: str, amount: int, now: datetime) -> None:
         with self._writing():
