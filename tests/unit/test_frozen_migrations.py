@@ -43,6 +43,9 @@ RELEASED = {
     "postgres/0009_in_flight_logs_and_hours.sql": (
         "9c2d039b2e41441a1eccd02e99cf3130bb2909468a08a16e2da6c5f3a5fdd50b"
     ),
+    "postgres/0010_fair_claims.sql": (
+        "8203bd0601f2d1a7e362dd5de35fd070ea83afc2e5ff21f4cf0106dfd13487d3"
+    ),
     "sqlite/0001_initial.sql": ("349d82616b1eb61253e11592a348213d2e256fe6e5d4e5626d4c7a3b9fe8a862"),
     "sqlite/0002_claims_and_late_outcomes.sql": (
         "47640a9a877925cb04764c7c792a3d808a19c7d827ca7904bb47b04c645fe54e"
@@ -67,6 +70,9 @@ RELEASED = {
     ),
     "sqlite/0009_in_flight_logs_and_hours.sql": (
         "cd39eb9480757b575054f69688c8b386aae87d326a103da4bf29fa09825b5fbe"
+    ),
+    "sqlite/0010_fair_claims.sql": (
+        "8203bd0601f2d1a7e362dd5de35fd070ea83afc2e5ff21f4cf0106dfd13487d3"
     ),
 }
 

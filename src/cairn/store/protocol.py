@@ -89,11 +89,17 @@ class Store(Protocol):
         names: Sequence[str] | None = None,
         versions: Sequence[str] | None = None,
         version: str | None = None,
+        after_batch: str | None = None,
     ) -> TaskRecord | None:
         """Atomically take the oldest pending task of ``batch`` (or, with None, of
         any batch whose task is one of ``names``), or None. With ``versions``,
         only a task of one of them (or of no version). A task taken for the
-        first time records ``version``, the claimer's (None: left as it is)."""
+        first time records ``version``, the claimer's (None: left as it is).
+
+        A fair claim (``batch`` None, ``after_batch`` given: the batch this
+        process claimed from last, "" at a round's start) takes, at the highest
+        pending priority, the first task of the first batch named after
+        ``after_batch``; only when there is none, the oldest task (docs/workers.md)."""
         ...
 
     def wait_for_work(self, timeout: float) -> bool:
