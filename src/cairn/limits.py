@@ -33,6 +33,11 @@ How a permit counts:
   ``per`` seconds after it ended. A call is let through only if the amounts
   counted now leave room for its own. A 429 with ``Retry-After`` closes the
   limit for every caller until then (``cairn.engine.permits``).
+
+A ``Rate`` or ``Concurrency`` with ``key=`` is counted apart for each key (a
+tenant): its permits are stored as ``"name<US>key"`` and counted alone, under
+the lock of the limit's own row (``LimitBook.keyed``; docs/limits.md, "Keyed
+limits").
 """
 
 from __future__ import annotations
