@@ -1,4 +1,4 @@
-"""Issue 33's acceptance: two tenants share 4 worker processes, one with 2,000
+"""Work control for shared deployments: two tenants share 4 worker processes, one with 2,000
 tasks and one with 100 (the issue's 10,000 scaled down to 2,000 so the test runs
 in a minute; the ratio stays 20:1), each task one call to the test's own server
 under ``Concurrency(2, key="tenant")``.
