@@ -120,6 +120,9 @@ def test_a_bad_key_fails_the_task_saying_what_was_wrong(
     with pytest.raises(TaskFailed, match=says):
         app.run(job, tenant=tenant, task_id="t")
     assert calls == []
+    record = app.store.get_task("t")
+    assert record is not None
+    assert record.attempts == 1
 
 
 def test_a_missing_key_argument_names_the_task_arguments(app: Cairn) -> None:
