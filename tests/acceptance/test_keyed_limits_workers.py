@@ -44,12 +44,15 @@ def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
             process.wait()
 
 
-def start_worker(store: str, log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """``cairn worker --burst --concurrency=1``: one task at a time, until none is left."""
+def start_worker(
+    store: str, log: Path, env: dict[str, str], *, concurrency: int = 1
+) -> subprocess.Popen[bytes]:
+    """``cairn worker --burst``: ``concurrency`` tasks at a time (one unless
+    given), until none is left."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
     command = [
         sys.executable, "-c", "from cairn.cli import main; main()", "worker",
-        "tests.acceptance.keyed_limits_app:app", "--burst", "--concurrency=1",
+        "tests.acceptance.keyed_limits_app:app", "--burst", f"--concurrency={concurrency}",
         "--idle-wait=0.2", f"--store={store}",
     ]  # fmt: skip
     with log.open("wb") as out:

@@ -1,8 +1,9 @@
 """Keyed limits (``Concurrency(n, key=...)``, ``Rate(..., key=...)``) on each
 backend: counted apart for each key, exactly, by threads of one process and in
 the store itself; a dead holder's permit lapses with its lease; the rows of a
-key go away once they no longer count. (Across worker processes:
-``tests/acceptance/test_keyed_limits_workers.py``.)
+key go away once they no longer count; two ``cairn worker`` processes hold it
+too (the issue's scale, 4 workers and 2,100 tasks, is the slow acceptance test
+``tests/acceptance/test_keyed_limits_workers.py``).
 
 Store-level tests give times as values, so nothing there waits.
 """
@@ -10,8 +11,10 @@ Store-level tests give times as values, so nothing there waits.
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +23,8 @@ from cairn.limits import KEY_SEPARATOR
 from cairn.retry import NO_RETRY
 from cairn.store import Store
 from cairn.store.sqlbase import SQLStore
+from tests.acceptance.keyed_limits_app import make_app
+from tests.acceptance.test_keyed_limits_workers import finish, start_worker
 from tests.integration.store.conftest import Backend
 from tests.tenant_server import TenantServer, call_tenant
 
@@ -148,3 +153,29 @@ def test_a_step_sets_the_key_and_a_key_function_finds_one(store_url: str) -> Non
     assert report.completed == 6
     assert (peaks["x"], peaks["y"]) == (1, 1)
     assert sorted(t for t, _ in order) == ["s"] * 6 + ["x"] * 3 + ["y"] * 3
+
+
+@pytest.mark.requires("multi_process")
+def test_keyed_concurrency_holds_across_worker_processes(store_url: str, tmp_path: Path) -> None:
+    """Two ``cairn worker`` processes of 3 threads each, tenants a and b with 10
+    calls each under Concurrency(2, key="tenant"): the server never serves more
+    than 2 calls of one tenant at once, and every call is made exactly once."""
+    created, task = make_app(store_url)
+    with created:
+        for tenant in "ab":
+            created.enqueue(tenant, task, [{"tenant": tenant, "n": n} for n in range(10)])
+    with TenantServer(hold=0.03) as server:
+        env = {"CAIRN_TEST_API_URL": server.url, "CAIRN_TEST_STARTED": str(tmp_path / "s")}
+        logs = [tmp_path / f"w{i}.log" for i in range(2)]
+        workers = [start_worker(store_url, log, env, concurrency=3) for log in logs]
+        try:
+            for process, log in zip(workers, logs, strict=True):
+                finish(process, log)
+        finally:
+            for process in workers:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+        peaks, order = server.peaks, server.order
+    assert max(peaks.values()) <= 2, peaks
+    assert Counter(order) == Counter((t, str(n)) for t in "ab" for n in range(10))
