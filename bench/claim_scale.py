@@ -9,6 +9,12 @@ batch); claimed tasks are put back to pending between runs, outside the timing.
 Empty and full stores alternate for ``--runs`` rounds; the medians and their
 ratio are printed: flat means a ratio near 1.
 
+A third kind, "fair worker", claims as a worker does since schema 12 (round-robin
+between batches, docs/workers.md): each store also holds a second batch ``c`` of
+``--pending / 20`` tasks, and the claim goes to the next batch after the last
+one claimed from. Its ratio to the plain worker claim of the same store, in the
+same run, is the price of fairness.
+
 With ``--url`` (a PostgreSQL server; databases are created and dropped), the
 same is measured on PostgreSQL, and once more on a full store without schema 2's
 partial indexes: the plan a claim had before them.
@@ -42,6 +48,9 @@ INSERT = (
 )
 
 
+KINDS = ("worker", "fair worker", "batch")
+
+
 def fill(store: SQLStore, finished: int, pending: int) -> None:
     stamp = store._ts(NOW)
     store.ensure_batch("b", "job", NOW)
@@ -52,6 +61,11 @@ def fill(store: SQLStore, finished: int, pending: int) -> None:
     rows += [
         (f"b/p{i}", "b", f"p{i}", "job", "{}", "json", "pending", stamp, stamp)
         for i in range(pending)
+    ]
+    store.ensure_batch("c", "job", NOW)
+    rows += [
+        (f"c/p{i}", "c", f"p{i}", "job", "{}", "json", "pending", stamp, stamp)
+        for i in range(max(1, pending // 20))
     ]
 
     def write(tx: Tx) -> int:
@@ -64,10 +78,15 @@ def fill(store: SQLStore, finished: int, pending: int) -> None:
 def claim_seconds(store: SQLStore, claims: int, how: str) -> float:
     """Seconds per claim of ``claims`` claims, then every claimed task put back."""
     batch, names = ("b", None) if how == "batch" else (None, ("job",))
+    after = "" if how == "fair worker" else None
     started = time.perf_counter()
     for _ in range(claims):
-        claimed = store.claim_next_pending(batch, "bench", LEASE_UNTIL, NOW, names=names)
+        claimed = store.claim_next_pending(
+            batch, "bench", LEASE_UNTIL, NOW, names=names, after_batch=after
+        )
         assert claimed is not None
+        if after is not None:  # as engine.claim.Claimer moves on
+            after = claimed.batch if claimed.batch and claimed.batch > after else ""
     spent = time.perf_counter() - started
     store._exec("UPDATE tasks SET status = 'pending', owner = NULL WHERE status = 'running'")
     return spent / claims
@@ -79,7 +98,7 @@ def measure(
     """Microseconds per claim, per (store label, claim kind), over alternating runs."""
     found: dict[tuple[str, str], list[float]] = {}
     for _ in range(runs):
-        for how in ("worker", "batch"):
+        for how in KINDS:
             for label, store in stores.items():
                 us = claim_seconds(store, claims, how) * 1e6
                 found.setdefault((label, how), []).append(us)
@@ -88,7 +107,7 @@ def measure(
 
 def report(title: str, found: dict[tuple[str, str], list[float]], floor: str) -> None:
     rows = []
-    for how in ("worker", "batch"):
+    for how in KINDS:
         base = median(found[(floor, how)])
         for (label, kind), values in found.items():
             if kind != how:
@@ -103,6 +122,11 @@ def report(title: str, found: dict[tuple[str, str], list[float]], floor: str) ->
             )
     print(f"\n{title}")
     print(table(["claim", "µs (median)", "runs", f"vs {floor}"], rows))
+    fair = []
+    for label in {label for label, _ in found}:
+        plain, fair_us = median(found[(label, "worker")]), median(found[(label, "fair worker")])
+        fair.append([label, f"{plain:.1f}", f"{fair_us:.1f}", fmt_ratio(ratio(fair_us, plain))])
+    print(table(["store", "worker claim µs", "fair worker claim µs", "fair vs worker"], fair))
 
 
 @contextmanager

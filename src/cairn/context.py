@@ -29,6 +29,7 @@ from cairn.engine.steps import run_step, sleep_machine, step_machine
 from cairn.engine.waits import Signal, seconds_of, wait_for
 from cairn.errors import ConfigurationError
 from cairn.keys import KeyPart, bounded_key, run_key
+from cairn.limits import LimitRef, split_ref
 from cairn.names import check_name
 from cairn.retry import NO_RETRY, Retry
 
@@ -153,7 +154,7 @@ class Context:
         /,
         *args: Any,
         retry: Retry | None = None,
-        limit: str | None = None,
+        limit: LimitRef | None = None,
         **kwargs: Any,
     ) -> Coroutine[Any, Any, T]: ...
 
@@ -165,7 +166,7 @@ class Context:
         /,
         *args: Any,
         retry: Retry | None = None,
-        limit: str | None = None,
+        limit: LimitRef | None = None,
         **kwargs: Any,
     ) -> T: ...
 
@@ -176,7 +177,7 @@ class Context:
         /,
         *args: Any,
         retry: Retry | None = None,
-        limit: str | None = None,
+        limit: LimitRef | None = None,
         **kwargs: Any,
     ) -> Any:
         """Run ``fn(*args, **kwargs)`` as a checkpointed step called ``name``.
@@ -185,7 +186,10 @@ class Context:
         is not called. ``retry`` overrides the step's retry policy (by default a
         step makes one attempt and the task's policy retries the task).
         ``limit`` names one of the app's shared limits (``Cairn(limits=...)``):
-        each call of ``fn`` waits for, and holds, one of its permits.
+        each call of ``fn`` waits for, and holds, one of its permits;
+        ``limit=("api", tenant)`` counts the call under key ``tenant`` of a
+        keyed limit (``Concurrency(2, key=...)``), in place of the key the limit
+        finds in the task's arguments.
         """
         named: object = name  # typed str, but a newcomer may pass the function here
         if fn is None or not isinstance(named, str) or not callable(fn):
@@ -195,8 +199,8 @@ class Context:
             # here (the common ASCII name is checked inline, so the hot path
             # enters no other module).
             self._run.check_entry_name("step name", "step", name)
-        if limit is not None:
-            self._run.limits.get(limit)  # an unknown name fails here, replay or not
+        if limit is not None:  # an unknown name fails here, replay or not
+            self._run.limits.get(split_ref(limit)[0])
         retry = retry or self._default_step_retry
         # _is_async's fast answer, inline: a plain function (or a bound method,
         # which hands on its function's __code__) that is not a coroutine's.

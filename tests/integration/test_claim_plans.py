@@ -36,7 +36,9 @@ LAPSED_BEFORE = NOW - timedelta(seconds=12)
 # Rows a plan node may filter out without walking the history: the few pending
 # and running rows of other batches or task names this store holds.
 FEW = 10
-PENDING_INDEXES = {"tasks_pending", "tasks_pending_by_batch"}
+# (tasks_pending_fair, schema 12, is one too: PostgreSQL's planner may take it
+# for a batch's claim when that batch holds nearly every pending row.)
+PENDING_INDEXES = {"tasks_pending", "tasks_pending_by_batch", "tasks_pending_fair"}
 # The partial indexes of claimable rows: scanning one of them reads no history.
 PARTIAL_INDEXES = {*PENDING_INDEXES, "tasks_running_by_lease", "tasks_by_owner", "tasks_waking"}
 
@@ -194,6 +196,36 @@ def test_the_next_claim_reads_pending_rows_only(store: SQLStore) -> None:
         else:
             indexes = _assert_pg_reads_few_rows(_pg_plan(store, pending, params), label)
             assert PENDING_INDEXES & set(indexes), (label, indexes)
+
+
+def test_a_fair_claim_is_one_seek_of_the_fair_index(store: SQLStore) -> None:
+    """A fair claim (a worker serving every batch, after batch ``b`` and at the
+    round's start) finds the highest pending priority with one probe of
+    tasks_pending and the next batch's task with one seek of tasks_pending_fair:
+    no plan reads history, and with 100,000 pending tasks in ``b`` the claim
+    after ``b`` does not walk them to reach batch ``c``."""
+    for label, names in (("of task names", ("job", "other")), ("of any", None)):
+        for after in ("b", ""):
+            statements = store.claim_statements(
+                None, names, "me", LEASE_UNTIL, NOW, after_batch=after
+            )
+            fair, params, (probe, probe_params), _ = statements[0]
+            assert "batch > ?" in fair
+            if isinstance(store, SQLiteStore):
+                for plan in (
+                    _sqlite_plan(store, probe, probe_params),
+                    _sqlite_plan(store, fair, params),
+                ):
+                    assert any("INDEX tasks_pending_fair" in step for step in plan), (label, plan)
+                    assert any("INDEX tasks_pending " in f"{step} " for step in plan), (label, plan)
+                    assert not any(_reads_history(step) for step in plan), (label, plan)
+            else:
+                indexes = _assert_pg_reads_few_rows(_pg_plan(store, fair, params), label)
+                assert {"tasks_pending_fair", "tasks_pending"} <= set(indexes), (label, indexes)
+    claim = store.claim_statements(None, None, "me", LEASE_UNTIL, NOW, after_batch="b")[0]
+    found = store._exec(*claim.probe).rows
+    batch = store._exec("SELECT batch FROM tasks WHERE pos = ?", [found[0][0]]).rows
+    assert batch == [("c",)]
 
 
 def test_a_due_waiting_task_is_found_without_reading_history(store: SQLStore) -> None:

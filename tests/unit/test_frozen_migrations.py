@@ -49,6 +49,9 @@ RELEASED = {
     "postgres/0011_search_trigrams.sql": (
         "e2c4b0b519e93468e8f46247024f78c0f0de435fae4761558d5fb8d36d9c65c1"
     ),
+    "postgres/0012_fair_claims.sql": (
+        "45d2b344d38c17bcc9403ed693d1f1dfc61e28d33f2a3e3f4a16c83f8b155465"
+    ),
     "sqlite/0001_initial.sql": ("349d82616b1eb61253e11592a348213d2e256fe6e5d4e5626d4c7a3b9fe8a862"),
     "sqlite/0002_claims_and_late_outcomes.sql": (
         "47640a9a877925cb04764c7c792a3d808a19c7d827ca7904bb47b04c645fe54e"
@@ -79,6 +82,9 @@ RELEASED = {
     ),
     "sqlite/0011_search_trigrams.sql": (
         "19ae92883babc1512ef445793f3c9344281318777ce5cd3b49753da846047801"
+    ),
+    "sqlite/0012_fair_claims.sql": (
+        "45d2b344d38c17bcc9403ed693d1f1dfc61e28d33f2a3e3f4a16c83f8b155465"
     ),
 }
 

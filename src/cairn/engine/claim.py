@@ -166,6 +166,10 @@ class Claimer:
         # When (the app clock's monotonic time) to look for orphans again while
         # pending work remains; at once when nothing is pending.
         self._next_orphan_look = float("-inf")
+        # Fair claims between batches (docs/workers.md): the batch this process
+        # claimed from last, "" at the start of a round; None when claiming from
+        # one batch (nothing to be fair between).
+        self._after_batch: str | None = "" if batch is None else None
 
     def next(self) -> TaskRecord | Literal["wait"] | None:
         """A claimed task; ``WAIT`` if tasks still run elsewhere that may become
@@ -208,10 +212,20 @@ class Claimer:
             names=self._names,
             versions=self._versions,
             version=engine.version,
+            after_batch=self._after_batch,
         )
         if claimed is None:
             return None
+        self._round_on(claimed.batch)
         return _hold(engine, claimed, sent_at, lease_until)
+
+    def _round_on(self, batch: str | None) -> None:
+        """After a claim from ``batch``: the next fair claim looks after it, or,
+        when the claim was not the next batch's (the round's last turn, the
+        oldest task of any batch), starts the round again from the first batch."""
+        after = self._after_batch
+        if after is not None:
+            self._after_batch = batch if batch is not None and batch > after else ""
 
     def _orphan(self) -> tuple[TaskRecord | None, bool]:
         """Claim a running task whose owner is gone or whose lease has lapsed; and

@@ -133,6 +133,7 @@ def _prepare(engine: EngineConfig, record: TaskRecord) -> _Prepared:
     budgets.declare(run)
     ctx = engine.make_context(run)
     kwargs = run.decode(record.args, "task arguments")
+    run.args = kwargs
     retry = task.retry or engine.task_retry
     machine = _task_machine(run, ctx, task, kwargs, retry, record.retry_base)
     return _Prepared(run, ctx, machine, resumed=bool(history))

@@ -11,6 +11,7 @@ everyone (``close``).
 from __future__ import annotations
 
 import random
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from cairn.engine.run import Machine, Wait
 from cairn.errors import Permanent
-from cairn.limits import TokenRate
+from cairn.limits import KEY_SEPARATOR, Concurrency, TokenRate
 
 if TYPE_CHECKING:
     from cairn.engine.run import TaskRun
@@ -32,16 +33,43 @@ MAX_POLL = 0.25
 POLL_JITTER = 0.2
 
 
+# A keyed limit's spent permits of every key are dropped by an acquire of any key
+# at most once in this many seconds (or its window, if longer) in a process: a
+# key used once leaves its rows for at most that long after they stop counting.
+SWEEP_EVERY = 60.0
+# When (time.monotonic) each keyed limit was last swept by this process. A race
+# between threads only sweeps twice, which is harmless.
+_swept: dict[str, float] = {}
+
+
 @dataclass(frozen=True, slots=True)
 class Permit:
     limit: str
     permit: str
+    # A keyed concurrency limit's permit: deleted when its call ends.
+    forget: bool = False
 
 
-def acquire(run: TaskRun, name: str) -> Machine[Permit]:
-    """Take a permit of limit ``name``, yielding ``Wait`` while there is no room."""
-    limit = run.limits.get(name)
-    return (yield from _taken(run, name, limit.capacity, limit.window, 0, None))
+def acquire(run: TaskRun, name: str, key: object | None = None) -> Machine[Permit]:
+    """Take a permit of limit ``name`` (for ``key``, or the key its ``key=``
+    finds in the task's arguments, if it is keyed), yielding ``Wait`` while
+    there is no room."""
+    stored, limit, lock_row = run.limits.keyed(name, run.args, key)
+    if lock_row is None:
+        return (yield from _taken(run, name, limit.capacity, limit.window, 0, None))
+    forget = isinstance(limit, Concurrency)
+    permit = Permit(stored, uuid.uuid4().hex, forget)
+    return (yield from _waited(run, permit, limit.capacity, limit.window, 0, None, lock_row))
+
+
+def _sweep_due(name: str, window: timedelta) -> str | None:
+    """The prefix of limit ``name``'s keyed permits if this process should drop
+    their spent rows now, else None."""
+    now = time.monotonic()
+    if now < _swept.get(name, float("-inf")) + max(SWEEP_EVERY, window.total_seconds()):
+        return None
+    _swept[name] = now
+    return name + KEY_SEPARATOR
 
 
 def acquire_tokens(run: TaskRun, name: str, rate: TokenRate, tokens: int) -> Machine[Permit]:
@@ -65,11 +93,23 @@ def _taken(
     amount_capacity: int | None,
 ) -> Machine[Permit]:
     permit = Permit(name, uuid.uuid4().hex)
+    return (yield from _waited(run, permit, capacity, window, amount, amount_capacity, None))
+
+
+def _waited(
+    run: TaskRun,
+    permit: Permit,
+    capacity: int,
+    window: timedelta,
+    amount: int,
+    amount_capacity: int | None,
+    lock_row: str | None,
+) -> Machine[Permit]:
     poll = FIRST_POLL
     while True:
         now = run.now()
         refused = run.store.acquire_permit(
-            name,
+            permit.limit,
             capacity,
             window,
             permit.permit,
@@ -79,6 +119,8 @@ def _taken(
             now + run.limits.lease,
             amount=amount,
             amount_capacity=amount_capacity,
+            lock_row=lock_row,
+            sweep=None if lock_row is None else _sweep_due(lock_row, window),
         )
         if refused is None:
             return permit
@@ -99,7 +141,7 @@ def _taken(
 
 def release(run: TaskRun, permit: Permit) -> None:
     """The call that held ``permit`` ended, however it ended."""
-    run.store.release_permit(permit.limit, permit.permit, run.now())
+    run.store.release_permit(permit.limit, permit.permit, run.now(), forget=permit.forget)
 
 
 def settle(run: TaskRun, permit: Permit, tokens: int) -> None:

@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -262,6 +262,8 @@ class TaskRun:
     max_duration: float | None = None
     # The app's shared limits, and the owner and lease their permits are held under.
     limits: LimitBook = NO_LIMITS
+    # The task's arguments, by name: where a keyed limit finds its key.
+    args: Mapping[str, Any] = field(default_factory=dict)
     # Where large conversation messages go (cairn.agent.message_blobs); None: no blob store.
     offloader: Offloader | None = None
     # The app's engine config (spawn and join read the registry and store from

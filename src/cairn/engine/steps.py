@@ -40,6 +40,7 @@ from cairn.engine.run import (
     inside_call,
     no_fault,
 )
+from cairn.limits import LimitRef, split_ref
 from cairn.retry import Retry
 from cairn.store.records import StepKind, StepRecord, StepStatus
 
@@ -132,7 +133,7 @@ def step_machine(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     retry: Retry,
-    limit: str | Meter | None = None,
+    limit: LimitRef | Meter | None = None,
     seq: int | None = None,
     fingerprint: str | None = None,
 ) -> Machine[Any]:
@@ -165,7 +166,7 @@ def run_step(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     retry: Retry,
-    limit: str | None = None,
+    limit: LimitRef | None = None,
 ) -> Any:
     """``step_machine`` for a sync function, run to its end in this thread.
 
@@ -293,7 +294,7 @@ def _calls(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     retry: Retry,
-    limit: str | Meter | None,
+    limit: LimitRef | Meter | None,
     spent: _Spent,
     pause: float | None,
 ) -> Machine[Any]:
@@ -498,10 +499,11 @@ def _attempt_entry(
     )
 
 
-def _limited(run: TaskRun, limit: str, call: Call) -> Machine[Any]:
+def _limited(run: TaskRun, limit: LimitRef, call: Call) -> Machine[Any]:
     """``call`` while holding a permit of ``limit``; the permit is given back when
     the call ends, whatever the outcome (a crash leaves it to lapse with the lease)."""
-    permit = yield from acquire(run, limit)
+    name, key = split_ref(limit)
+    permit = yield from acquire(run, name, key)
     try:
         return (yield call)
     finally:

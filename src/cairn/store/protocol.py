@@ -89,11 +89,17 @@ class Store(Protocol):
         names: Sequence[str] | None = None,
         versions: Sequence[str] | None = None,
         version: str | None = None,
+        after_batch: str | None = None,
     ) -> TaskRecord | None:
         """Atomically take the oldest pending task of ``batch`` (or, with None, of
         any batch whose task is one of ``names``), or None. With ``versions``,
         only a task of one of them (or of no version). A task taken for the
-        first time records ``version``, the claimer's (None: left as it is)."""
+        first time records ``version``, the claimer's (None: left as it is).
+
+        A fair claim (``batch`` None, ``after_batch`` given: the batch this
+        process claimed from last, "" at a round's start) takes, at the highest
+        pending priority, the first task of the first batch named after
+        ``after_batch``; only when there is none, the oldest task (docs/workers.md)."""
         ...
 
     def wait_for_work(self, timeout: float) -> bool:
@@ -211,6 +217,8 @@ class Store(Protocol):
         *,
         amount: int = 0,
         amount_capacity: int | None = None,
+        lock_row: str | None = None,
+        sweep: str | None = None,
     ) -> PermitRefused | None:
         """Take permit ``permit`` of shared limit ``limit`` if fewer than ``capacity``
         permits count against it now (and, with ``amount_capacity``, the amounts
@@ -220,11 +228,20 @@ class Store(Protocol):
         A permit counts while its call runs (until ``lease_until``, pushed on by
         ``renew_leases`` while ``task_id`` runs under ``owner``), then for
         ``window`` after ``release_permit`` or ``settle_permit``. None when
-        granted (also when this very permit was granted already); otherwise why not."""
+        granted (also when this very permit was granted already); otherwise why not.
+
+        A keyed limit's permits (``limit`` is ``"name<US>key"``) are counted per
+        key under the lock of one row, ``lock_row`` (the declared name); with
+        ``sweep`` (a prefix, ``"name<US>"``), the spent permits of every key of
+        it are dropped too, so that keys no longer used leave no rows."""
         ...
 
-    def release_permit(self, limit: str, permit: str, now: datetime) -> None:
-        """The call holding ``permit`` ended at ``now``, whatever its outcome."""
+    def release_permit(
+        self, limit: str, permit: str, now: datetime, *, forget: bool = False
+    ) -> None:
+        """The call holding ``permit`` ended at ``now``, whatever its outcome.
+        ``forget``: the permit counts no longer at all (a concurrency limit's),
+        so its row is deleted."""
         ...
 
     def settle_permit(self, limit: str, permit: str, amount: int, now: datetime) -> None:

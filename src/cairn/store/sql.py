@@ -109,6 +109,23 @@ CLAIM_NEXT = (
     f"UPDATE tasks SET {CLAIM_SET} WHERE pos = ({NEXT_PENDING}) "
     f"AND status = 'pending' RETURNING {TASK_COLUMNS}"
 )
+# Fair claims (a worker serving every batch, docs/workers.md): at the highest
+# pending priority among the candidates (the inner probe, of tasks_pending), the
+# first task of the first batch after ``?`` (the batch this process claimed from
+# last), by name: one seek of tasks_pending_fair (priority DESC, batch, pos).
+# {top_index} names tasks_pending and {index} tasks_pending_fair where the
+# backend names indexes. A task of no batch is never found here; the claim
+# of the oldest task (CLAIM_NEXT), tried when this finds none, takes it.
+NEXT_FAIR = (
+    "SELECT pos FROM tasks{index} WHERE {filter} AND status = 'pending' AND batch > ? "
+    "AND priority = (SELECT priority FROM tasks{top_index} WHERE {filter} "
+    "AND status = 'pending' ORDER BY priority DESC, pos LIMIT 1) "
+    "ORDER BY priority DESC, batch, pos LIMIT 1{lock}"
+)
+CLAIM_FAIR = (
+    f"UPDATE tasks SET {CLAIM_SET} WHERE pos = ({NEXT_FAIR}) "
+    f"AND status = 'pending' RETURNING {TASK_COLUMNS}"
+)
 # A waiting task whose timeout has passed is taken up like a pending one.
 NEXT_DUE = (
     "SELECT pos FROM tasks WHERE status = 'waiting' AND wake_at <= ? AND {filter} "
@@ -490,6 +507,14 @@ LOCK_LIMIT = "SELECT closed_until FROM limits WHERE name = ?{lock}"
 # A permit counts until ends_at plus the window (zero for a concurrency limit).
 DROP_SPENT_PERMITS = "DELETE FROM permits WHERE limit_name = ? AND ends_at <= ?"
 HAS_PERMIT = "SELECT 1 FROM permits WHERE limit_name = ? AND permit = ?"
+# A keyed limit (cairn.limits: "name<US>key") now and then drops the spent permits
+# of all its keys, so that a key never used again leaves no rows behind. By
+# prefix, not by range: a range of text is ordered by the server's collation,
+# which may not order the separator as a byte does.
+DROP_SPENT_KEYED = "DELETE FROM permits WHERE substr(limit_name, 1, ?) = ? AND ends_at <= ?"
+# A keyed concurrency limit's permit counts for no window once its call ends:
+# it is deleted then, so the rows of a key last only while its calls run.
+FORGET_PERMIT = "DELETE FROM permits WHERE limit_name = ? AND permit = ?"
 # Counted permits, how many are still held, when the first ended one stops
 # counting, and the amount (tokens) they hold in all.
 COUNT_PERMITS = (

@@ -143,6 +143,11 @@ class SQLStore(SQLAdmin, SQLTransfer, SQLRuns, SQLBudgets):
         backend lets a statement name one; "" leaves it to the planner."""
         return ""
 
+    def _fair_indexes(self) -> tuple[str, str]:
+        """As ``_pending_index``, for a fair claim: its own index (tasks_pending_fair)
+        and that of its probe of the highest pending priority (tasks_pending)."""
+        return "", ""
+
     def claim_next_pending(
         self,
         batch: str | None,
@@ -153,9 +158,17 @@ class SQLStore(SQLAdmin, SQLTransfer, SQLRuns, SQLBudgets):
         names: Sequence[str] | None = None,
         versions: Sequence[str] | None = None,
         version: str | None = None,
+        after_batch: str | None = None,
     ) -> TaskRecord | None:
         claims = self.claim_statements(
-            batch, names, owner, lease_until, now, versions=versions, version=version
+            batch,
+            names,
+            owner,
+            lease_until,
+            now,
+            versions=versions,
+            version=version,
+            after_batch=after_batch,
         )
         for claim in claims:
             if self.look_before_writing:
@@ -178,10 +191,13 @@ class SQLStore(SQLAdmin, SQLTransfer, SQLRuns, SQLBudgets):
         *,
         versions: Sequence[str] | None = None,
         version: str | None = None,
+        after_batch: str | None = None,
     ) -> list[ClaimStatement]:
         """The statements ``claim_next_pending`` tries, in order, with their
-        parameters: the oldest pending task, then a waiting task whose timeout
-        has come. (The claim-plan tests explain exactly these.)"""
+        parameters: with ``after_batch`` (a fair claim of any batch), the next
+        batch's task at the highest pending priority; then the oldest pending
+        task, then a waiting task whose timeout has come. (The claim-plan tests
+        explain exactly these.)"""
         stamp = self._ts(now)
         claim_set = [owner, self._ts(lease_until), stamp, stamp, version]
         where, filter_params = sql.candidates(batch, names, versions)
@@ -194,7 +210,16 @@ class SQLStore(SQLAdmin, SQLTransfer, SQLRuns, SQLBudgets):
         # Versions left out: a first claim may set the claimer's own.
         mine, mine_params = sql.candidates(batch, names)
         own = (sql.OWN_CLAIM.format(filter=mine), [owner, stamp, *mine_params])
+        fair = []
+        if after_batch is not None and batch is None:
+            fair_index, top_index = self._fair_indexes()
+            indexes = {"filter": where, "index": fair_index, "top_index": top_index}
+            fair_params = [*filter_params, after_batch, *filter_params]
+            probe = (sql.NEXT_FAIR.format(lock="", **indexes), fair_params)
+            claim = sql.CLAIM_FAIR.format(lock=lock, **indexes)
+            fair.append(ClaimStatement(claim, claim_set + fair_params, probe, own))
         return [
+            *fair,
             ClaimStatement(pending, claim_set + filter_params, (next_pending, filter_params), own),
             ClaimStatement(
                 due, [*claim_set, stamp, *filter_params], (next_due, [stamp, *filter_params]), own
@@ -620,17 +645,22 @@ class SQLStore(SQLAdmin, SQLTransfer, SQLRuns, SQLBudgets):
         *,
         amount: int = 0,
         amount_capacity: int | None = None,
+        lock_row: str | None = None,
+        sweep: str | None = None,
     ) -> PermitRefused | None:
         spent_before = self._ts(now - window)
         lock = sql.LOCK_LIMIT.format(lock=self.row_lock_clause)
+        locked = limit if lock_row is None else lock_row
 
         def take(tx: Tx) -> PermitRefused | None:
-            tx.exec(sql.ENSURE_LIMIT, (limit,))
-            closed = tx.exec(lock, (limit,)).rows[0][0]
+            tx.exec(sql.ENSURE_LIMIT, (locked,))
+            closed = tx.exec(lock, (locked,)).rows[0][0]
             if tx.exec(sql.HAS_PERMIT, (limit, permit)).rows:
                 return None  # a retried transaction whose first try committed
             if closed is not None and sql.time_of(closed) > now:
                 return PermitRefused(0, sql.time_of(closed))
+            if sweep is not None:
+                tx.exec(sql.DROP_SPENT_KEYED, (len(sweep), sweep, spent_before))
             tx.exec(sql.DROP_SPENT_PERMITS, (limit, spent_before))
             counted, held, first_ended, total = tx.exec(sql.COUNT_PERMITS, (limit,)).rows[0]
             room = amount_capacity is None or int(total) + amount <= amount_capacity
@@ -646,9 +676,14 @@ class SQLStore(SQLAdmin, SQLTransfer, SQLRuns, SQLBudgets):
         with self._writing():
             return self._atomically(take)
 
-    def release_permit(self, limit: str, permit: str, now: datetime) -> None:
+    def release_permit(
+        self, limit: str, permit: str, now: datetime, *, forget: bool = False
+    ) -> None:
         with self._writing():
-            self._exec(sql.RELEASE_PERMIT, (self._ts(now), limit, permit))
+            if forget:
+                self._exec(sql.FORGET_PERMIT, (limit, permit))
+            else:
+                self._exec(sql.RELEASE_PERMIT, (self._ts(now), limit, permit))
 
     def settle_permit(self, limit: str, permit: str, amount: int, now: datetime) -> None:
         with self._writing():

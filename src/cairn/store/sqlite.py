@@ -436,6 +436,9 @@ class SQLiteStore(SQLStore):
             else " INDEXED BY tasks_pending"
         )
 
+    def _fair_indexes(self) -> tuple[str, str]:
+        return " INDEXED BY tasks_pending_fair", " INDEXED BY tasks_pending"
+
     def _ts(self, moment: datetime) -> str:
         return to_iso(moment)
 
