@@ -59,6 +59,4 @@ def send_event(store: Store, task: NewTask, options: EventOptions, now: datetime
         due = now + timedelta(milliseconds=options.debounce_ms)
         return store.debounce(event, task.id, options.debounce_ms, due, now)
     assert options.singleton is not None  # event_options gives one or the other
-    return store.enqueue_singleton(
-        event, options.singleton, options.on_conflict == "queue", now
-    )
+    return store.enqueue_singleton(event, options.singleton, options.on_conflict == "queue", now)

@@ -35,8 +35,7 @@ def window_ms(value: object) -> int:
         seconds = float(value)
     else:
         raise ConfigurationError(
-            f"debounce must be a number of seconds or a timedelta (e.g. debounce=30), "
-            f"not {value!r}"
+            f"debounce must be a number of seconds or a timedelta (e.g. debounce=30), not {value!r}"
         )
     longest = LONGEST_WINDOW.total_seconds()
     if not math.isfinite(seconds) or not 0.001 <= seconds <= longest:

@@ -43,6 +43,9 @@ RELEASED = {
     "postgres/0009_in_flight_logs_and_hours.sql": (
         "9c2d039b2e41441a1eccd02e99cf3130bb2909468a08a16e2da6c5f3a5fdd50b"
     ),
+    "postgres/0010_debounce_and_singleton.sql": (
+        "468c021b5b79d7d58266d9dc5a9df7bf8fe53565346ded7546ef68368ee295da"
+    ),
     "sqlite/0001_initial.sql": ("349d82616b1eb61253e11592a348213d2e256fe6e5d4e5626d4c7a3b9fe8a862"),
     "sqlite/0002_claims_and_late_outcomes.sql": (
         "47640a9a877925cb04764c7c792a3d808a19c7d827ca7904bb47b04c645fe54e"
@@ -67,6 +70,9 @@ RELEASED = {
     ),
     "sqlite/0009_in_flight_logs_and_hours.sql": (
         "cd39eb9480757b575054f69688c8b386aae87d326a103da4bf29fa09825b5fbe"
+    ),
+    "sqlite/0010_debounce_and_singleton.sql": (
+        "a353c809038a3a987b29f2e58908dd7751b7415970e6dead58fd2f7378d62505"
     ),
 }
 

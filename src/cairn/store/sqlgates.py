@@ -18,12 +18,14 @@ look followed by an insert:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
 
-from cairn.errors import StoreError
+from cairn.errors import StoreError, TaskConflict
 from cairn.store import sql
+from cairn.store.driver_errors import DuplicateRow
 from cairn.store.records import Gated, NewTask
 from cairn.store.sqlcore import SQLCore, Tx
 
@@ -32,12 +34,10 @@ _COLUMNS = (
     "parent_id, version, priority"
 )
 _OPEN = (
-    "debounce_key IS NOT NULL AND started_at IS NULL "
-    "AND (status = 'pending' OR status = 'waiting')"
+    "debounce_key IS NOT NULL AND started_at IS NULL AND (status = 'pending' OR status = 'waiting')"
 )
 _HELD = (
-    "singleton_key IS NOT NULL "
-    "AND (status = 'pending' OR status = 'running' OR status = 'waiting')"
+    "singleton_key IS NOT NULL AND (status = 'pending' OR status = 'running' OR status = 'waiting')"
 )
 # The event's task, or the open one of its key with the event's arguments, the
 # window from now, and one more event (``tasks.debounce_events``: the row's
@@ -152,3 +152,18 @@ def _own(task_id: str, made: str) -> Callable[[Tx], Gated | None]:
         return Gated(task_id, "new" if rows[0][0] is None else "queued")
 
     return find
+
+
+@contextlib.contextmanager
+def key_held(what: str) -> Iterator[None]:
+    """Around a change that makes finished tasks pending again (``what``: "retry
+    task X"): the only unique index it can break is a singleton key's (held by
+    another task) or a debounce key's (another event opened a newer task)."""
+    try:
+        yield
+    except DuplicateRow as exc:
+        raise TaskConflict(
+            f"cannot {what}: its singleton key is held by another task that is pending, "
+            "running or waiting (or, debounced, its key has a newer task waiting). Nothing "
+            "was changed; try again once that task has ended (cairn tasks shows it)."
+        ) from exc
