@@ -125,7 +125,7 @@ def _senders(script: str, argvs: list[list[str]]) -> Iterator[list[Any]]:
 def test_a_thousand_debounced_events_from_four_processes_run_once_with_the_last_arguments(
     store_url: str, tmp_path: Path
 ) -> None:
-    """4 processes × 250 events of one key, all at once: one task; the answers'
+    """4 processes of 250 events each of one key, all at once: one task; the answers'
     event counts are 1..1,000, each once (the commit order); run an hour past
     the window, the task runs once with the arguments of event 1,000."""
     with _senders(_DEBOUNCER, [[store_url, str(s), "250"] for s in range(4)]) as outputs:
@@ -176,7 +176,7 @@ def _gauge_server() -> Iterator[tuple[_Gauge, int]]:
     gauge = _Gauge()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - the name http.server calls
+        def do_POST(self) -> None:
             (gauge.enter if self.path == "/enter" else gauge.leave)()
             self.send_response(204)
             self.end_headers()
