@@ -60,6 +60,7 @@ from cairn.operations import operation
 from cairn.outside_errors import is_transient
 from cairn.redaction import register_secret
 from cairn.retry import Retry
+from cairn.store.records import Gated
 from cairn.task import TaskDef, step
 
 __version__ = "0.1.0"
@@ -85,6 +86,7 @@ __all__ = [
     "ConfigurationError",
     "Context",
     "Failure",
+    "Gated",
     "InDoubtOperation",
     "InvalidName",
     "JsonCodec",

@@ -174,7 +174,7 @@ def test_enqueue_with_debounce_sends_each_line_as_an_event_of_its_keys_task(
     assert "2 new, 1 debounced, 0 queued, 0 dropped" in result.output
     store = open_store(url)
     try:
-        tasks = {task.debounce_key: task for task in store.list_tasks()}
+        tasks = {str(task.debounce_key): task for task in store.list_tasks()}
     finally:
         store.close()
     assert sorted(tasks) == ["edits/a1", "edits/a2"]
