@@ -28,6 +28,37 @@ from cairn.task import TaskDef
 from ._consoles import fail, note
 from .worker import AppStoreOption, load_app
 
+KeyOption = Annotated[
+    str | None,
+    typer.Option(
+        metavar="FIELD",
+        help="Key each item by this field's value (default: all its fields); "
+        "with --debounce, the debounce key.",
+    ),
+]
+DebounceOption = Annotated[
+    float | None,
+    typer.Option(
+        metavar="SECONDS",
+        help="Debounce: the task of a key runs once no line of that key came for "
+        "SECONDS, with the last line's arguments.",
+    ),
+]
+SingletonOption = Annotated[
+    str | None,
+    typer.Option(
+        metavar="KEY",
+        help="At most one task of KEY pending, running or waiting; see --on-conflict.",
+    ),
+]
+OnConflictOption = Annotated[
+    str,
+    typer.Option(
+        metavar="drop|queue",
+        help="A --singleton task whose KEY is held: drop it, or queue it behind the holder.",
+    ),
+]
+
 
 def enqueue_command(
     target: Annotated[str, typer.Argument(metavar="MODULE:APP", help="Where the app is.")],
@@ -44,36 +75,10 @@ def enqueue_command(
     priority: Annotated[
         int, typer.Option(help="The tasks' priority: workers claim higher ones first.")
     ] = 0,
-    key: Annotated[
-        str | None,
-        typer.Option(
-            metavar="FIELD",
-            help="Key each item by this field's value (default: all its fields); "
-            "with --debounce, the debounce key.",
-        ),
-    ] = None,
-    debounce: Annotated[
-        float | None,
-        typer.Option(
-            metavar="SECONDS",
-            help="Debounce: the task of a key runs once no line of that key came for "
-            "SECONDS, with the last line's arguments.",
-        ),
-    ] = None,
-    singleton: Annotated[
-        str | None,
-        typer.Option(
-            metavar="KEY",
-            help="At most one task of KEY pending, running or waiting; see --on-conflict.",
-        ),
-    ] = None,
-    on_conflict: Annotated[
-        str,
-        typer.Option(
-            metavar="drop|queue",
-            help="A --singleton task whose KEY is held: drop it, or queue it behind the holder.",
-        ),
-    ] = "drop",
+    key: KeyOption = None,
+    debounce: DebounceOption = None,
+    singleton: SingletonOption = None,
+    on_conflict: OnConflictOption = "drop",
 ) -> None:
     """Add one task per line of ITEMS.jsonl to BATCH, to be run by `cairn worker`.
 
