@@ -15,7 +15,7 @@ import pytest
 
 from cairn import Cairn, Context
 from cairn.clock import FakeClock
-from cairn.errors import ConfigurationError, InvalidName
+from cairn.errors import ConfigurationError, InvalidName, TaskConflict
 from cairn.store import admin
 from cairn.worker import Worker
 
@@ -195,3 +195,70 @@ def test_bad_debounce_and_singleton_options_are_refused_before_anything_is_writt
     with pytest.raises(error, match=says):
         any_app.enqueue("docs", reindex, [{"doc": "a", "rev": 1}], **options)
     assert any_app.store.batch_task_name("docs") is None
+
+
+def test_a_retry_takes_the_singleton_key_again_and_is_refused_while_another_holds_it(
+    any_app: Cairn, clock: FakeClock
+) -> None:
+    """A cancelled holder, retried while a newer task holds its key: refused
+    with TaskConflict, nothing changed; retried once that task has ended: it
+    holds the key again and runs. A queued task cancelled and retried takes
+    the key it was queued behind."""
+    ran: list[dict[str, Any]] = []
+    reindex = _app(any_app, ran)
+    store = admin(any_app.store)
+    first = any_app.submit("docs", reindex, {"doc": "a", "rev": 1}, singleton="k")
+    assert store.cancel_task(first.task_id, clock.now())
+    any_app.submit("docs", reindex, {"doc": "a", "rev": 2}, singleton="k")
+    queued = any_app.submit(
+        "docs", reindex, {"doc": "a", "rev": 3}, singleton="k", on_conflict="queue"
+    )
+    assert store.cancel_task(queued.task_id, clock.now())
+    with pytest.raises(TaskConflict, match="singleton key is held"):
+        store.retry_task(first.task_id, clock.now())
+    unchanged = store.get_task(first.task_id)
+    assert unchanged is not None
+    assert unchanged.status == "cancelled"
+    Worker(any_app, burst=True).run()  # runs the second
+    assert store.retry_task(first.task_id, clock.now())
+    with pytest.raises(TaskConflict):
+        store.retry_task(queued.task_id, clock.now())
+    Worker(any_app, burst=True).run()
+    assert store.retry_task(queued.task_id, clock.now())
+    retried = store.get_task(queued.task_id)
+    assert retried is not None
+    assert (retried.singleton_key, retried.singleton_queued) == ("k", None)
+    Worker(any_app, burst=True).run()
+    assert [r["rev"] for r in ran] == [2, 1, 3]
+
+
+def test_a_signal_does_not_wake_a_queued_task_and_a_waiting_holder_keeps_its_key(
+    any_app: Cairn, clock: FakeClock
+) -> None:
+    """A holder waiting inside the task (``ctx.wait_for``) still holds the key:
+    a new event is dropped. The signal sent to a task queued behind it leaves it
+    queued and is kept for it: once the holder is signalled and has ended, the
+    queued task runs and finds its signal."""
+    ran: list[int] = []
+
+    @any_app.task(name="waiter")
+    def waiter(ctx: Context, rev: int) -> None:
+        ctx.wait_for("go")
+        ran.append(rev)
+
+    holder = any_app.submit("waits", waiter, {"rev": 1}, singleton="k")
+    Worker(any_app, burst=True).run()
+    waiting = any_app.store.get_task(holder.task_id)
+    assert waiting is not None
+    assert waiting.status == "waiting"
+    assert any_app.submit("waits", waiter, {"rev": 2}, singleton="k").outcome == "dropped"
+    queued = any_app.submit("waits", waiter, {"rev": 3}, singleton="k", on_conflict="queue")
+    any_app.signal(queued.task_id, "go")
+    still = any_app.store.get_task(queued.task_id)
+    assert still is not None
+    assert still.status == "waiting"
+    Worker(any_app, burst=True).run()
+    assert ran == []
+    any_app.signal(holder.task_id, "go")
+    Worker(any_app, burst=True).run()
+    assert ran == [1, 3]
