@@ -47,7 +47,8 @@ def window_ms(value: object) -> int:
 
 
 def check_singleton(key: object) -> str:
-    """``key`` as a singleton key, or ``InvalidName``/``TypeError`` saying why not."""
+    """``key`` as a singleton key, or ``InvalidName`` (``ConfigurationError`` for a
+    key that is not a str) saying why not."""
     if not isinstance(key, str):
         raise ConfigurationError(
             f"singleton must be a str key (e.g. singleton=f'sync/{{account}}'), not {key!r}"
