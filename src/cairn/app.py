@@ -660,13 +660,12 @@ class Cairn:
                 batch_scope(batch), budget.usd_nanos, budget.tokens, budget.warn, now
             )
         tasks: Iterable[NewTask]
-        if options is not None:
-            tasks = (new_task(index, item) for index, item in enumerate(items))
-            return sum(self._send(task, options).outcome in ("new", "queued") for task in tasks)
         if isinstance(items, Sequence):
             tasks = [new_task(index, item) for index, item in enumerate(items)]
         else:
             tasks = (new_task(index, item) for index, item in enumerate(items))
+        if options is not None:
+            return sum(self._send(task, options).outcome in ("new", "queued") for task in tasks)
         return self.store.enqueue(tasks, now)
 
     def submit(

@@ -15,7 +15,7 @@ import pytest
 
 from cairn import Cairn, Context
 from cairn.clock import FakeClock
-from cairn.errors import ConfigurationError, InvalidName, TaskConflict
+from cairn.errors import ConfigurationError, InvalidName, TaskArgumentsError, TaskConflict
 from cairn.store import admin
 from cairn.worker import Worker
 
@@ -262,3 +262,13 @@ def test_a_signal_does_not_wake_a_queued_task_and_a_waiting_holder_keeps_its_key
     any_app.signal(holder.task_id, "go")
     Worker(any_app, burst=True).run()
     assert ran == [1, 3]
+
+
+def test_a_list_of_events_is_checked_whole_before_any_is_sent(any_app: Cairn) -> None:
+    """``enqueue(..., singleton=)`` with a list whose second item does not fit the
+    task: refused, and the first was not sent either."""
+    reindex = _app(any_app, [])
+    items = [{"doc": "a", "rev": 1}, {"doc": "b"}]
+    with pytest.raises(TaskArgumentsError):
+        any_app.enqueue("docs", reindex, items, singleton="k")
+    assert any_app.store.batch_task_name("docs") is None
