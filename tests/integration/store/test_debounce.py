@@ -268,7 +268,7 @@ def test_a_list_of_events_is_checked_whole_before_any_is_sent(any_app: Cairn) ->
     """``enqueue(..., singleton=)`` with a list whose second item does not fit the
     task: refused, and the first was not sent either."""
     reindex = _app(any_app, [])
-    items = [{"doc": "a", "rev": 1}, {"doc": "b"}]
+    items: list[dict[str, Any]] = [{"doc": "a", "rev": 1}, {"doc": "b"}]
     with pytest.raises(TaskArgumentsError):
         any_app.enqueue("docs", reindex, items, singleton="k")
     assert any_app.store.batch_task_name("docs") is None
