@@ -61,6 +61,7 @@ from cairn.outside_errors import is_transient
 from cairn.redaction import register_secret
 from cairn.retention import Retention
 from cairn.retry import Retry
+from cairn.store.records import Gated
 from cairn.task import TaskDef, step
 
 __version__ = "0.1.0"
@@ -86,6 +87,7 @@ __all__ = [
     "ConfigurationError",
     "Context",
     "Failure",
+    "Gated",
     "InDoubtOperation",
     "InvalidName",
     "JsonCodec",

@@ -46,6 +46,8 @@ from cairn.errors import (
     TaskWaiting,
     UnknownTask,
 )
+from cairn.events import EventOptions, event_options, send_event
+from cairn.gates import OnConflict
 from cairn.limits import Limit, LimitBook, checked_limits
 from cairn.names import check_name
 from cairn.priority import check_priority
@@ -56,7 +58,7 @@ from cairn.retry import NO_RETRY, Retry
 from cairn.schedule import Catchup, Schedule, check_spec, fire_due, make_schedule
 from cairn.signals import send_signal
 from cairn.store import DEFAULT_URL, Store, check_store_url, creation_notice, open_store
-from cairn.store.records import NewTask, TaskRecord
+from cairn.store.records import Gated, NewTask, TaskRecord
 from cairn.store.sqlite import Synchronous
 from cairn.task import TaskDef, check_task_function, checked_policy, derived_version, item_key, step
 
@@ -642,6 +644,9 @@ class Cairn:
         key: ItemKey | None = None,
         budget: Budget | None = None,
         priority: int = 0,
+        debounce: float | timedelta | None = None,
+        singleton: str | None = None,
+        on_conflict: OnConflict = "drop",
     ) -> int:
         """Add one task per item to ``batch``; an item key already there is skipped.
 
@@ -651,10 +656,62 @@ class Cairn:
         spend (docs/budgets.md); given again, it leaves the budget as it stands
         (a raise stays raised). Workers claim tasks of a higher ``priority``
         first (docs/workers.md); a task already there keeps its own.
+
+        With ``debounce`` or ``singleton``, each item is an event (``submit``),
+        sent in order; the answer counts the tasks made (new or queued).
         """
+        options = event_options(debounce, singleton, on_conflict)
+        new_task = self._task_maker(batch, task, key, priority)
+        _check_budget(budget)
+        now = self.clock.now()
+        if budget is not None:
+            self.store.declare_budget(
+                batch_scope(batch), budget.usd_nanos, budget.tokens, budget.warn, now
+            )
+        tasks: Iterable[NewTask]
+        if isinstance(items, Sequence):
+            tasks = [new_task(index, item) for index, item in enumerate(items)]
+        else:
+            tasks = (new_task(index, item) for index, item in enumerate(items))
+        if options is not None:
+            return sum(self._send(task, options).outcome in ("new", "queued") for task in tasks)
+        return self.store.enqueue(tasks, now)
+
+    def submit(
+        self,
+        batch: str,
+        task: TaskDef[..., Any],
+        item: Mapping[str, Any],
+        *,
+        key: ItemKey | None = None,
+        priority: int = 0,
+        debounce: float | timedelta | None = None,
+        singleton: str | None = None,
+        on_conflict: OnConflict = "drop",
+    ) -> Gated:
+        """Send one item to ``batch`` as an event, and say which task carries it.
+
+        ``debounce`` (seconds): the task of the item's key (``key``, as in
+        ``enqueue``) runs once no event of that key came for that long, with
+        the last event's arguments. ``singleton``: at most one task of that key
+        is pending, running or waiting; another is dropped (``on_conflict=
+        "drop"``: the answer names the holder) or waits behind it (``"queue"``).
+        docs/debounce.md says exactly how.
+        """
+        options = event_options(debounce, singleton, on_conflict)
+        if options is None:
+            raise ConfigurationError(
+                "submit needs debounce= or singleton=; for a plain task use enqueue"
+            )
+        new_task = self._task_maker(batch, task, key, priority)
+        return self._send(new_task(0, item), options)
+
+    def _task_maker(
+        self, batch: str, task: TaskDef[..., Any], key: ItemKey | None, priority: int
+    ) -> Callable[[int, Mapping[str, Any]], NewTask]:
+        """Checks ``batch`` and ``task``; the maker of a new task of each item."""
         task_def = self._definition(task)
         check_name("batch name", batch)
-        _check_budget(budget)
         check_priority(priority)
         existing = self.store.batch_task_name(batch)
         if existing is not None and existing != task_def.name:
@@ -680,17 +737,10 @@ class Cairn:
                 priority=priority,
             )
 
-        now = self.clock.now()
-        if budget is not None:
-            self.store.declare_budget(
-                batch_scope(batch), budget.usd_nanos, budget.tokens, budget.warn, now
-            )
-        tasks: Iterable[NewTask]
-        if isinstance(items, Sequence):
-            tasks = [new_task(index, item) for index, item in enumerate(items)]
-        else:
-            tasks = (new_task(index, item) for index, item in enumerate(items))
-        return self.store.enqueue(tasks, now)
+        return new_task
+
+    def _send(self, task: NewTask, options: EventOptions) -> Gated:
+        return send_event(self.store, task, options, self.clock.now())
 
     def run_batch(
         self,

@@ -154,3 +154,65 @@ def test_items_can_come_from_stdin(target: tuple[str, str]) -> None:
     bad = runner.invoke(cli_app, ["enqueue", app, "piped", "review", "-"], input="{}\n[1]\n")
     assert bad.exit_code == 2
     assert "error: stdin line 1: task 'review' cannot take the arguments {}" in bad.stderr
+
+
+def test_enqueue_with_debounce_sends_each_line_as_an_event_of_its_keys_task(
+    target: tuple[str, str], tmp_path: Path
+) -> None:
+    """``--debounce 60 --key app_id``: three lines of two keys make two waiting
+    tasks, the key sent twice carrying its last line's arguments; the command
+    counts what became of the lines."""
+    app, url = target
+    items = _items(
+        tmp_path / "events.jsonl",
+        '{"app_id": "a1"}',
+        '{"app_id": "a2"}',
+        '{"app_id": "a1", "dry_run": true}',
+    )
+    result = cli("enqueue", app, "edits", "review", items, "--debounce", "60", "--key", "app_id")
+    assert result.exit_code == 0, result.output
+    assert "2 new, 1 debounced, 0 queued, 0 dropped" in result.output
+    store = open_store(url)
+    try:
+        tasks = {str(task.debounce_key): task for task in store.list_tasks()}
+    finally:
+        store.close()
+    assert sorted(tasks) == ["edits/a1", "edits/a2"]
+    assert tasks["edits/a1"].status == "waiting"
+    assert '"dry_run":true' in tasks["edits/a1"].args.replace(" ", "")
+
+
+def test_enqueue_with_singleton_drops_or_queues_lines_whose_key_is_held(
+    target: tuple[str, str], tmp_path: Path
+) -> None:
+    """``--singleton K``: the first line holds K, the others are dropped; with
+    ``--on-conflict queue`` they wait behind it. A bad choice or a key with a
+    NUL is refused with a clear line and exit 2 (nothing written)."""
+    app, url = target
+    items = _items(tmp_path / "e.jsonl", '{"app_id": "a1"}', '{"app_id": "a2"}')
+    dropped = cli("enqueue", app, "sync", "review", items, "--singleton", "K")
+    assert "1 new, 0 debounced, 0 queued, 1 dropped" in dropped.output
+    queued = cli(
+        "enqueue", app, "sync", "review", items, "--singleton", "K", "--on-conflict", "queue"
+    )
+    assert "0 new, 0 debounced, 2 queued, 0 dropped" in queued.output
+    bad = cli("enqueue", app, "sync", "review", items, "--singleton", "K", "--on-conflict", "x")
+    assert bad.exit_code == 2
+    assert "on_conflict must be 'drop'" in bad.output
+    nul = cli("enqueue", app, "sync", "review", items, "--singleton", "a\x00b")
+    assert nul.exit_code == 2
+    assert "NUL" in nul.output
+    assert len(_task_ids(url)) == 3
+
+
+def test_enqueue_key_names_a_field_every_line_must_have(
+    target: tuple[str, str], tmp_path: Path
+) -> None:
+    """``--key FIELD`` on a line without FIELD stops with its number, nothing enqueued."""
+    app, url = target
+    items = _items(tmp_path / "e.jsonl", '{"app_id": "a1"}', '{"dry_run": true, "app_id": "x"}')
+    assert cli("enqueue", app, "b", "review", items, "--key", "app_id").exit_code == 0
+    missing = cli("enqueue", app, "c", "review", items, "--key", "nope")
+    assert missing.exit_code == 2
+    assert "item 1 has no field 'nope'" in missing.output
+    assert sorted(_task_ids(url)) == ["b/a1", "b/x"]

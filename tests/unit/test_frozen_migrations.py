@@ -52,6 +52,9 @@ RELEASED = {
     "postgres/0012_fair_claims.sql": (
         "45d2b344d38c17bcc9403ed693d1f1dfc61e28d33f2a3e3f4a16c83f8b155465"
     ),
+    "postgres/0013_debounce_and_singleton.sql": (
+        "c8d02e2582c7aa40e65c145f1def0c279fa4e86a86fd94d0eb217b9aca8698e3"
+    ),
     "sqlite/0001_initial.sql": ("349d82616b1eb61253e11592a348213d2e256fe6e5d4e5626d4c7a3b9fe8a862"),
     "sqlite/0002_claims_and_late_outcomes.sql": (
         "47640a9a877925cb04764c7c792a3d808a19c7d827ca7904bb47b04c645fe54e"
@@ -85,6 +88,9 @@ RELEASED = {
     ),
     "sqlite/0012_fair_claims.sql": (
         "45d2b344d38c17bcc9403ed693d1f1dfc61e28d33f2a3e3f4a16c83f8b155465"
+    ),
+    "sqlite/0013_debounce_and_singleton.sql": (
+        "652e689cb91cfa8cd36446dae452cd531f85b1a9b0a1ded4961ac54615728839"
     ),
 }
 

@@ -55,6 +55,15 @@ def task_dict(task: TaskRecord) -> dict[str, Any]:
         "wake_at": iso_time(task.wake_at),
         "parent_id": task.parent_id,
         "version": task.version,
+        "debounce": None
+        if task.debounce_key is None
+        else {
+            "key": task.debounce_key,
+            "window_seconds": (task.debounce_ms or 0) / 1000,
+            "events": task.debounce_events,
+        },
+        "singleton": task.singleton_key,
+        "singleton_queued": task.singleton_queued,
     }
 
 

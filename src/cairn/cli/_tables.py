@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cairn.engine.owners import owner_is_gone
+from cairn.store.records import TaskRecord
 
 from ._consoles import note
 
@@ -60,6 +61,16 @@ def task_status_text(status: str, owner: str | None) -> Text:
     if status == "running" and owner_is_gone(owner):
         return Text("running (owner gone)", style=STATUS_STYLES["running"])
     return status_text(status)
+
+
+def task_list_status(task: TaskRecord) -> Text:
+    """``task_status_text``, saying why a debounced or queued singleton task waits."""
+    text = task_status_text(task.status, task.owner)
+    if task.status == "waiting" and task.singleton_queued is not None:
+        text.append(" (queued)")
+    elif task.status == "waiting" and task.debounce_key is not None and task.started_at is None:
+        text.append(" (debounce)")
+    return text
 
 
 def _plain_len(cell: Cell) -> int:

@@ -5,25 +5,59 @@ Each line is a JSON object of the task's arguments after ``ctx``. The whole file
 is read and checked first: a line that is not JSON, not an object, or does not
 fit the task's signature stops the command with its line number, and nothing is
 enqueued. An item whose key is already in the batch is skipped, as in
-``app.enqueue``.
+``app.enqueue``. With ``--debounce`` or ``--singleton`` each line is an event
+sent in order, as ``app.submit`` sends it (docs/debounce.md).
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, TextIO
+from typing import Annotated, Any, TextIO, cast
 
 import typer
 
 from cairn.app import Cairn
 from cairn.errors import CairnError
+from cairn.gates import OnConflict
 from cairn.task import TaskDef
 
 from ._consoles import fail, note
 from .worker import AppStoreOption, load_app
+
+KeyOption = Annotated[
+    str | None,
+    typer.Option(
+        metavar="FIELD",
+        help="Key each item by this field's value (default: all its fields); "
+        "with --debounce, the debounce key.",
+    ),
+]
+DebounceOption = Annotated[
+    float | None,
+    typer.Option(
+        metavar="SECONDS",
+        help="Debounce: the task of a key runs once no line of that key came for "
+        "SECONDS, with the last line's arguments.",
+    ),
+]
+SingletonOption = Annotated[
+    str | None,
+    typer.Option(
+        metavar="KEY",
+        help="At most one task of KEY pending, running or waiting; see --on-conflict.",
+    ),
+]
+OnConflictOption = Annotated[
+    str,
+    typer.Option(
+        metavar="drop|queue",
+        help="A --singleton task whose KEY is held: drop it, or queue it behind the holder.",
+    ),
+]
 
 
 def enqueue_command(
@@ -41,6 +75,10 @@ def enqueue_command(
     priority: Annotated[
         int, typer.Option(help="The tasks' priority: workers claim higher ones first.")
     ] = 0,
+    key: KeyOption = None,
+    debounce: DebounceOption = None,
+    singleton: SingletonOption = None,
+    on_conflict: OnConflictOption = "drop",
 ) -> None:
     """Add one task per line of ITEMS.jsonl to BATCH, to be run by `cairn worker`.
 
@@ -54,7 +92,13 @@ def enqueue_command(
     task_def = _registered(app, target, task)
     try:
         parsed = _read_items(items, task_def, app)
-        new = app.enqueue(batch, task_def, parsed, priority=priority)
+        item_key = _keyed_by(key, parsed)
+        if debounce is not None or singleton is not None:
+            events = _Events(debounce, singleton, on_conflict)
+            sent = events.send(app, batch, task_def, parsed, item_key, priority)
+            note(f"sent {len(parsed)} event(s) to batch {batch!r} in {app.store_url}: {sent}")
+            return
+        new = app.enqueue(batch, task_def, parsed, key=item_key, priority=priority)
     except CairnError as exc:
         fail(str(exc))
     finally:
@@ -64,6 +108,56 @@ def enqueue_command(
         f"enqueued {new} new task(s) of {task!r} into batch {batch!r} in {app.store_url}"
         + (f"; {skipped} already there" if skipped else "")
     )
+
+
+class _Events:
+    """Each line sent as an event (``app.submit``), and what became of them."""
+
+    def __init__(self, debounce: float | None, singleton: str | None, on_conflict: str) -> None:
+        self.debounce = debounce
+        self.singleton = singleton
+        self.on_conflict = cast("OnConflict", on_conflict)  # submit checks it
+
+    def send(
+        self,
+        app: Cairn,
+        batch: str,
+        task_def: TaskDef[..., Any],
+        items: list[dict[str, Any]],
+        item_key: Callable[[Mapping[str, Any]], str] | None,
+        priority: int,
+    ) -> str:
+        counts: Counter[str] = Counter()
+        for item in items:
+            answer = app.submit(
+                batch,
+                task_def,
+                item,
+                key=item_key,
+                priority=priority,
+                debounce=self.debounce,
+                singleton=self.singleton,
+                on_conflict=self.on_conflict,
+            )
+            counts[answer.outcome] += 1
+        return ", ".join(f"{counts[o]} {o}" for o in ("new", "debounced", "queued", "dropped"))
+
+
+def _keyed_by(
+    field: str | None, items: list[dict[str, Any]]
+) -> Callable[[Mapping[str, Any]], str] | None:
+    """The item key of ``--key FIELD``: the field's value as text; every item must have it."""
+    if field is None:
+        return None
+    for number, item in enumerate(items, start=1):
+        if field not in item:
+            fail(f"item {number} has no field {field!r} for --key; nothing was enqueued")
+
+    def key_of(item: Mapping[str, Any]) -> str:
+        value = item[field]
+        return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+    return key_of
 
 
 def _registered(app: Cairn, target: str, name: str) -> TaskDef[..., Any]:

@@ -152,6 +152,33 @@ def _json(view: TaskView) -> dict[str, object]:
     }
 
 
+def _gate_rows(task: TaskRecord) -> list[tuple[str, Text | str]]:
+    """A debounced task's key, window and events; a singleton task's key."""
+    rows: list[tuple[str, Text | str]] = []
+    if task.debounce_key is not None:
+        window = f"{(task.debounce_ms or 0) / 1000:g}s"
+        line = f"key {task.debounce_key}, window {window}, {task.debounce_events} event(s)"
+        if task.started_at is None and task.status in ("waiting", "pending"):
+            line += (
+                f"; runs from {short_time(task.wake_at)} unless another event of the key "
+                f"comes first (each pushes it {window} on)"
+            )
+        rows.append(("debounce", line))
+    if task.singleton_key is not None:
+        rows.append(("singleton", f"key {task.singleton_key} (held while unfinished)"))
+    if task.singleton_queued is not None:
+        queued = task.status == "waiting"
+        rows.append(
+            (
+                "singleton",
+                f"queued behind the task holding key {task.singleton_queued}; pending once it ends"
+                if queued
+                else f"was queued behind key {task.singleton_queued}",
+            )
+        )
+    return rows
+
+
 def _header(view: TaskView) -> list[tuple[str, Text | str]]:
     task = view.task
     attempts = str(task.attempts - task.retry_base)
@@ -176,6 +203,9 @@ def _header(view: TaskView) -> list[tuple[str, Text | str]]:
         scope, _, name = view.parked_on.partition(":")
         raise_it = f"cairn budget {name}" if scope == "batch" else f"cairn budget --task {name}"
         rows.append(("parked", f"on budget {view.parked_on}; goes on after {raise_it} --raise"))
+    rows += _gate_rows(task)
+    if view.parked_on is not None or task.singleton_queued is not None:
+        pass  # said above: parked on a budget, or queued behind a singleton key
     elif task.status == "waiting":
         wakes = (
             "when signalled (cairn signal)"

@@ -24,7 +24,7 @@ from ._consoles import fail, note, stdout_console
 from ._field_text import error_line, human_duration, seconds_between, short_time
 from ._json_output import JsonOption, print_json, stream_json_list, task_dict
 from ._store_option import DEFAULT_URL, StoreOption, opened_store, require_batch, streamed
-from ._tables import RowTable, WideOption, task_status_text
+from ._tables import RowTable, WideOption, task_list_status
 from .ops import parse_since
 
 DEFAULT_LIMIT = 200
@@ -199,7 +199,7 @@ def _print(rows: Iterator[TaskRecord], *, as_json: bool, wide: bool) -> int:
     for task in rows:
         table.add_row(
             task.id,
-            task_status_text(task.status, task.owner),
+            task_list_status(task),
             str(task.attempts - task.retry_base),
             short_time(task.started_at),
             short_time(task.finished_at),

@@ -21,6 +21,7 @@ from cairn.store.records import (
     ActiveRow,
     BudgetRecord,
     BudgetRefused,
+    Gated,
     InFlightNote,
     MessageRecord,
     NewTask,
@@ -76,6 +77,20 @@ class Store(Protocol):
     def enqueue(self, tasks: Iterable[NewTask], now: datetime) -> int:
         """Insert many tasks, skipping ids that exist, and each task's batch row
         with its first tasks. Returns how many tasks were new."""
+        ...
+
+    def debounce(
+        self, task: NewTask, key: str, window_ms: int, due: datetime, now: datetime
+    ) -> Gated:
+        """One event of debounce ``key``: insert ``task`` waiting until ``due``,
+        or, if the key has a task that has not started, give that one
+        ``task``'s arguments, ``due`` and one more event (docs/debounce.md)."""
+        ...
+
+    def enqueue_singleton(self, task: NewTask, key: str, queue: bool, now: datetime) -> Gated:
+        """Insert ``task`` as the holder of singleton ``key``; if another task
+        holds it, queue ``task`` behind it (``queue``) or drop it and answer
+        with the holder's id."""
         ...
 
     # -- ownership -------------------------------------------------------------

@@ -52,6 +52,22 @@ class NewTask:
     priority: int = 0
 
 
+# What a debounced or singleton enqueue did (docs/debounce.md): "new", a task
+# made; "debounced", the event landed on the open debounced task of its key;
+# "queued", a task made to wait behind the key's holder; "dropped", nothing
+# made, the key's holder stands.
+GateOutcome = Literal["new", "debounced", "queued", "dropped"]
+
+
+class Gated(NamedTuple):
+    """The task an event went to, what happened, and (debounced) how many
+    events that task has absorbed, this one included: the commit order."""
+
+    task_id: str
+    outcome: GateOutcome
+    events: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class TaskRecord:
     """One task as stored."""
@@ -84,6 +100,14 @@ class TaskRecord:
     run: int = 1
     # Claims take the highest priority first; within one, the enqueue order.
     priority: int = 0
+    # A debounced task: its key, its window in milliseconds, and how many events
+    # it absorbed (each replaced its arguments and pushed ``wake_at``).
+    debounce_key: str | None = None
+    debounce_ms: int | None = None
+    debounce_events: int = 0
+    # A singleton task: the key it holds, or the key it is queued behind.
+    singleton_key: str | None = None
+    singleton_queued: str | None = None
 
 
 class InFlightNote(NamedTuple):

@@ -198,11 +198,17 @@ OWN_SIGNAL = (
     "SELECT 1 FROM signals WHERE task_id = ? AND name = ? AND payload = ? AND codec = ? "
     "AND sent_at = ?"
 )
+# A singleton task made pending again holds its key again, or the key it was
+# queued behind: the store's unique index refuses it while another holds it
+# (docs/debounce.md), so a retry or a rerun never makes two.
+TAKE_KEY = "singleton_key = COALESCE(singleton_key, singleton_queued), singleton_queued = NULL"
 # A signal wakes its task if the task is waiting (for it or for anything: the
-# task looks again at what it waits for, and waits again if it must).
+# task looks again at what it waits for, and waits again if it must); not a
+# task queued behind a singleton key's holder, which runs only once it holds the
+# key (the signal is kept for it).
 WAKE = (
     "UPDATE tasks SET status = 'pending', wake_at = NULL, updated_at = ? "
-    "WHERE id = ? AND status = 'waiting'"
+    "WHERE id = ? AND status = 'waiting' AND singleton_queued IS NULL"
 )
 GET_SIGNAL = "SELECT payload, codec, sent_at FROM signals WHERE task_id = ? AND name = ?"
 # The heartbeat: every running task of one owner; the answer says which (and

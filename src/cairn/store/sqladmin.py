@@ -32,6 +32,7 @@ from cairn.store.reports import (
     Window,
 )
 from cairn.store.sqlcore import Own, SQLCore
+from cairn.store.sqlgates import key_held
 
 
 class SQLAdmin(SQLCore):
@@ -218,7 +219,7 @@ class SQLAdmin(SQLCore):
     def retry_task(self, task_id: str, now: datetime) -> bool:
         stamp = self._ts(now)
         own = (sqlviews.RETRIED_AT, (task_id, stamp))
-        with self._writing():
+        with self._writing(), key_held(f"retry task {task_id!r}"):
             return self._write_once(sqlviews.RETRY, (stamp, task_id), own).rowcount == 1
 
     # Setting a priority is the same change made twice: a statement run again
@@ -243,7 +244,8 @@ class SQLAdmin(SQLCore):
     def retry_batch(self, batch: str, status: str, now: datetime) -> list[str]:
         stamp = self._ts(now)
         own = (sqlviews.BATCH_RETRIED_AT, (batch, stamp))
-        return self._batch_change(sqlviews.RETRY_BATCH, (stamp, batch, status), own)
+        with key_held(f"retry the {status} tasks of batch {batch!r}"):
+            return self._batch_change(sqlviews.RETRY_BATCH, (stamp, batch, status), own)
 
     def _batch_change(self, statement: str, params: tuple[Any, ...], own: Own) -> list[str]:
         """The ids of the tasks one batch-wide change moved, in enqueue order."""

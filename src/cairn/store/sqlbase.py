@@ -35,6 +35,7 @@ from cairn.store.records import (
 from cairn.store.sqladmin import SQLAdmin
 from cairn.store.sqlbudgets import SQLBudgets
 from cairn.store.sqlcore import Tx
+from cairn.store.sqlgates import SQLGates
 from cairn.store.sqlruns import SQLRuns
 from cairn.store.sqltransfer import SQLTransfer
 
@@ -98,7 +99,7 @@ def clean_step(step: StepRecord) -> bool:
     return step.error is None and step.retry_at is None and not step.deferred and step.kept is None
 
 
-class SQLStore(SQLAdmin, SQLTransfer, SQLRuns, SQLBudgets):
+class SQLStore(SQLAdmin, SQLTransfer, SQLRuns, SQLBudgets, SQLGates):
     """The store contract, engine and admin side, over the primitives."""
 
     # -- creating work -------------------------------------------------------------

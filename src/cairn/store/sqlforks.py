@@ -6,7 +6,7 @@ children, and the audit trail (``cairn.store.sqlruns`` runs it). Portable SQL,
 from __future__ import annotations
 
 from cairn.store import tables
-from cairn.store.sql import TASK_COLUMNS
+from cairn.store.sql import TAKE_KEY, TASK_COLUMNS
 
 TASK_RUN_COLUMNS = tables.TASK_RUNS.listed()
 AUDIT_COLUMNS = tables.AUDIT.listed()
@@ -28,7 +28,7 @@ FORK_TASK = (
     "UPDATE tasks SET status = 'pending', run = run + 1, fence = fence + 1, "
     "retry_base = attempts, result = NULL, error = NULL, started_at = NULL, "
     "finished_at = NULL, owner = NULL, lease_expires_at = NULL, wake_at = NULL, "
-    f"updated_at = ? WHERE id = ? AND run = ? AND {_FINISHED}"
+    f"{TAKE_KEY}, updated_at = ? WHERE id = ? AND run = ? AND {_FINISHED}"
 )
 INSERT_TASK_RUN = f"INSERT INTO task_runs ({TASK_RUN_COLUMNS}) VALUES ({', '.join('?' * 11)})"
 INSERT_SUPERSEDED = (

@@ -17,6 +17,7 @@ from cairn.store import sql, sqlforks, tables
 from cairn.store.entries import entry_of, entry_text
 from cairn.store.records import AuditRecord, StepRecord, TaskRecord, TaskRunRecord
 from cairn.store.sqlcore import SQLCore, Tx
+from cairn.store.sqlgates import key_held
 
 task_run_record: Callable[[tuple[Any, ...]], TaskRunRecord] = sql.record_reader(
     "task_run_record", tables.TASK_RUNS, TaskRunRecord
@@ -69,7 +70,7 @@ class SQLRuns(SQLCore):
         def forked_before(tx: Tx) -> bool | None:
             return True if tx.exec(sqlforks.OWN_FORK, (task_id, run, stamp)).rows else None
 
-        with self._writing():
+        with self._writing(), key_held(f"rerun task {task_id!r}"):
             return self._atomically_once(fork, forked_before)
 
     def task_runs(self, task_id: str) -> list[TaskRunRecord]:

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from cairn.store.reports import TaskQuery
-from cairn.store.sql import OP_COLUMNS, SCHEDULE_COLUMNS, TASK_COLUMNS
+from cairn.store.sql import OP_COLUMNS, SCHEDULE_COLUMNS, TAKE_KEY, TASK_COLUMNS
 from cairn.store.sqlmetrics import INTERNAL_PREFIX
 
 PAGE = 500
@@ -47,7 +47,7 @@ SET_BATCH_PRIORITY = (
 )
 RETRY = (
     "UPDATE tasks SET status = 'pending', retry_base = attempts, result = NULL, "
-    "finished_at = NULL, updated_at = ? "
+    f"finished_at = NULL, updated_at = ?, {TAKE_KEY} "
     "WHERE id = ? AND (status = 'failed' OR status = 'cancelled')"
 )
 # The same for every task of a batch in one status, in one statement: a batch of
@@ -60,7 +60,7 @@ CANCEL_BATCH = (
 )
 RETRY_BATCH = (
     "UPDATE tasks SET status = 'pending', retry_base = attempts, result = NULL, "
-    "finished_at = NULL, updated_at = ? "
+    f"finished_at = NULL, updated_at = ?, {TAKE_KEY} "
     "WHERE batch = ? AND status = ? AND (status = 'failed' OR status = 'cancelled') "
     "RETURNING id, pos"
 )

@@ -171,6 +171,14 @@ TASKS = Table(
         Column("step_now_seq", "integer", nullable=True, internal=True),
         Column("step_now", "text", nullable=True, internal=True),
         Column("step_now_at", "time", nullable=True, internal=True),
+        # Schema 13: a debounced task's key, window and the events it absorbed;
+        # a singleton task's key (held), or the key it is queued behind
+        # (docs/debounce.md).
+        _text("debounce_key", nullable=True),
+        Column("debounce_ms", "integer", nullable=True),
+        _int("debounce_events", default=0),
+        _text("singleton_key", nullable=True),
+        _text("singleton_queued", nullable=True),
     ),
 )
 
