@@ -21,7 +21,9 @@ from pathlib import Path
 
 from tests.docs.blocks import ROOT, Block, Command, Page, output_matches, session_commands
 
-TIMEOUT = 90.0  # seconds for one block: generous, so a loaded machine never fails it
+# Seconds for one block (a story of chapters gets this for each of its
+# sessions): a hang guard, generous so a loaded machine never fails it.
+TIMEOUT = 90.0
 _MARK = "@@cairn-docs-command-done@@"
 _BASH = shutil.which("bash") or "/bin/bash"
 # bash's own words for a foreground job killed by a signal: "bash: line 3: 41 Killed  python ..."
@@ -69,7 +71,10 @@ def run_story(chain: list[Page]) -> dict[str, Outcome]:
                 (workdir / name).parent.mkdir(parents=True, exist_ok=True)
                 (workdir / name).write_text(source, encoding="utf-8")
         commands = [(block, command) for block in sessions for command in session_commands(block)]
-        checked = _run_commands([command for _, command in commands], workdir)
+        # The whole story runs in one process: the bound grows with its sessions
+        # (all the tutorial's chapters took over 90 s together at load 20).
+        bound = TIMEOUT * max(1, len(sessions))
+        checked = _run_commands([command for _, command in commands], workdir, bound)
         if isinstance(checked, Outcome):
             return {block.id: checked for block in sessions}
         problems: dict[str, list[str]] = {block.id: [] for block in sessions}
@@ -88,9 +93,11 @@ def _environment() -> dict[str, str]:
     return env
 
 
-def _run(argv: list[str], workdir: Path) -> subprocess.CompletedProcess[str] | None:
-    """Run argv in its own process group; None if it outlived TIMEOUT (the group is
-    killed then, so a session's background job cannot outlive the test)."""
+def _run(
+    argv: list[str], workdir: Path, timeout: float = TIMEOUT
+) -> subprocess.CompletedProcess[str] | None:
+    """Run argv in its own process group; None if it outlived ``timeout`` (the group
+    is killed then, so a session's background job cannot outlive the test)."""
     with subprocess.Popen(
         argv,
         cwd=workdir,
@@ -101,7 +108,7 @@ def _run(argv: list[str], workdir: Path) -> subprocess.CompletedProcess[str] | N
         start_new_session=True,
     ) as process:
         try:
-            stdout, stderr = process.communicate(timeout=TIMEOUT)
+            stdout, stderr = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.communicate()
@@ -136,7 +143,9 @@ def _run_session(block: Block, workdir: Path) -> Outcome:
     return Outcome(tuple(problem for found in checked for problem in found))
 
 
-def _run_commands(commands: list[Command], workdir: Path) -> Outcome | list[list[str]]:
+def _run_commands(
+    commands: list[Command], workdir: Path, timeout: float = TIMEOUT
+) -> Outcome | list[list[str]]:
     """Run commands in one bash process: each one's problems, or an Outcome if it broke."""
     # After each command: its status after a marker line, then that status set
     # again, so that the next command's `$?` is the command's, as in a terminal.
@@ -145,9 +154,9 @@ def _run_commands(commands: list[Command], workdir: Path) -> Outcome | list[list
         '(exit "$_cairn_status")\n'
         for command in commands
     )
-    done = _run([_BASH, "-c", script], workdir)
+    done = _run([_BASH, "-c", script], workdir, timeout)
     if done is None:
-        return Outcome((f"did not finish within {TIMEOUT:.0f} s",))
+        return Outcome((f"did not finish within {timeout:.0f} s",))
     pieces = re.split(rf"\n?{_MARK} (\d+)\n", done.stdout)
     outputs, codes = pieces[0:-1:2], [int(code) for code in pieces[1::2]]
     if len(codes) != len(commands):
