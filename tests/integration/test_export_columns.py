@@ -146,6 +146,14 @@ def fill(store: SQLStore) -> dict[str, list[Any]]:
         "interruptions = 1, wake_at = ? WHERE id = ?",
         ('"old"', '{"type": "Old"}', store._ts(at(13)), store._ts(at(80)), CHILD),
     )
+    # Schema 13: a debounced task's key, window and events, a singleton key held
+    # (by a finished task: outside the index of keys held) and one queued behind.
+    store._exec(
+        "UPDATE tasks SET debounce_key = ?, debounce_ms = ?, debounce_events = ?, "
+        "singleton_key = ? WHERE id = ?",
+        ("full/n=1", 30000, 3, "sync/a1", PARENT),
+    )
+    store._exec("UPDATE tasks SET singleton_queued = ? WHERE id = ?", ("sync/a1", CHILD))
     _superseded_run(store)
     line = {"at": "2026-05-24T06:00:01Z", "attempt": 1, "level": "INFO", "logger": "app",
             "message": "fetched"}  # fmt: skip
