@@ -47,8 +47,13 @@ class CountingServer(LocalServer):
         super().__init__()
         self.kill_at = kill_at
         self.effects: Counter[tuple[str, int]] = Counter()
+        # Each effect with the process that made it: which happened before the
+        # kill is told by the sender, not by when its count was read (a killed
+        # process's last request may be counted after the test reads the counts).
+        self.effects_by: list[tuple[tuple[str, int], str]] = []
         self.done: list[tuple[str, int]] = []
         self.killed = threading.Event()
+        self.killed_pid = ""
 
     def answer(self, request: Any, method: str) -> None:
         request.read_body()
@@ -60,10 +65,12 @@ class CountingServer(LocalServer):
                 return
             if kind == "effect":
                 self.effects[key] += 1
+                self.effects_by.append((key, request.headers["X-Pid"]))
             else:
                 self.done.append(key)
                 if len(self.done) == self.kill_at and not self.killed.is_set():
-                    os.kill(int(request.headers["X-Pid"]), signal.SIGKILL)
+                    self.killed_pid = request.headers["X-Pid"]
+                    os.kill(int(self.killed_pid), signal.SIGKILL)
                     self.killed.set()
                     return  # the client is dead: no answer
         request.send_json(HTTPStatus.OK, {"ok": True})
@@ -101,10 +108,10 @@ def test_sigkill_right_after_a_step_returns_finds_its_row(store_url: str, mode: 
                 assert row.status == "completed"
         finally:
             store.close()
-        effects_before = Counter(server.effects)
         server.kill_at = None
         assert run_script(store_url, server, mode) == 0
         effects = server.effects
+        effects_before = Counter(k for k, pid in server.effects_by if pid == server.killed_pid)
     every_step = {(f"gc/n={n}", i) for n in range(TASKS) for i in range(STEPS)}
     assert set(effects) == every_step  # nothing lost
     doubled = {key for key, count in effects.items() if count > 1}
