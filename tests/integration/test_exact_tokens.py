@@ -31,7 +31,6 @@ from cairn.agent.simulate import SimulatedModelServer, openai_prompt_tokens
 from cairn.agent.tokens import (
     DEFAULT_COUNTER,
     EstimateCounter,
-    count_message,
     count_messages,
     encoding_for_model,
     has_exact_counts,
@@ -214,58 +213,6 @@ def test_without_the_extra_an_openai_conversation_counts_with_the_estimate(app: 
     assert result == {"counter": "estimate", "before": result["sent"], "sent": result["sent"]}
     stats = conversation_detail(admin(app.store), "t").stats()
     assert stats["token counts"] == "estimate, the provider's at each call"
-
-
-@needs_extra
-@pytest.mark.parametrize("kind", ["json", "japanese"])
-def test_a_conversation_naming_no_model_counts_with_each_calls_model(
-    app: Cairn, exact_server: SimulatedModelServer, encoding: str, kind: str
-) -> None:
-    """A conversation opened with neither ``model`` nor ``counter`` uses the
-    estimate until the first ``ctx.llm``; from that call on it counts with the
-    call's model's encoding: the context the first call sent (its reply row's
-    ``context_tokens``, plus the reply's priming) and the context before the
-    second are the server's counts exactly. A rerun after a failure replays to
-    the same counts, and the rows written after the switch hold exact counts."""
-    model = MODELS[encoding]
-    client = openai_client(exact_server)
-    text = TEXTS[kind]
-    runs = [0]
-
-    @app.task(name="talk")
-    def talk(ctx: Context) -> dict[str, Any]:
-        conv = ctx.conversation("main", system=SYSTEM)
-        conv.append(user(text))
-        before = conv.counter_name
-        one = ctx.llm(conv, model=model, client=client)
-        conv.append({"role": "user", "name": "reviewer", "content": f"And now this:\n{text}"})
-        second = conv.tokens
-        two = ctx.llm(conv, model=model, client=client)
-        runs[0] += 1
-        if runs[0] == 1:
-            raise ValueError("fail once, so that the rerun replays both calls")
-        return {
-            "counters": [before, conv.counter_name],
-            "second": second,
-            "server": [one.usage.input_tokens, two.usage.input_tokens],
-        }
-
-    result = app.run(talk, task_id="t")
-    assert runs[0] == 2
-    assert len(exact_server.bodies) == 2  # the rerun sent nothing again
-    assert result["counters"] == ["estimate", f"{encoding} (exact)"]
-    counter = ExactCounter(encoding)
-    sent = [openai_prompt_tokens(body["messages"], counter) for body in exact_server.bodies]
-    assert result["server"] == sent
-    assert result["second"] == sent[1]
-    rows = app.store.load_messages("t", "main", 0, 100)
-    first_reply = json.loads(rows[2].meta or "{}")
-    assert first_reply["counter"] == f"{encoding} (exact)"
-    assert first_reply["context_tokens"] + counter.framing.per_prompt == sent[0]
-    # The estimate of that first prompt was not the server's count: the switch matters.
-    assert count_messages(exact_server.bodies[0]["messages"], DEFAULT_COUNTER) != sent[0]
-    after = [json.loads(r.content) for r in rows[2:]]
-    assert [r.tokens for r in rows[2:]] == [count_message(m, counter) for m in after]
 
 
 @needs_extra

@@ -10,7 +10,7 @@ message that calls tools and the tool results that answer it.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -132,18 +132,6 @@ class Window:
             self.system = row
         else:
             self.tail.append(row)
-
-    def recounted(self, count: Callable[[Message], int]) -> Window:
-        """The same window with each row's tokens counted by ``count`` (a
-        cleared tool result keeps its placeholder's count)."""
-
-        def again(row: Row | None) -> Row | None:
-            if row is None or row.cleared:
-                return row
-            return row._replace(tokens=count(row.message))
-
-        tail = [again(row) for row in self.tail]
-        return Window(again(self.system), again(self.summary), [r for r in tail if r is not None])
 
     @classmethod
     def from_rows(cls, rows: Iterable[Row]) -> Window:

@@ -151,9 +151,6 @@ class Conversation:
         self._inline_limit = -1 if run.offloader is None else run.offloader.inline_limit
         self._reader = MessageReader(run.offloader)
         self.handed_off: dict[str, Any] | None = None
-        # Opened with neither ``model`` nor ``counter``: each ``ctx.llm`` call's
-        # model picks the counter (``count_for``).
-        self.counts_by_call = False
         # The tool schemas the reply rows recorded so far, by digest (cairn.agent.llm).
         self.tool_schemas: dict[str, list[dict[str, Any]]] = {}
 
@@ -265,19 +262,6 @@ class Conversation:
         self._end = max(self._end, fresh[-1].idx + 1)
         for row in fresh:
             self.take(row)
-
-    def count_for(self, model: str) -> None:
-        """Count with ``model``'s counter from here on, if the conversation was
-        opened naming no model or counter (``counts_by_call``): ``ctx.llm`` calls
-        this before each call. The active context is counted again with it (in
-        memory: stored rows keep their counts, and the same code reaches the same
-        call on replay, so it counts the same). A cleared tool result keeps its
-        placeholder's count."""
-        counter = counter_for(model)
-        if not self.counts_by_call or counter is self.counter:
-            return
-        self.counter = counter
-        self._window = self._window.recounted(lambda m: count_message(m, counter))
 
     # -- tool-result clearing ----------------------------------------------------------------
     def clear_tool_results(self) -> Cleared:
@@ -509,9 +493,7 @@ def open_conversation(
 
     Asked again in the same task attempt, it returns the same object. Without a
     ``counter``, the one for ``model`` (``cairn.agent.tokens.counter_for``): exact
-    for an OpenAI model with the ``tokens`` extra, else the estimate. With
-    neither, the estimate until the first ``ctx.llm``, then the counter for
-    each call's model (``Conversation.count_for``)."""
+    for an OpenAI model with the ``tokens`` extra, else the estimate."""
     check_name("conversation name", name)
     run: TaskRun = ctx._run
     key = id(run)
@@ -536,7 +518,6 @@ def open_conversation(
         clear_tool_results=clear_tool_results,
         max_context=max_context,
     )
-    conv.counts_by_call = counter is None and model is None
     conv.open(system, start_from)
     known[name] = conv
     return conv

@@ -339,7 +339,6 @@ def _conversation_call(
     chunks: Chunks | None = None,
     limit: str | None = None,
 ) -> Machine[Reply]:
-    conv.count_for(model)  # before compaction and the limits count the context
     yield from compaction_machine(conv)
     # Decided once per call, before the first attempt (a retry sends the same
     # context), and recorded in the reply row (cairn.agent.clearing).
